@@ -1,0 +1,109 @@
+"""The backend plugin API.
+
+A backend is a source of profile data with the lifecycle ``probe -> prepare -> start -> stop ->
+close``. It returns plain data (:class:`~omniprof.core.results.BackendResult`) and never writes
+report files; native artifacts (xplane.pb, Kineto JSON) go in ``context.session_dir``.
+
+Third parties subclass :class:`Backend` and register it under the ``omniprof.backends`` entry-point
+group; the entry-point name must equal ``Backend.name``.
+"""
+
+from __future__ import annotations
+
+import abc
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from omniprof.core.clock import DEFAULT_CLOCK, Clock
+from omniprof.core.options import ProfileOptions
+from omniprof.core.results import BackendResult
+
+__all__ = ["Backend", "BackendContext", "SUPPORTED_API_VERSIONS"]
+
+#: Backend/Reporter ``api_version`` values this omniprof can load.
+SUPPORTED_API_VERSIONS = frozenset({1})
+
+
+@attrs.frozen(kw_only=True)
+class BackendContext:
+    """What the Profiler hands every backend.
+
+    Attributes:
+        profile_options: the validated :class:`ProfileOptions` (levels, advanced_configuration).
+        clock: the reference clock (``now_ns()``); report times on it, or say your own clock's
+            offset in ``BackendResult.clock``.
+        session_dir: where native artifacts of this session go (the XProf layout
+            ``<logdir>/plugins/profile/<run>/``), or None when the user gave no logdir.
+        run_name: this session's unique run name.
+        verbose: let native libraries log to the terminal.
+    """
+
+    profile_options: ProfileOptions = attrs.field(factory=ProfileOptions)
+    clock: Clock = DEFAULT_CLOCK
+    session_dir: Path | None = None
+    run_name: str = ""
+    verbose: bool = False
+
+
+class Backend(abc.ABC):
+    """A source of profile data. Lifecycle: probe -> prepare -> start -> stop -> close.
+
+    Class attributes:
+        name: entry-point name == CLI value == config key.
+        api_version: the plugin API version this backend implements (checked at load).
+        summary: one line for ``omniprof plugins``.
+        single_session: True when only one session of this backend may run per process.
+        Options: an attrs class of backend-specific options (validated, settable from config).
+
+    .. versionadded:: 0.1
+    """
+
+    name: ClassVar[str]
+    api_version: ClassVar[int] = 1
+    summary: ClassVar[str] = ""
+    single_session: ClassVar[bool] = True
+
+    @attrs.frozen(kw_only=True)
+    class Options:
+        """No backend-specific options."""
+
+    @classmethod
+    def probe(cls) -> None:
+        """Raise :class:`~omniprof.errors.BackendUnavailableError` (reason, hint) if this machine can't
+        run the backend. Must be cheap and import heavy libraries only inside."""
+
+    def __init__(self, options: Any = None, *, context: BackendContext | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+        self.context = context if context is not None else BackendContext()
+
+    @property
+    def clock(self) -> Clock:
+        return self.context.clock
+
+    def prepare(self) -> None:
+        """Costly setup (imports, warm-up); runs during a schedule's WARMUP. Optional."""
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Begin recording."""
+
+    @abc.abstractmethod
+    def stop(self) -> BackendResult:
+        """End recording and return what was recorded. Must not write report files."""
+
+    def close(self) -> None:
+        """Release resources. Called after stop(), and on failure paths; must be idempotent."""
+
+    # -- hooks -----------------------------------------------------------------------------------
+    def annotation(self, name: str, args: dict[str, Any] | None = None) -> AbstractContextManager[Any] | None:
+        """Return a context manager that marks ``name`` in this backend's native trace, or None.
+
+        Called by :func:`omniprof.annotate` only while this backend is recording.
+        """
+        return None
+
+    def step(self, step_num: int) -> None:
+        """A training step boundary: ``Profiler.step()`` was called and step ``step_num`` begins."""

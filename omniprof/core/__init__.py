@@ -1,0 +1,1 @@
+"""Core: options, profiler, results, registry."""

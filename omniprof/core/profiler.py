@@ -1,0 +1,368 @@
+"""The :class:`Profiler`: one API over every backend.
+
+Options -> Profiler -> backends -> ProfileResult. The profiler never hands itself to reporters
+or callbacks; they get the plain result.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import socket
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omniprof.backends.base import Backend, BackendContext
+from omniprof.core import annotations
+from omniprof.core.clock import DEFAULT_CLOCK, Clock
+from omniprof.core.fileio import unique_run_dir
+from omniprof.core.options import ProfileOptions
+from omniprof.core.registry import Registry, get_registry, options_for
+from omniprof.core.results import BackendResult, ErrorRecord, ProfileResult, RunMetadata
+from omniprof.core.schedule import TRANSITIONS, Action, Schedule
+from omniprof.errors import (
+    BackendError,
+    InvalidArgumentError,
+    OmniprofWarning,
+    PluginError,
+    ProfilerStateError,
+)
+
+__all__ = ["Profiler", "RESULT_FILENAME"]
+
+RESULT_FILENAME = "omniprof.result.json"
+
+# Backends (by name) with a session running in this process, for single-session backends.
+_active: dict[str, Profiler] = {}
+_active_lock = threading.Lock()
+
+
+class Profiler:
+    """Profile code with one or several backends.
+
+    Args:
+        backend: a backend name (``"cpu"``, ``"xla"``, ``"torch"``, ``"cupti"``) or a list of names
+            run together on one timeline.
+        options: :class:`ProfileOptions` (or a mapping of its fields).
+        backend_options: ``{backend_name: Options instance or mapping}``.
+        logdir: where sessions are saved, in the XProf layout
+            ``<logdir>/plugins/profile/<run>/`` with ``omniprof.result.json`` and native artifacts.
+        schedule: a :class:`~omniprof.core.schedule.Schedule` driven by :meth:`step`.
+        on_result: called with each finished :class:`ProfileResult` (never with the profiler).
+        clock: reference clock (tests pass a FakeClock).
+        registry: plugin registry (default: the process-wide one).
+        label: free text stored in the result's metadata.
+        verbose: let native profiler libraries log to the terminal.
+
+    Use as a context manager, a decorator, or with start()/stop():
+
+    >>> import omniprof
+    >>> with omniprof.Profiler(backend="cpu") as prof:
+    ...     _ = sum(range(1000))
+    >>> prof.result.parts[0].backend
+    'cpu'
+
+    .. versionadded:: 0.1
+    """
+
+    def __init__(self, backend: str | Sequence[str] = "cpu", options: ProfileOptions | Mapping[str, Any] | None = None,
+                 *, backend_options: Mapping[str, Any] | None = None, logdir: str | os.PathLike[str] | None = None,
+                 schedule: Schedule | Callable[[int], Action] | None = None,
+                 on_result: Callable[[ProfileResult], None] | None = None, clock: Clock | None = None,
+                 registry: Registry | None = None, label: str = "", verbose: bool = False) -> None:
+        names = [backend] if isinstance(backend, str) else list(backend)
+        if not names:
+            raise InvalidArgumentError("'backend' must name at least one backend")
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(f"'backend' lists a backend twice: {names}")
+        if options is None:
+            options = ProfileOptions()
+        elif isinstance(options, Mapping):
+            options = ProfileOptions.from_dict(options)
+        elif not isinstance(options, ProfileOptions):
+            raise InvalidArgumentError(
+                f"'options' must be omniprof.ProfileOptions or a mapping (got {type(options).__name__})")
+        backend_options = dict(backend_options or {})
+        unknown = set(backend_options) - set(names)
+        if unknown:
+            raise InvalidArgumentError(
+                f"backend_options given for {sorted(unknown)}, which are not among the selected backends {names}")
+        self._registry = registry or get_registry()
+        self._classes: dict[str, type[Backend]] = {}
+        self._backend_opts: dict[str, Any] = {}
+        for name in names:
+            cls = self._registry.backend(name)
+            self._classes[name] = cls
+            self._backend_opts[name] = options_for("backend", name, cls, backend_options.get(name), self._registry)
+        self.backend_names = tuple(names)
+        self.options = options
+        self.logdir = Path(logdir) if logdir is not None else None
+        self.schedule = schedule
+        self.on_result = on_result
+        self.clock = clock or DEFAULT_CLOCK
+        self.label = label
+        self.verbose = verbose
+        self.results: list[ProfileResult] = []
+        self.session_dir: Path | None = None
+        self._backends: dict[str, Backend] = {}
+        self._recording: list[str] = []
+        self._errors: list[ErrorRecord] = []
+        self._failed_parts: list[BackendResult] = []
+        self._started = False
+        self._step_num = 0
+        self._action = Action.NONE
+        self._t0_ns = 0
+        self._t0_unix_ns = 0
+        self._lock = threading.RLock()
+
+    # -- public API ----------------------------------------------------------------------------
+    @property
+    def result(self) -> ProfileResult:
+        """The most recent finished result."""
+        if not self.results:
+            raise ProfilerStateError("no result yet: the profiler has not been stopped after recording")
+        return self.results[-1]
+
+    @property
+    def is_running(self) -> bool:
+        return self._started
+
+    @property
+    def step_num(self) -> int:
+        return self._step_num
+
+    def start(self) -> Profiler:
+        """Start profiling (with a schedule: enter step 0's action)."""
+        with self._lock:
+            if self._started:
+                raise ProfilerStateError("Profiler is already running; call stop() before start()")
+            self._claim()
+            self._started = True
+            self._step_num = 0
+            try:
+                first = self._schedule_action(0)
+                self._apply((Action.NONE, first))
+                self._action = first
+            except BaseException:
+                self._abort()
+                raise
+        return self
+
+    def stop(self) -> ProfileResult | None:
+        """Stop profiling and return the last result (None if a schedule never recorded)."""
+        with self._lock:
+            if not self._started:
+                raise ProfilerStateError("Profiler is not running; call start() before stop()")
+            try:
+                if self._recording:
+                    self._save()
+                else:
+                    self._close_all()
+            finally:
+                self._started = False
+                self._action = Action.NONE
+                self._release()
+        return self.results[-1] if self.results else None
+
+    def step(self) -> None:
+        """Mark the end of a step: advances the schedule (start/stop backends as it says)."""
+        with self._lock:
+            if not self._started:
+                raise ProfilerStateError("Profiler.step() called while the profiler is not running")
+            self._step_num += 1
+            nxt = self._schedule_action(self._step_num)
+            self._apply((self._action, nxt))
+            self._action = nxt
+            for name in self._recording:
+                self._backends[name].step(self._step_num)
+
+    def __enter__(self) -> Profiler:
+        return self.start()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None:
+            self._errors.append(ErrorRecord(source="workload", phase="run", type=exc_type.__name__,
+                                            message=_one_line(exc)))
+        if self._started:
+            self.stop()
+        # Returning None lets the workload's exception propagate unchanged.
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Use as a decorator: each call of ``func`` is profiled; ``wrapper.profiler`` is this object."""
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return func(*args, **kwargs)
+
+        wrapper.profiler = self  # type: ignore[attr-defined]
+        return wrapper
+
+    # -- internals -----------------------------------------------------------------------------
+    def _schedule_action(self, step: int) -> Action:
+        if self.schedule is None:
+            return Action.RECORD
+        action = self.schedule(step)
+        if not isinstance(action, Action):
+            raise InvalidArgumentError(f"schedule({step}) returned {action!r}; it must return an omniprof Action")
+        return action
+
+    def _claim(self) -> None:
+        with _active_lock:
+            for name, cls in self._classes.items():
+                holder = _active.get(name)
+                if cls.single_session and holder is not None and holder is not self:
+                    raise ProfilerStateError(
+                        f"backend {name!r} is already profiling in this process (another Profiler started it); "
+                        f"stop that profiler first, or use one Profiler for both")
+            for name in self._classes:
+                _active[name] = self
+
+    def _release(self) -> None:
+        with _active_lock:
+            for name in self._classes:
+                if _active.get(name) is self:
+                    del _active[name]
+
+    def _apply(self, transition: tuple[Action, Action]) -> None:
+        for verb in TRANSITIONS[transition]:
+            if verb == "prepare":
+                self._prepare_all()
+            elif verb == "start":
+                self._start_all()
+            elif verb == "save":
+                self._save()
+            elif verb == "close":
+                self._close_all()
+
+    def _context(self) -> BackendContext:
+        return BackendContext(profile_options=self.options, clock=self.clock, session_dir=self.session_dir,
+                              run_name=self.session_dir.name if self.session_dir else "", verbose=self.verbose)
+
+    def _prepare_all(self) -> None:
+        self._errors = [e for e in self._errors if e.source == "workload"]
+        self._failed_parts = []
+        if self.logdir is not None:
+            self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile")
+        ctx = self._context()
+        for name, cls in self._classes.items():
+            try:
+                cls.probe()
+                backend = cls(self._backend_opts[name], context=ctx)
+                backend.prepare()
+            except PluginError:
+                self._close_all()
+                raise
+            except Exception as e:
+                self._close_all()
+                raise BackendError(f"backend {name!r} failed to prepare: {type(e).__name__}: {e}", plugin=name) from e
+            self._backends[name] = backend
+
+    def _start_all(self) -> None:
+        if not self._backends:
+            self._prepare_all()
+        self._t0_unix_ns = time.time_ns()
+        self._t0_ns = self.clock.now_ns()
+        failures: list[tuple[str, BaseException]] = []
+        for name, backend in self._backends.items():
+            try:
+                backend.start()
+            except Exception as e:
+                failures.append((name, e))
+                self._errors.append(ErrorRecord(source=name, phase="start", type=type(e).__name__, message=_one_line(e)))
+                continue
+            self._recording.append(name)
+        if failures and not self._recording:
+            self._close_all()
+            name, e = failures[0]
+            raise BackendError(f"backend {name!r} failed to start: {type(e).__name__}: {e}", plugin=name) from e
+        for name, e in failures:
+            warnings.warn(f"backend {name!r} failed to start ({type(e).__name__}: {e}); the other backends go on "
+                          f"and the failure is recorded in the result", OmniprofWarning, stacklevel=4)
+        for name in self._recording:
+            annotations.add_sink(self._backends[name])
+
+    def _save(self) -> None:
+        """Stop every recording backend (each even if another fails), build and publish the result."""
+        end_ns = self.clock.now_ns()
+        parts: list[BackendResult] = []
+        failures: list[tuple[str, BaseException]] = []
+        for name in list(self._recording):
+            backend = self._backends[name]
+            annotations.remove_sink(backend)
+            try:
+                parts.append(backend.stop())
+            except Exception as e:
+                failures.append((name, e))
+                self._errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
+        self._recording = []
+        self._close_all()
+        result = ProfileResult(
+            metadata=self._metadata(end_ns),
+            parts=tuple(parts),
+            partial=bool(self._errors),
+            errors=tuple(self._errors),
+        )
+        self.results.append(result)
+        self._errors = []
+        if self.session_dir is not None:
+            result.save(self.session_dir / RESULT_FILENAME)
+        if self.on_result is not None:
+            self.on_result(result)
+        if failures:
+            if len(failures) == 1:
+                name, e = failures[0]
+                raise BackendError(f"backend {name!r} failed to stop: {type(e).__name__}: {e}. The other backends' "
+                                   f"data is in Profiler.result (marked partial)", plugin=name) from e
+            raise BackendError("backends failed to stop: " + "; ".join(
+                f"{n!r}: {type(e).__name__}: {e}" for n, e in failures) + ". The other backends' data is in Profiler.result")
+
+    def _close_all(self) -> None:
+        for name, backend in list(self._backends.items()):
+            annotations.remove_sink(backend)
+            try:
+                backend.close()
+            except Exception as e:
+                self._errors.append(ErrorRecord(source=name, phase="close", type=type(e).__name__, message=_one_line(e)))
+        self._backends = {}
+
+    def _abort(self) -> None:
+        for name in self._recording:
+            annotations.remove_sink(self._backends[name])
+            try:
+                self._backends[name].stop()
+            except Exception:
+                pass
+        self._recording = []
+        self._close_all()
+        self._started = False
+        self._release()
+
+    def _metadata(self, end_ns: int) -> RunMetadata:
+        from omniprof import __version__
+
+        return RunMetadata(
+            host=socket.gethostname(), pid=os.getpid(), argv=tuple(sys.argv), python=platform.python_version(),
+            platform=platform.platform(), versions={"omniprof": __version__},
+            backends=self.backend_names, options=self.options.to_dict(),
+            backend_options={n: _opts_dict(o) for n, o in self._backend_opts.items()},
+            start_unix_ns=self._t0_unix_ns, start_ns=self._t0_ns, end_ns=end_ns, label=self.label,
+        )
+
+
+def _opts_dict(opts: Any) -> dict[str, Any]:
+    import attrs
+
+    return attrs.asdict(opts) if attrs.has(type(opts)) else {}
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -1,0 +1,364 @@
+"""Plugin registry: backends and reporters from entry points and ``plugins.toml``.
+
+Plugins are found through the ``omniprof.backends`` / ``omniprof.reporters`` entry-point groups
+(built-ins register the same way a third party does) and through a ``plugins.toml`` (local plugins
+by import path, disabling, default options). Nothing is imported until asked for. A plugin is
+validated when loaded; a broken one is listed as broken with its error and breaks nothing else; it
+is fatal only when selected.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import logging
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from omniprof.core import validators as v
+from omniprof.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    PluginLoadError,
+    PluginValidationError,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["PluginInfo", "Registry", "get_registry", "reset_registry", "KINDS", "load_plugins_file"]
+
+log = logging.getLogger("omniprof.registry")
+
+KINDS = {"backend": "omniprof.backends", "reporter": "omniprof.reporters"}
+PLUGINS_ENV = "OMNIPROF_PLUGINS"
+AUTOLOAD_ENV = "OMNIPROF_DISABLE_PLUGIN_AUTOLOAD"
+SELF_DIST = "omniprof"
+
+
+@attrs.frozen
+class PluginInfo:
+    """One plugin as ``omniprof plugins`` shows it.
+
+    Attributes:
+        name, kind ("backend"/"reporter"), target ("module:attr").
+        source: "omniprof 0.1.0" (distribution and version) or "plugins.toml (<path>)".
+        status: "ok", "unavailable", "broken", "disabled" or "not loaded".
+        reason: why unavailable/broken/disabled.
+        summary: the plugin's one-line description.
+    """
+
+    name: str
+    kind: str
+    target: str
+    source: str
+    status: str = "not loaded"
+    reason: str = ""
+    summary: str = ""
+
+
+@attrs.define
+class _Entry:
+    name: str
+    kind: str
+    target: str
+    source: str
+    dist: str | None
+    enabled: bool = True
+    disabled_by: str = ""
+    options: dict[str, Any] = attrs.field(factory=dict)
+    loaded: Any = None
+    error: Exception | None = None
+
+
+@attrs.frozen
+class PluginsFile:
+    """A parsed ``plugins.toml``: local plugins, disabled names, default options."""
+
+    path: Path
+    plugins: tuple[tuple[str, str, str, bool, dict[str, Any]], ...]  # (kind, name, target, enabled, options)
+
+
+def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
+    """Parse and check a plugins.toml, reporting every problem at once.
+
+    Format::
+
+        [backend.NAME]            # or [reporter.NAME]
+        target = "package.module:ClassName"   # optional for an installed plugin
+        enabled = true                        # false disables it
+        options = { key = value }             # default options, validated by the plugin's Options
+        extra = "gpu"                         # catalogue only: the pip extra that installs its deps
+        summary = "..."                       # catalogue only
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError([f"cannot read plugins file: {e.strerror or e}"], path=str(path)) from e
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError([f"invalid TOML: {e}"], path=str(path)) from e
+    problems: list[str] = []
+    plugins = []
+    for top, table in data.items():
+        if top not in KINDS:
+            problems.append(v.unknown_key_message(top, KINDS, what="table").replace("Valid keys", "Valid tables")
+                            + f" @ $.{top}")
+            continue
+        if not isinstance(table, dict):
+            problems.append(f"expected a table of plugins @ $.{top}")
+            continue
+        for name, spec in table.items():
+            where = f"$.{top}.{name}"
+            if not isinstance(spec, dict):
+                problems.append(f"expected a table @ {where}")
+                continue
+            allowed = ("target", "enabled", "options", "extra", "summary")
+            for k in spec:
+                if k not in allowed:
+                    problems.append(v.unknown_key_message(k, allowed, what="key") + f" @ {where}.{k}")
+            target = spec.get("target", "")
+            if not isinstance(target, str) or (target and ":" not in target):
+                problems.append(f"'target' must be 'package.module:Name' (got {target!r}) @ {where}.target")
+            enabled = spec.get("enabled", True)
+            if not isinstance(enabled, bool):
+                problems.append(f"'enabled' must be true or false (got {enabled!r}) @ {where}.enabled")
+            options = spec.get("options", {})
+            if not isinstance(options, dict):
+                problems.append(f"'options' must be a table (got {options!r}) @ {where}.options")
+                options = {}
+            plugins.append((top, name, target if isinstance(target, str) else "", enabled is not False, options))
+    if problems:
+        raise ConfigError(problems, path=str(path))
+    return PluginsFile(path=path, plugins=tuple(plugins))
+
+
+def _find_plugins_file(explicit: os.PathLike[str] | str | None) -> Path | None:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(PLUGINS_ENV)
+    if env:
+        return Path(env)
+    local = Path.cwd() / "plugins.toml"
+    return local if local.is_file() else None
+
+
+class Registry:
+    """Knows every plugin, loads lazily, validates on load.
+
+    Args:
+        plugins_file: a plugins.toml (default: ``$OMNIPROF_PLUGINS`` or ``./plugins.toml``).
+        disable: plugin names to switch off (``--no-plugin NAME``).
+        autoload: load third-party entry points (False: only omniprof's own;
+            ``OMNIPROF_DISABLE_PLUGIN_AUTOLOAD=1`` sets it).
+        entry_points: for tests, an iterable of ``importlib.metadata.EntryPoint`` to use instead of
+            the installed ones.
+    """
+
+    def __init__(self, *, plugins_file: os.PathLike[str] | str | None = None, disable: Iterable[str] = (),
+                 autoload: bool | None = None, entry_points: Iterable[md.EntryPoint] | None = None) -> None:
+        if autoload is None:
+            autoload = os.environ.get(AUTOLOAD_ENV, "") in ("", "0", "false", "False")
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self.problems: list[str] = []
+        for kind, group in KINDS.items():
+            eps = [ep for ep in entry_points if ep.group == group] if entry_points is not None else list(
+                md.entry_points(group=group))
+            for ep in eps:
+                dist = getattr(ep, "dist", None)
+                dist_name = dist.metadata["Name"] if dist is not None else None
+                source = f"{dist_name} {dist.version}" if dist is not None else "entry point"
+                if not autoload and (dist_name or "").lower() != SELF_DIST:
+                    continue
+                key = (kind, ep.name)
+                if key in self._entries and self._entries[key].target != ep.value:
+                    prev = self._entries[key]
+                    self.problems.append(
+                        f"{kind} {ep.name!r} is registered twice: {prev.target} ({prev.source}) and {ep.value} ({source}); using the first"
+                    )
+                    continue
+                self._entries.setdefault(key, _Entry(ep.name, kind, ep.value, source, dist_name))
+        path = _find_plugins_file(plugins_file)
+        self.plugins_file = path
+        if path is not None:
+            pf = load_plugins_file(path)
+            for kind, name, target, enabled, options in pf.plugins:
+                key = (kind, name)
+                entry = self._entries.get(key)
+                if target and (entry is None or entry.target != target):
+                    entry = _Entry(name, kind, target, f"plugins.toml ({path})", None)
+                    self._entries[key] = entry
+                elif entry is None:
+                    self.problems.append(
+                        f"{kind} {name!r} in {path} has no 'target' and no installed plugin has that name")
+                    continue
+                if not enabled:
+                    entry.enabled = False
+                    entry.disabled_by = f"disabled in {path}"
+                entry.options.update(options)
+        for name in disable:
+            for kind in KINDS:
+                if (kind, name) in self._entries:
+                    self._entries[(kind, name)].enabled = False
+                    self._entries[(kind, name)].disabled_by = "disabled by --no-plugin"
+
+    # -- queries -----------------------------------------------------------------------------
+    def names(self, kind: str, *, include_disabled: bool = False) -> list[str]:
+        return sorted(e.name for (k, _), e in self._entries.items() if k == kind and (include_disabled or e.enabled))
+
+    def default_options(self, kind: str, name: str) -> dict[str, Any]:
+        entry = self._entries.get((kind, name))
+        return dict(entry.options) if entry else {}
+
+    def infos(self, kind: str | None = None, *, load: bool = True, probe: bool = True) -> list[PluginInfo]:
+        """Every plugin with its status. Loading and probing errors become statuses, never raise."""
+        out = []
+        for (k, name), e in sorted(self._entries.items()):
+            if kind is not None and k != kind:
+                continue
+            status, reason, summary = "not loaded", "", ""
+            if not e.enabled:
+                status, reason = "disabled", e.disabled_by
+            elif load:
+                try:
+                    cls = self._load(e)
+                    summary = getattr(cls, "summary", "") or ""
+                    status = "ok"
+                    if probe and k == "backend":
+                        try:
+                            cls.probe()
+                        except BackendUnavailableError as u:
+                            status, reason = "unavailable", u.reason + (f" ({u.hint})" if u.hint else "")
+                        except Exception as ex:  # a probe that crashes marks the plugin broken, not the host
+                            status, reason = "broken", f"probe() raised {type(ex).__name__}: {ex}"
+                except (PluginLoadError, PluginValidationError) as ex:
+                    status, reason = "broken", str(ex)
+            out.append(PluginInfo(name, k, e.target, e.source, status, reason, summary))
+        return out
+
+    def backend(self, name: str) -> type:
+        """The backend class called ``name``; raises PluginLoadError/PluginValidationError."""
+        return self._get("backend", name)
+
+    def reporter(self, name: str) -> type:
+        """The reporter class called ``name``."""
+        return self._get("reporter", name)
+
+    # -- loading -----------------------------------------------------------------------------
+    def _get(self, kind: str, name: str) -> type:
+        if not isinstance(name, str):
+            raise PluginLoadError(f"{kind} name must be a string (got {name!r})")
+        entry = self._entries.get((kind, name))
+        if entry is None:
+            available = self.names(kind)
+            near = v.nearest(name, available)
+            hint = f" Did you mean {near!r}?" if near else ""
+            raise PluginLoadError(
+                f"unknown {kind} {name!r}.{hint} Available {kind}s: {', '.join(available) or 'none'}", plugin=name)
+        if not entry.enabled:
+            raise PluginLoadError(f"{kind} {name!r} is {entry.disabled_by}; enable it to use it", plugin=name)
+        return self._load(entry)
+
+    def _load(self, e: _Entry) -> type:
+        if e.loaded is not None:
+            return e.loaded
+        if e.error is not None:
+            raise e.error
+        try:
+            cls = _import_target(e.target)
+        except Exception as ex:  # any import-time failure of a plugin is the plugin's, not ours
+            err = PluginLoadError(
+                f"{e.kind} {e.name!r} from {e.source} failed to import ({e.target}): {type(ex).__name__}: {ex}. "
+                f"Fix or reinstall the plugin, or disable it with --no-plugin {e.name}", plugin=e.name)
+            err.__cause__ = ex
+            e.error = err
+            raise err from ex
+        try:
+            _validate(e, cls)
+        except PluginValidationError as ex:
+            e.error = ex
+            raise
+        e.loaded = cls
+        return cls
+
+
+def _import_target(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ImportError(f"target {target!r} is not of the form 'package.module:Name'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _validate(e: _Entry, cls: Any) -> None:
+    from omniprof.backends.base import SUPPORTED_API_VERSIONS, Backend
+    from omniprof.reporters.base import Reporter
+
+    base = Backend if e.kind == "backend" else Reporter
+    where = f"{e.kind} {e.name!r} from {e.source} ({e.target})"
+    if not isinstance(cls, type) or not issubclass(cls, base):
+        raise PluginValidationError(
+            f"{where} is not a subclass of omniprof.{'backends' if e.kind == 'backend' else 'reporters'}.base.{base.__name__}; "
+            f"make the entry point name such a class", plugin=e.name)
+    if getattr(cls, "name", None) != e.name:
+        raise PluginValidationError(
+            f"{where} has name={getattr(cls, 'name', None)!r} but is registered as {e.name!r}; the class's `name` "
+            f"must equal the entry-point name", plugin=e.name)
+    api = getattr(cls, "api_version", None)
+    if api not in SUPPORTED_API_VERSIONS:
+        raise PluginValidationError(
+            f"{where} has api_version={api!r}; this omniprof supports api_version "
+            f"{', '.join(map(str, sorted(SUPPORTED_API_VERSIONS)))}. Upgrade the plugin or omniprof", plugin=e.name)
+    missing = sorted(getattr(cls, "__abstractmethods__", ()) or ())
+    if missing:
+        raise PluginValidationError(
+            f"{where} does not implement {', '.join(missing)}; implement every abstract method of {base.__name__}",
+            plugin=e.name)
+    if e.kind == "reporter" and getattr(cls, "output", None) not in ("stream", "file", "dir"):
+        raise PluginValidationError(f"{where} has output={getattr(cls, 'output', None)!r}; must be 'stream', 'file' or 'dir'",
+                                    plugin=e.name)
+    if not attrs.has(getattr(cls, "Options", None)):
+        raise PluginValidationError(f"{where}: {cls.__name__}.Options must be an attrs class", plugin=e.name)
+
+
+_default: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, built on first use."""
+    global _default
+    if _default is None:
+        _default = Registry()
+    return _default
+
+
+def reset_registry(registry: Registry | None = None) -> None:
+    """Replace (or forget) the process-wide registry; for tests and the CLI's ``--plugins``."""
+    global _default
+    _default = registry
+
+
+def options_for(kind: str, name: str, cls: type, given: Mapping[str, Any] | Any | None,
+                registry: Registry | None = None) -> Any:
+    """Options instance for plugin ``name``: plugins.toml defaults updated by ``given``."""
+    from omniprof.core.options import build_options
+
+    if given is not None and not isinstance(given, Mapping):
+        if not isinstance(given, cls.Options):
+            raise PluginValidationError(
+                f"options for {kind} {name!r} must be a mapping or {cls.__name__}.Options (got {type(given).__name__})",
+                plugin=name)
+        return given
+    reg = registry or get_registry()
+    data = reg.default_options(kind, name)
+    data.update(given or {})
+    return build_options(cls.Options, data, owner=f"{kind} {name!r}")

@@ -1,0 +1,526 @@
+"""The result schema: plain, immutable, serialisable profile data.
+
+A :class:`ProfileResult` holds run metadata and one :class:`BackendResult` per backend. Everything
+is an ``attrs.frozen`` class of ints, floats, strings, tuples and JSON-ready mappings, so
+``ProfileResult.from_dict(r.to_dict()) == r`` and ``load(save(r)) == r`` hold exactly.
+
+Conventions:
+    * Times are integer nanoseconds. Each ``BackendResult`` has its own :class:`ClockInfo`;
+      ``t + clock.offset_ns`` puts a time on the run's reference clock (the Profiler's
+      ``time.perf_counter_ns``), so parts line up on one timeline.
+    * Stacks are tuples of frame indices, root (outermost) first, leaf last.
+    * ``Span.track`` / ``CounterSeries.track`` / ``Instant.track`` are ``Track.id`` values.
+    * Anything not recorded is counted in ``losses``: nothing is dropped silently.
+
+The JSON Schema of ``to_dict()`` is ``docs/schema/profile-result.schema.json``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from omniprof.errors import InvalidArgumentError, TraceReadError
+
+__all__ = [
+    "SCHEMA_VERSION", "Frame", "ThreadInfo", "TaskInfo", "Track", "Span", "Instant", "Flow",
+    "StackSample", "CounterSeries", "Allocation", "Table", "Loss", "ErrorRecord", "Artifact",
+    "ClockInfo", "BackendResult", "RunMetadata", "ProfileResult", "load", "json_safe",
+]
+
+SCHEMA_VERSION = 1
+
+
+def json_safe(value: Any) -> Any:
+    """Normalise a value to what JSON round-trips exactly: dict/list/str/int/float/bool/None.
+
+    Tuples become lists and mapping keys strings; NaN and infinities become strings ("nan",
+    "inf", "-inf") because JSON has no spelling for them.
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _args(value: Any) -> Mapping[str, Any]:
+    return json_safe(dict(value or {}))
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    return tuple(int(x) for x in value)
+
+
+def _floats(value: Any) -> tuple[float, ...]:
+    return tuple(float(x) for x in value)
+
+
+def _tuple_of(cls: type) -> Any:
+    def convert(value: Any) -> tuple:
+        return tuple(x if isinstance(x, cls) else _structure(cls, x) for x in (value or ()))
+    return convert
+
+
+@attrs.frozen
+class Frame:
+    """One stack frame.
+
+    Attributes:
+        name: function name (qualified where known, e.g. ``Class.method``).
+        file: source file path ('' when unknown, e.g. native code).
+        line: line number (0 when unknown). With ``combine=False`` reports keep lines apart.
+        module: module or shared-library name, when known.
+        kind: ``"py"`` Python, ``"native"`` C/C++, ``"gc"``/``"runtime"`` pseudo-frames.
+    """
+
+    name: str
+    file: str = ""
+    line: int = 0
+    module: str | None = None
+    kind: str = "py"
+
+
+@attrs.frozen
+class ThreadInfo:
+    """A thread seen by a backend: ``thread_id`` (Python ident or backend id), name, OS id."""
+
+    thread_id: int
+    name: str
+    native_id: int | None = None
+
+
+@attrs.frozen
+class TaskInfo:
+    """An asyncio task (or other green thread): id, name, and the thread it ran on."""
+
+    task_id: int
+    name: str
+    thread_id: int | None = None
+
+
+@attrs.frozen
+class Track:
+    """A timeline row.
+
+    Attributes:
+        id: unique within the result's part, referenced by spans/counters/instants.
+        name: shown to users ("MainThread", "/device:GPU:0 stream 7").
+        kind: ``"thread"``, ``"process"``, ``"device"``, ``"stream"``, ``"counter"`` or ``"other"``.
+        process: process or host name the track belongs to (groups tracks in viewers).
+        pid, tid: OS ids when known.
+        device: device index when the track is on an accelerator.
+    """
+
+    id: str
+    name: str
+    kind: str = "thread"
+    process: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+    device: int | None = None
+
+
+@attrs.frozen
+class Span:
+    """A timed interval on a track: op, kernel, annotation, step, Python call.
+
+    ``category`` is free text with these common values: ``"annotation"``, ``"step"``, ``"xla_op"``,
+    ``"xla_module"``, ``"kernel"``, ``"memcpy"``, ``"memset"``, ``"cpu_op"``, ``"runtime"``,
+    ``"python"``, ``"gc"``. ``args`` holds extra JSON data (``hlo_op``, grid, block, shapes, ...).
+    ``flow_ids`` links this span to others sharing an id (CPU launch -> GPU kernel).
+    """
+
+    name: str
+    track: str
+    start_ns: int
+    dur_ns: int
+    category: str = ""
+    args: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
+    flow_ids: tuple[int, ...] = attrs.field(default=(), converter=_ints)
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + self.dur_ns
+
+
+@attrs.frozen
+class Instant:
+    """A point event on a track (a marker, a GC, a buffer-full notice)."""
+
+    name: str
+    track: str
+    t_ns: int
+    category: str = ""
+    args: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
+
+
+@attrs.frozen
+class Flow:
+    """A named flow (arrow) between spans whose ``flow_ids`` contain ``flow_id``."""
+
+    flow_id: int
+    name: str = ""
+    category: str = ""
+
+
+@attrs.frozen
+class StackSample:
+    """One sample of one thread's stack.
+
+    Attributes:
+        t_ns: when it was taken (this part's clock).
+        thread_id: a ``ThreadInfo.thread_id`` of the same part.
+        stack_id: index into ``BackendResult.stacks``.
+        weight_ns: time this sample stands for (time since the thread's previous sample), so a
+            long C call whose signals coalesced still counts in full.
+        task_id: a ``TaskInfo.task_id`` or None.
+    """
+
+    t_ns: int
+    thread_id: int
+    stack_id: int
+    weight_ns: int
+    task_id: int | None = None
+
+
+@attrs.frozen
+class CounterSeries:
+    """Values of one counter over time (NVML power, memory used, sampler rate, ...)."""
+
+    name: str
+    unit: str
+    track: str
+    t_ns: tuple[int, ...] = attrs.field(converter=_ints)
+    values: tuple[float, ...] = attrs.field(converter=_floats)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.t_ns) != len(self.values):
+            raise InvalidArgumentError(
+                f"counter {self.name!r} has {len(self.t_ns)} timestamps but {len(self.values)} values"
+            )
+
+
+@attrs.frozen
+class Allocation:
+    """One sampled allocation: size, stack, and whether it was still alive at the end.
+
+    ``count`` is how many allocations this record stands for under sampling (1 when exact).
+    """
+
+    t_ns: int
+    size_bytes: int
+    stack_id: int
+    thread_id: int | None = None
+    alive_at_end: bool = False
+    count: int = 1
+
+
+@attrs.frozen
+class Table:
+    """A derived table (op stats, kernel stats, ...): plain rows, formatted by reporters.
+
+    Attributes:
+        name: ``"op_stats"``, ``"kernel_stats"``, ``"framework_op_stats"``, ...
+        columns: column names; units go in the names (``total_ns``, ``peak_bytes``).
+        rows: tuples of JSON scalars, one per row, in ``columns`` order.
+        title: a human title.
+    """
+
+    name: str
+    columns: tuple[str, ...] = attrs.field(converter=tuple)
+    rows: tuple[tuple[Any, ...], ...] = attrs.field(converter=lambda rows: tuple(tuple(json_safe(list(r))) for r in rows))
+    title: str = ""
+
+    def records(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r)) for r in self.rows]
+
+    def column(self, name: str) -> list[Any]:
+        i = self.columns.index(name)
+        return [r[i] for r in self.rows]
+
+
+@attrs.frozen
+class Loss:
+    """Data that was not recorded, counted. ``kind``: ``"samples_dropped"``, ``"events_dropped"``,
+    ``"buffer_full"``, ``"truncated"``, ``"size_limit"``, ... ``count`` in ``unit``."""
+
+    source: str
+    kind: str
+    count: int
+    unit: str = "events"
+    detail: str = ""
+
+
+@attrs.frozen
+class ErrorRecord:
+    """A failure recorded in the result (backend failed to start/stop, workload raised)."""
+
+    source: str
+    phase: str
+    type: str
+    message: str
+
+
+@attrs.frozen
+class Artifact:
+    """A native file a backend produced (``xplane.pb``, Kineto JSON), by path."""
+
+    kind: str
+    path: str
+    description: str = ""
+
+
+@attrs.frozen
+class ClockInfo:
+    """A part's clock: ``name`` (e.g. ``perf_counter_ns``), and the offset that maps its times
+    onto the run's reference clock."""
+
+    name: str = "perf_counter_ns"
+    offset_ns: int = 0
+
+
+@attrs.frozen
+class BackendResult:
+    """What one backend recorded in one session.
+
+    Attributes:
+        backend: the backend's name.
+        clock: how this part's times map onto the run's reference clock.
+        start_ns, end_ns: session bounds on this part's clock.
+        tracks, spans, instants, flows: timeline data.
+        frames, stacks: frame table and stack table (stacks are root-first frame indices).
+        threads, tasks: who was sampled.
+        samples: stack samples. allocations: sampled allocations.
+        counters: counter series.
+        tables: derived tables. summaries: named flat mappings (``"flops"``, ``"memory"``, ``"overhead"``).
+        losses: everything not recorded, counted.
+        artifacts: native files produced.
+        metadata: backend facts (versions, devices, effective options, engine).
+    """
+
+    backend: str
+    clock: ClockInfo = attrs.field(factory=ClockInfo, converter=lambda c: c if isinstance(c, ClockInfo) else _structure(ClockInfo, c))
+    start_ns: int = 0
+    end_ns: int = 0
+    tracks: tuple[Track, ...] = attrs.field(default=(), converter=_tuple_of(Track))
+    spans: tuple[Span, ...] = attrs.field(default=(), converter=_tuple_of(Span))
+    instants: tuple[Instant, ...] = attrs.field(default=(), converter=_tuple_of(Instant))
+    flows: tuple[Flow, ...] = attrs.field(default=(), converter=_tuple_of(Flow))
+    frames: tuple[Frame, ...] = attrs.field(default=(), converter=_tuple_of(Frame))
+    stacks: tuple[tuple[int, ...], ...] = attrs.field(default=(), converter=lambda s: tuple(_ints(x) for x in s))
+    threads: tuple[ThreadInfo, ...] = attrs.field(default=(), converter=_tuple_of(ThreadInfo))
+    tasks: tuple[TaskInfo, ...] = attrs.field(default=(), converter=_tuple_of(TaskInfo))
+    samples: tuple[StackSample, ...] = attrs.field(default=(), converter=_tuple_of(StackSample))
+    allocations: tuple[Allocation, ...] = attrs.field(default=(), converter=_tuple_of(Allocation))
+    counters: tuple[CounterSeries, ...] = attrs.field(default=(), converter=_tuple_of(CounterSeries))
+    tables: tuple[Table, ...] = attrs.field(default=(), converter=_tuple_of(Table))
+    summaries: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_args)
+    losses: tuple[Loss, ...] = attrs.field(default=(), converter=_tuple_of(Loss))
+    artifacts: tuple[Artifact, ...] = attrs.field(default=(), converter=_tuple_of(Artifact))
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
+
+    def table(self, name: str) -> Table | None:
+        return next((t for t in self.tables if t.name == name), None)
+
+    def stack_frames(self, stack_id: int) -> tuple[Frame, ...]:
+        return tuple(self.frames[i] for i in self.stacks[stack_id])
+
+    def thread_name(self, thread_id: int) -> str:
+        for t in self.threads:
+            if t.thread_id == thread_id:
+                return t.name
+        return f"thread {thread_id}"
+
+
+@attrs.frozen
+class RunMetadata:
+    """Facts about the run: who, where, when, with what.
+
+    ``start_unix_ns`` and ``start_ns`` are the same instant on the wall clock and on the reference
+    clock, so any reference time converts to wall time.
+    """
+
+    host: str = ""
+    pid: int = 0
+    argv: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    python: str = ""
+    platform: str = ""
+    versions: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
+    devices: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=lambda d: tuple(_args(x) for x in d))
+    backends: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    options: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
+    backend_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
+    start_unix_ns: int = 0
+    start_ns: int = 0
+    end_ns: int = 0
+    label: str = ""
+
+
+@attrs.frozen
+class ProfileResult:
+    """A whole profiling session: metadata plus one part per backend.
+
+    ``partial`` is True when the session did not end normally (workload raised, a backend failed,
+    the process was interrupted); ``errors`` says what happened.
+
+    >>> r = ProfileResult(parts=(BackendResult(backend="cpu"),))
+    >>> ProfileResult.from_dict(r.to_dict()) == r
+    True
+
+    .. versionadded:: 0.1
+    """
+
+    metadata: RunMetadata = attrs.field(factory=RunMetadata, converter=lambda m: m if isinstance(m, RunMetadata) else _structure(RunMetadata, m))
+    parts: tuple[BackendResult, ...] = attrs.field(default=(), converter=_tuple_of(BackendResult))
+    partial: bool = False
+    errors: tuple[ErrorRecord, ...] = attrs.field(default=(), converter=_tuple_of(ErrorRecord))
+    schema_version: int = SCHEMA_VERSION
+
+    # -- access -------------------------------------------------------------------------------
+    def part(self, backend: str) -> BackendResult:
+        for p in self.parts:
+            if p.backend == backend:
+                return p
+        raise KeyError(f"no part from backend {backend!r} (parts: {', '.join(p.backend for p in self.parts) or 'none'})")
+
+    @property
+    def losses(self) -> tuple[Loss, ...]:
+        return tuple(loss for p in self.parts for loss in p.losses)
+
+    def tables(self, name: str) -> Iterator[tuple[BackendResult, Table]]:
+        for p in self.parts:
+            for t in p.tables:
+                if t.name == name:
+                    yield p, t
+
+    def evolve(self, **changes: Any) -> ProfileResult:
+        return attrs.evolve(self, **changes)
+
+    # -- serialisation ------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return _unstructure(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProfileResult:
+        if not isinstance(data, Mapping):
+            raise TraceReadError(f"a result must be a JSON object (got {type(data).__name__})")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise TraceReadError(
+                f"unsupported result schema_version {version!r}; this omniprof reads version {SCHEMA_VERSION}"
+            )
+        try:
+            return _structure(cls, data)
+        except TraceReadError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            raise TraceReadError(f"malformed result: {e}") from e
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False, ensure_ascii=False)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the result as JSON (gzipped when the name ends in ``.gz``), atomically.
+
+        Returns the path written.
+        """
+        from omniprof.core.fileio import atomic_write_bytes
+
+        data = self.to_json().encode("utf-8")
+        path = Path(path)
+        if path.name.endswith(".gz"):
+            data = gzip.compress(data, compresslevel=6, mtime=0)
+        atomic_write_bytes(path, data)
+        return path
+
+
+def load(path: str | os.PathLike[str]) -> ProfileResult:
+    """Read a result saved by :meth:`ProfileResult.save` (plain or gzipped JSON). Never runs code."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise TraceReadError(f"cannot read result file {str(path)!r}: {e.strerror or e}") from e
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise TraceReadError(f"{path}: corrupt or truncated gzip data: {e}") from e
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError as e:
+        raise TraceReadError(f"{path}: not UTF-8 text at byte {e.start}") from e
+    except json.JSONDecodeError as e:
+        raise TraceReadError(f"{path}: invalid JSON at line {e.lineno} column {e.colno} (char {e.pos}): {e.msg}") from e
+    except RecursionError as e:
+        raise TraceReadError(f"{path}: JSON nested too deeply") from e
+    try:
+        return ProfileResult.from_dict(data)
+    except TraceReadError as e:
+        raise TraceReadError(f"{path}: {e}") from e
+
+
+# -- (un)structuring: explicit, no pickle, no eval ------------------------------------------------
+def _unstructure(obj: Any) -> Any:
+    if attrs.has(type(obj)):
+        return {a.name: _unstructure(getattr(obj, a.name)) for a in attrs.fields(type(obj))}
+    if isinstance(obj, (tuple, list)):
+        return [_unstructure(x) for x in obj]
+    if isinstance(obj, Mapping):
+        return {k: _unstructure(v) for k, v in obj.items()}
+    return obj
+
+
+def _structure(cls: type, data: Any) -> Any:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"expected an object for {cls.__name__}, got {type(data).__name__}")
+    fields = {a.name: a for a in attrs.fields(cls)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise TypeError(f"unknown field(s) {sorted(unknown)} for {cls.__name__}")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = value
+    for name, a in fields.items():
+        if a.default is attrs.NOTHING and name not in kwargs:
+            raise TypeError(f"missing field {name!r} for {cls.__name__}")
+    _check_scalars(cls, kwargs)
+    return cls(**kwargs)
+
+
+_SCALAR_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "str": (str,), "bool": (bool,)}
+
+
+def _check_scalars(cls: type, kwargs: dict[str, Any]) -> None:
+    # Reject wrong JSON types early with a message naming the field (e.g. t_ns: "abc").
+    for a in attrs.fields(cls):
+        if a.name not in kwargs:
+            continue
+        t = a.type if isinstance(a.type, str) else getattr(a.type, "__name__", "")
+        value = kwargs[a.name]
+        if t == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise TypeError(f"{cls.__name__}.{a.name} must be an integer (got {value!r})")
+        if t == "str" and not isinstance(value, str):
+            raise TypeError(f"{cls.__name__}.{a.name} must be a string (got {value!r})")
+        if t == "bool" and not isinstance(value, bool):
+            raise TypeError(f"{cls.__name__}.{a.name} must be a boolean (got {value!r})")
+        if t in ("int | None", "str | None") and value is not None:
+            want = int if t.startswith("int") else str
+            if not isinstance(value, want) or isinstance(value, bool):
+                raise TypeError(f"{cls.__name__}.{a.name} must be {want.__name__} or null (got {value!r})")

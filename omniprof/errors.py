@@ -1,0 +1,125 @@
+"""The one error and warning hierarchy of omniprof.
+
+Every error a user can see derives from :class:`OmniprofError`. Messages say what failed, why,
+and how to fix it, and name the plugin or file involved.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OmniprofError",
+    "InvalidArgumentError",
+    "ConfigError",
+    "ProfilerStateError",
+    "PluginError",
+    "PluginLoadError",
+    "PluginValidationError",
+    "BackendUnavailableError",
+    "BackendError",
+    "ReporterError",
+    "TraceReadError",
+    "UsageError",
+    "OmniprofWarning",
+    "DataLossWarning",
+    "OverheadWarning",
+    "BackendOptionWarning",
+]
+
+
+class OmniprofError(Exception):
+    """Base class of every error raised by omniprof."""
+
+
+class InvalidArgumentError(OmniprofError, ValueError):
+    """An option, argument or value is not allowed.
+
+    The message names the key, the bad value, what is allowed, and (for unknown keys) the nearest
+    valid key.
+    """
+
+
+class ConfigError(OmniprofError, ValueError):
+    """A configuration file has one or more problems.
+
+    Attributes:
+        problems: every problem found, each already formatted with file and key path.
+        path: the file, when there is one.
+    """
+
+    def __init__(self, problems: list[str] | str, path: str | None = None) -> None:
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems = list(problems)
+        self.path = path
+        head = f"{len(self.problems)} problem(s) in {path}" if path else f"{len(self.problems)} problem(s)"
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class ProfilerStateError(OmniprofError, RuntimeError):
+    """The profiler was asked to do something its current state does not allow."""
+
+
+class PluginError(OmniprofError):
+    """A plugin problem. ``plugin`` is the plugin's name (may be None)."""
+
+    def __init__(self, message: str, plugin: str | None = None) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+
+
+class PluginLoadError(PluginError):
+    """A plugin could not be imported or found."""
+
+
+class PluginValidationError(PluginError):
+    """A plugin was imported but does not satisfy the plugin API."""
+
+
+class BackendUnavailableError(PluginError):
+    """A backend cannot run on this machine.
+
+    Attributes:
+        reason: why not (one sentence).
+        hint: how to fix it.
+    """
+
+    def __init__(self, reason: str, hint: str = "", plugin: str | None = None) -> None:
+        self.reason = reason
+        self.hint = hint
+        prefix = f"backend {plugin!r} is unavailable: " if plugin else ""
+        msg = prefix + reason + (f". {hint}" if hint and not reason.endswith(".") else (f" {hint}" if hint else ""))
+        super().__init__(msg, plugin=plugin)
+
+
+class BackendError(PluginError):
+    """A backend failed while starting, stopping or collecting."""
+
+
+class ReporterError(PluginError):
+    """A reporter failed to write its output."""
+
+
+class TraceReadError(OmniprofError, ValueError):
+    """A trace or result file cannot be read. The message names the file and the position."""
+
+
+class UsageError(OmniprofError):
+    """The command line was used wrongly. The CLI exits with ``exit_code`` (2)."""
+
+    exit_code = 2
+
+
+class OmniprofWarning(UserWarning):
+    """Base class of omniprof's warnings."""
+
+
+class DataLossWarning(OmniprofWarning):
+    """Some data was not recorded (full buffer, event cap, size limit). It is counted in the result."""
+
+
+class OverheadWarning(OmniprofWarning):
+    """The profiler's own overhead is high enough to distort the profile."""
+
+
+class BackendOptionWarning(OmniprofWarning):
+    """A backend cannot honour an option it was given; the option's effect is described."""
