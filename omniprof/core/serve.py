@@ -1,0 +1,131 @@
+"""Serve a trace file to ui.perfetto.dev from 127.0.0.1 (``create_perfetto_link``, ``omniprof view --perfetto``).
+
+ui.perfetto.dev opens ``https://ui.perfetto.dev/#!/?url=http://127.0.0.1:PORT/NAME`` and fetches
+the file from the browser, which needs CORS headers naming its origin. The server binds
+127.0.0.1 unless the caller names another address, serves only the one file, and can block until
+the file was fetched once (with a timeout).
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import threading
+import urllib.parse
+from pathlib import Path
+
+from omniprof.errors import InvalidArgumentError, OmniprofError
+
+__all__ = ["TraceFileServer", "perfetto_link", "PERFETTO_ORIGIN"]
+
+PERFETTO_ORIGIN = "https://ui.perfetto.dev"
+
+
+def perfetto_link(port: int, name: str, host: str = "127.0.0.1") -> str:
+    return f"{PERFETTO_ORIGIN}/#!/?url=http://{host}:{port}/{urllib.parse.quote(name)}"
+
+
+class TraceFileServer:
+    """Serves one file over HTTP with the headers ui.perfetto.dev needs.
+
+    Args:
+        path: the trace file.
+        host: address to bind (default 127.0.0.1; anything else is the caller's explicit choice).
+        port: port (0 picks a free one; read :attr:`port` after start).
+
+    Use as a context manager or call start()/stop(). :meth:`wait_fetched` blocks until the file was
+    served once or the timeout passes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 9001) -> None:
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise InvalidArgumentError(f"'port' must be an integer between 0 and 65535 (got {port!r})")
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise InvalidArgumentError(f"no trace file to serve at {str(self.path)!r}")
+        self.host = host
+        self._want_port = port
+        self.fetched = threading.Event()
+        self.fetch_count = 0
+        self._httpd: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            return self._want_port
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/{urllib.parse.quote(self.path.name)}"
+
+    @property
+    def link(self) -> str:
+        return perfetto_link(self.port, self.path.name, self.host)
+
+    def start(self) -> TraceFileServer:
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _cors(self) -> None:
+                origin = self.headers.get("Origin")
+                self.send_header("Access-Control-Allow-Origin", origin if origin == PERFETTO_ORIGIN else PERFETTO_ORIGIN)
+                self.send_header("Access-Control-Allow-Methods", "GET, OPTIONS")
+                self.send_header("Access-Control-Allow-Headers", "*")
+                self.send_header("Access-Control-Allow-Private-Network", "true")
+                self.send_header("Cache-Control", "no-cache")
+
+            def do_OPTIONS(self) -> None:  # noqa: N802 - http.server API
+                self.send_response(204)
+                self._cors()
+                self.end_headers()
+
+            def do_GET(self) -> None:  # noqa: N802
+                name = urllib.parse.unquote(urllib.parse.urlparse(self.path).path.lstrip("/"))
+                if name != server.path.name:
+                    self.send_response(404)
+                    self._cors()
+                    self.end_headers()
+                    return
+                data = server.path.read_bytes()
+                self.send_response(200)
+                self._cors()
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                server.fetch_count += 1
+                server.fetched.set()
+
+            def log_message(self, format: str, *args: object) -> None:  # quiet by default
+                pass
+
+        try:
+            self._httpd = http.server.ThreadingHTTPServer((self.host, self._want_port), Handler)
+        except OSError as e:
+            raise OmniprofError(f"cannot serve the trace on {self.host}:{self._want_port}: {e.strerror or e}. "
+                                f"Choose another port (port=0 picks a free one)") from e
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="omniprof-trace-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def wait_fetched(self, timeout_s: float | None) -> bool:
+        """True once the file was served; False when ``timeout_s`` passed first."""
+        return self.fetched.wait(timeout_s)
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> TraceFileServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
