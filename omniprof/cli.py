@@ -163,11 +163,19 @@ def _profile_options(items: list[str], backends: list[str]) -> tuple[Any, dict[s
             per_backend.setdefault(head, {})[rest] = value
         elif key in ADVANCED_KEYS:
             adv[key] = value
-        else:
+        elif key in _TOP_LEVEL_OPTIONS:
             top[key] = value
+        else:
+            from omniprof.core.validators import unknown_key_message
+
+            raise InvalidArgumentError(unknown_key_message(key, [*_TOP_LEVEL_OPTIONS, *ADVANCED_KEYS],
+                                                           what="profile option"))
     if adv:
         top["advanced_configuration"] = {**dict(top.get("advanced_configuration") or {}), **adv}
     return ProfileOptions.from_dict(top), per_backend
+
+
+_TOP_LEVEL_OPTIONS = ("host_tracer_level", "device_tracer_level", "python_tracer_level", "advanced_configuration")
 
 
 def _reporter_options(items: list[str], reporters: list[str]) -> dict[str, dict[str, Any]]:
@@ -191,10 +199,11 @@ def _emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, 
     for name in reporters:
         try:
             rep = make_reporter(name, ropts.get(name), registry)
-            if rep.output == "stream":
-                report(result, name, sys.stdout if outdir is None else Path(outdir), options=ropts.get(name),
-                       registry=registry)
+            if rep.output == "stream":  # text reports go to the terminal; files to the output directory
+                report(result, name, sys.stdout, options=ropts.get(name), registry=registry)
             else:
+                if outdir:
+                    Path(outdir).mkdir(parents=True, exist_ok=True)
                 path = report(result, name, Path(outdir) if outdir else None, options=ropts.get(name),
                               registry=registry, overwrite=False)
                 print(f"omniprof: {name} report written to {path}", file=sys.stderr)
@@ -244,12 +253,10 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
         from omniprof.core.reporting import make_reporter
 
         make_reporter(name, ropts.get(name), reg)
-    if not is_module:
-        script = Path(target[0])
-        if not script.is_file():
-            raise UsageError(f"omniprof run: cannot open file {target[0]!r}: no such file")
     prof = Profiler(backend=backends, options=options, backend_options=per_backend, logdir=ns.logdir,
                     registry=reg, label=ns.label, verbose=ns.verbose)
+    if not is_module and not Path(target[0]).is_file():
+        raise UsageError(f"omniprof run: cannot open file {target[0]!r}: no such file")
     _cut_launcher_frames()
     exit_code = 0
     saved_argv, saved_path0 = list(sys.argv), sys.path[0] if sys.path else None
@@ -309,7 +316,7 @@ def _print_user_traceback() -> None:
     etype, value, tb = sys.exc_info()
     frames = traceback.extract_tb(tb)
     pkg = str(Path(__file__).resolve().parent)
-    keep = [f for f in frames if not f.filename.startswith(pkg) and not f.filename.endswith("runpy.py")]
+    keep = [f for f in frames if not f.filename.startswith(pkg) and "runpy" not in f.filename]
     print("Traceback (most recent call last):", file=sys.stderr)
     print("".join(traceback.format_list(keep)), end="", file=sys.stderr)
     print("".join(traceback.format_exception_only(etype, value)), end="", file=sys.stderr)

@@ -92,10 +92,11 @@ def unique_path(path: os.PathLike[str] | str) -> Path:
     path = Path(path)
     if not path.exists():
         return path
-    name = path.name
-    stem, dot, ext = name.partition(".")
+    suffixes = path.suffixes[-2:] if path.suffix in (".gz", ".bz2", ".xz", ".zst") else path.suffixes[-1:]
+    ext = "".join(suffixes)
+    stem = path.name[: len(path.name) - len(ext)] if ext else path.name
     for i in range(1, 100_000):
-        cand = path.with_name(f"{stem}-{i}{dot}{ext}")
+        cand = path.with_name(f"{stem}-{i}{ext}")
         if not cand.exists():
             return cand
     raise OutputError(f"cannot find a free file name beside {str(path)!r}")
