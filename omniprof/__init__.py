@@ -27,12 +27,32 @@ from omniprof.errors import (
     TraceReadError,
 )
 
+_LAZY = {
+    "allocs": ("omniprof.backends.memory.api", None),
+    "take_heap_snapshot": ("omniprof.backends.memory.heapsnapshot", "take_heap_snapshot"),
+    "assemble_snapshot": ("omniprof.backends.memory.heapsnapshot", "assemble_snapshot"),
+}
+
+
+def __getattr__(name: str) -> object:
+    # Public names whose modules are imported on first use, so `import omniprof` stays light.
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(module)
+        value = mod if attr is None else getattr(mod, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'omniprof' has no attribute {name!r}")
+
+
 __all__ = [
     "__version__",
     "Profiler", "ProfileOptions", "ProfileResult", "BackendResult", "load", "report",
     "Schedule", "schedule", "Action",
     "annotate", "annotate_function", "TraceAnnotation", "StepTraceAnnotation",
-    "PluginInfo", "get_registry",
+    "PluginInfo", "get_registry", "allocs", "take_heap_snapshot", "assemble_snapshot",
     "OmniprofError", "InvalidArgumentError", "ConfigError", "ProfilerStateError", "PluginError",
     "PluginLoadError", "PluginValidationError", "BackendUnavailableError", "BackendError", "TraceReadError",
     "OmniprofWarning", "DataLossWarning",
