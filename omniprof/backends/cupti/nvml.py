@@ -286,6 +286,7 @@ class NvmlSampler:
                 values = self.adapter.read(d, self._active[d], slow=slow)
             except NvmlCallError as e:
                 self._fail(d, e)
+                self.lost[d] += 1  # this reading too
                 continue
             if slow and any(k in values for k in ("pcie_tx", "pcie_rx")):
                 self._last_slow_ns[d] = start
