@@ -212,11 +212,14 @@ def build_timeline(collector: ActivityCollector, to_ref: Callable[[int], int], *
     Returns also facts for the metadata (devices seen, unclosed NVTX ranges).
     """
     thread_names = thread_names or {}
+    # A flow only where both ends were kept (the launch and the GPU work); no dangling ids.
+    host_ids = {int(r.get("correlation_id", 0)) for r in collector.records if r["kind"] in API_KINDS}
+    both = {int(r.get("correlation_id", 0)) for r in collector.records
+            if r["kind"] in ("kernel", "memcpy", "memset", "graph")} & host_ids
+    both.discard(0)
     tracks: dict[str, Track] = {}
     spans: list[Span] = []
     instants: list[Instant] = []
-    host_cids: set[int] = set()
-    device_cids: set[int] = set()
     open_ranges: dict[int, tuple[str, str, int, dict[str, Any]]] = {}
     devices = collector.device_info
 
@@ -277,10 +280,8 @@ def build_timeline(collector: ActivityCollector, to_ref: Callable[[int], int], *
                 args["graph_id"] = int(r["graph_id"])
                 if r.get("graph_node_id"):
                     args["graph_node_id"] = int(r["graph_node_id"])
-            if cid:
-                device_cids.add(cid)
             spans.append(Span(name, stream_track(dev, r.get("stream_id")), start, dur, kind, args,
-                              flow_ids=(cid,) if cid else ()))
+                              flow_ids=(cid,) if cid in both else ()))
         elif kind == "sync":
             # sync records carry a context, not a device; they go on the stream (or a per-context row)
             stream = r.get("stream_id")
@@ -297,12 +298,10 @@ def build_timeline(collector: ActivityCollector, to_ref: Callable[[int], int], *
                               {"type": typ, "context": ctx, "stream": stream, "correlation_id": cid}))
         elif kind in ("runtime", "driver"):
             cid = int(r.get("correlation_id", 0))
-            if cid:
-                host_cids.add(cid)
             spans.append(Span(str(r.get("name", "")), thread_track(r.get("thread_id")), to_ref(int(r["start"])),
                               max(int(r["end"]) - int(r["start"]), 0), "runtime",
                               {"correlation_id": cid, "cbid": int(r.get("cbid", 0)), "api": kind},
-                              flow_ids=(cid,) if cid else ()))
+                              flow_ids=(cid,) if cid in both else ()))
         elif kind == "marker":
             flags = int(r.get("flags", 0))
             mid = int(r.get("id", 0))
@@ -322,16 +321,8 @@ def build_timeline(collector: ActivityCollector, to_ref: Callable[[int], int], *
     for name, track, t0, a in open_ranges.values():
         unclosed += 1
         spans.append(Span(name, track, t0, max(end_ns - t0, 0), "nvtx", {**a, "unclosed": True}))
-    # A flow id only where both ends were kept; otherwise drop the dangling id.
-    both = host_cids & device_cids
-    spans = [s if not s.flow_ids or s.flow_ids[0] in both else _without_flow(s) for s in spans]
     flows = [Flow(cid, "launch", "cuda") for cid in sorted(both)]
     facts = {"unclosed_nvtx_ranges": unclosed,
              "devices": {str(k): {kk: vv for kk, vv in v.items() if kk != "kind"} for k, v in devices.items()}}
     return list(tracks.values()), spans, instants, flows, facts
 
-
-def _without_flow(s: Span) -> Span:
-    import attrs
-
-    return attrs.evolve(s, flow_ids=())
