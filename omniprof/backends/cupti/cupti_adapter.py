@@ -153,9 +153,11 @@ class CuptiPythonAdapter:
             self.callback_errors.append(f"{type(e).__name__}: {e}")
 
     def set_device_buffer_bytes(self, nbytes: int) -> None:
+        # cuptiActivitySetAttribute(attr, size_t *valueSize, void *value): both are pointers
         value = ctypes.c_size_t(int(nbytes))
+        size = ctypes.c_size_t(ctypes.sizeof(value))
         self._call("activity_set_attribute", int(self._c.ActivityAttribute.ATTR_DEVICE_BUFFER_SIZE),
-                   ctypes.sizeof(value), ctypes.addressof(value))
+                   ctypes.addressof(size), ctypes.addressof(value))
 
     def enable(self, kind: str) -> None:
         self._call("activity_enable", int(getattr(self._c.ActivityKind, KINDS[kind])))
@@ -190,7 +192,7 @@ class CuptiPythonAdapter:
             self._names[key] = name
         return name
 
-    def _to_dict(self, a: Any) -> dict[str, Any] | None:  # pragma: no cover - needs a GPU
+    def _to_dict(self, a: Any) -> dict[str, Any] | None:
         K = self._c.ActivityKind
         k = int(a.kind)
         if k in (int(K.CONCURRENT_KERNEL), int(K.KERNEL)):

@@ -122,3 +122,42 @@ def test_real_adapter_reports_missing_driver_as_nvml_error_12():
         return
     adapter.shutdown()
     pytest.skip("this machine has an NVIDIA driver: NVML loaded")
+
+
+def test_real_adapter_converts_units_and_maps_errors():
+    """PynvmlAdapter.read turns mW into W and KB/s into bytes/s, and per-metric NVML errors into NvmlCallError.
+
+    pynvml's functions cannot run without a driver; a stand-in with pynvml's names and return
+    shapes takes their place, with pynvml's own error class and constants.
+    """
+    import types
+
+    import pynvml
+
+    def not_supported(*a):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    fake = types.SimpleNamespace(
+        NVMLError=pynvml.NVMLError, NVML_CLOCK_SM=pynvml.NVML_CLOCK_SM, NVML_CLOCK_MEM=pynvml.NVML_CLOCK_MEM,
+        NVML_TEMPERATURE_GPU=pynvml.NVML_TEMPERATURE_GPU, NVML_SUCCESS=pynvml.NVML_SUCCESS,
+        NVML_FI_DEV_PCIE_COUNT_TX_BYTES=pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+        NVML_FI_DEV_PCIE_COUNT_RX_BYTES=pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+        NVML_PCIE_UTIL_TX_BYTES=pynvml.NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES=pynvml.NVML_PCIE_UTIL_RX_BYTES,
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=97, memory=40),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=1 << 30, total=1 << 34),
+        nvmlDeviceGetPowerUsage=lambda h: 301_700,
+        nvmlDeviceGetClockInfo=lambda h, t: 1410 if t == pynvml.NVML_CLOCK_SM else 1215,
+        nvmlDeviceGetTemperature=not_supported,
+        nvmlDeviceGetFieldValues=not_supported,
+        nvmlDeviceGetPcieThroughput=lambda h, c: 2000 if c == pynvml.NVML_PCIE_UTIL_TX_BYTES else 3000,
+    )
+    a = PynvmlAdapter()
+    a._nvml = fake
+    out = a.read(0, list(NVML_METRICS), slow=True)
+    assert out["power"] == 301.7 and out["gpu_utilization"] == 97.0 and out["memory_total"] == float(1 << 34)
+    assert out["sm_clock"] == 1410.0 and out["memory_clock"] == 1215.0
+    assert out["pcie_tx"] == 2000 * 1024.0 and out["pcie_rx"] == 3000 * 1024.0
+    assert isinstance(out["temperature"], NvmlCallError) and out["temperature"].code == pynvml.NVML_ERROR_NOT_SUPPORTED
+    fast = a.read(0, ["pcie_tx"], slow=False)
+    assert fast == {}  # no byte counters on this device and the blocking call is not due
