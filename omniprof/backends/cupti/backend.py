@@ -223,6 +223,10 @@ class CuptiBackend(Backend):
             if adv("gpu_enable_nvtx_tracking"):
                 if po.host_tracer_level >= 1:
                     kinds.append("marker")
+                    if not os.environ.get("NVTX_INJECTION64_PATH"):
+                        warnings.warn("backend 'cupti': gpu_enable_nvtx_tracking needs NVTX to be injected into "
+                                      "CUPTI: " + diagnostics.nvtx_injection_hint() + "; without it no NVTX range "
+                                      "is recorded", BackendOptionWarning, stacklevel=2)
                 else:
                     warnings.warn("backend 'cupti': gpu_enable_nvtx_tracking needs host_tracer_level >= 1 "
                                   "(NVTX ranges are host annotations); none are recorded",
@@ -487,11 +491,6 @@ class CuptiBackend(Backend):
             metadata["cuda_devices"] = facts.get("devices", {})
             if facts.get("unclosed_nvtx_ranges"):
                 metadata["unclosed_nvtx_ranges"] = facts["unclosed_nvtx_ranges"]
-            if "marker" in self._kinds and not collector.counts.get("marker") and not os.environ.get(
-                    "NVTX_INJECTION64_PATH"):
-                warnings.warn("backend 'cupti': gpu_enable_nvtx_tracking is on but no NVTX range reached CUPTI; if "
-                              "the program does emit NVTX ranges, set NVTX_INJECTION64_PATH to the path of "
-                              "libcupti.so before the process starts", BackendOptionWarning, stacklevel=3)
         if self._notes:
             metadata["notes"] = list(self._notes)
         if errors:

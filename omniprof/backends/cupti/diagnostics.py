@@ -163,6 +163,25 @@ def _shutdown(nvml: Any) -> None:
         pass
 
 
+def cupti_library_path() -> str | None:
+    """The libcupti.so that cupti-python uses when it comes from the nvidia-cuda-cupti wheel, if found."""
+    import glob
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        found = sorted(glob.glob(f"{base}/*/lib/libcupti.so*")) + sorted(glob.glob(f"{base}/cuda_cupti/lib/libcupti.so*"))
+        if found:
+            return found[0]
+    return None
+
+
+def nvtx_injection_hint() -> str:
+    path = cupti_library_path() or "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"
+    return (f"set NVTX_INJECTION64_PATH={path} (the libcupti cupti-python uses) in the environment before the "
+            f"process starts, so NVTX hands its ranges to CUPTI")
+
+
 def raise_first_failure(checks: list[Check], plugin: str = "cupti") -> None:
     for c in checks:
         if not c.ok:

@@ -144,8 +144,9 @@ def test_devices_option_out_of_range_is_rejected():
     assert isinstance(info.value.__cause__, InvalidArgumentError)
 
 
-def test_nvtx_tracking_enables_markers_and_needs_host_level():
+def test_nvtx_tracking_enables_markers_and_needs_host_level(monkeypatch):
     """gpu_enable_nvtx_tracking turns marker records on; with host_tracer_level=0 it warns instead."""
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/opt/libcupti.so")
     nvtx = [{"kind": "marker", "id": 1, "name": "fwd", "domain": "", "flags": 2, "timestamp": 10, "thread_id": 5},
             {"kind": "marker", "id": 1, "name": "", "domain": "", "flags": 0, "timestamp": 90, "thread_id": 5}]
     part, _, cupti = run(ProfileOptions(advanced_configuration={"gpu_enable_nvtx_tracking": True}),
@@ -158,10 +159,10 @@ def test_nvtx_tracking_enables_markers_and_needs_host_level():
     assert "enable:marker" not in cupti0.calls
 
 
-def test_nvtx_without_ranges_points_at_injection_path(monkeypatch):
-    """NVTX tracking that records nothing warns about NVTX_INJECTION64_PATH."""
+def test_nvtx_without_injection_path_says_how_to_set_it(monkeypatch):
+    """NVTX tracking without NVTX_INJECTION64_PATH warns with the libcupti path to use."""
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
-    with pytest.warns(BackendOptionWarning, match="NVTX_INJECTION64_PATH"):
+    with pytest.warns(BackendOptionWarning, match="set NVTX_INJECTION64_PATH=.*libcupti"):
         run(ProfileOptions(advanced_configuration={"gpu_enable_nvtx_tracking": True}))
 
 
