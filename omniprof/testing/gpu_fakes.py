@@ -190,6 +190,9 @@ class FakeCupti:
     def set_device_buffer_bytes(self, nbytes: int) -> None:
         self.calls.append(f"device_buffer:{nbytes}")
 
+    def use_system_thread_ids(self) -> None:
+        self.calls.append("system_thread_ids")
+
     def flush_period(self, ms: int) -> None:
         self.calls.append(f"flush_period:{ms}")
 

@@ -205,13 +205,16 @@ def _cc_major(device: Mapping[str, Any]) -> int:
 
 
 def build_timeline(collector: ActivityCollector, to_ref: Callable[[int], int], *, end_ns: int,
-                   dump_graph_node_mapping: bool = False, thread_names: Mapping[int, str] | None = None
+                   dump_graph_node_mapping: bool = False, threads: Mapping[int, tuple[int, str]] | None = None
                    ) -> tuple[list[Track], list[Span], list[Instant], list[Flow], dict[str, Any]]:
     """Tracks, spans, instants and flows from the collected records; times mapped by ``to_ref``.
 
-    Returns also facts for the metadata (devices seen, unclosed NVTX ranges).
+    ``threads`` maps an OS thread id (as CUPTI reports it) to the Python thread (ident, name), so
+    CUDA calls land on the same ``thread:<ident>`` track as other backends' host data; other
+    threads get ``thread:os:<tid>``. Returns also facts for the metadata (devices seen, unclosed
+    NVTX ranges).
     """
-    thread_names = thread_names or {}
+    threads = threads or {}
     # A flow only where both ends were kept (the launch and the GPU work); no dangling ids.
     host_ids = {int(r.get("correlation_id", 0)) for r in collector.records if r["kind"] in API_KINDS}
     both = {int(r.get("correlation_id", 0)) for r in collector.records
@@ -237,8 +240,13 @@ def build_timeline(collector: ActivityCollector, to_ref: Callable[[int], int], *
             key = "thread:unknown"
             tracks.setdefault(key, Track(key, "unknown thread", "thread"))
             return key
-        key = f"thread:{int(tid)}"
-        tracks.setdefault(key, Track(key, thread_names.get(int(tid), f"thread {int(tid)}"), "thread"))
+        py = threads.get(int(tid))
+        if py is not None:
+            key = f"thread:{py[0]}"
+            tracks.setdefault(key, Track(key, py[1], "thread", tid=int(tid)))
+        else:
+            key = f"thread:os:{int(tid)}"
+            tracks.setdefault(key, Track(key, f"thread {int(tid)}", "thread", tid=int(tid)))
         return key
 
     for r in collector.records:

@@ -280,6 +280,11 @@ class CuptiBackend(Backend):
             self._versions.update(cupti.versions())
             cupti.subscribe()
             self._subscribed = True
+            try:
+                cupti.use_system_thread_ids()
+            except CuptiCallError as e:
+                self._notes.append(f"CUPTI kept its default thread ids ({e.name}): CUDA API calls may not line up "
+                                   f"with Python threads")
         except (CuptiLoadError, CuptiCallError) as e:
             self.close()
             reason, hint = diagnostics.explain_cupti(e)
@@ -450,10 +455,12 @@ class CuptiBackend(Backend):
         to_ref = self._to_ref()
         collector = self._collector
         if collector is not None:
-            thread_names = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
+            # CUPTI reports OS thread ids; host tracks are keyed by Python's thread ident
+            threads = {t.native_id: (t.ident, t.name) for t in threading.enumerate()
+                       if t.ident is not None and getattr(t, "native_id", None) is not None}
             t, s, i, f, facts = build_timeline(collector, to_ref, end_ns=end_ns,
                                                dump_graph_node_mapping=bool(po.advanced("gpu_dump_graph_node_mapping")),
-                                               thread_names=thread_names)
+                                               threads=threads)
             tracks += t
             spans += s
             instants += i

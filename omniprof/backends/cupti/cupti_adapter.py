@@ -16,8 +16,9 @@ Plain record shapes (``"kind"`` first; times are CUPTI timestamps in ns):
 * ``memset``: bytes, value, start, end, device_id, stream_id, correlation_id, graph_node_id
 * ``sync``: type (CUpti_ActivitySynchronizationType), start, end, context_id, stream_id (or
   None), correlation_id
-* ``runtime`` / ``driver``: name, cbid, start, end, process_id, thread_id, correlation_id
-* ``marker``: id, name, domain, flags, timestamp, thread_id (NVTX ranges and marks)
+* ``runtime`` / ``driver``: name, cbid, start, end, process_id, thread_id (OS thread id),
+  correlation_id
+* ``marker``: id, name, domain, flags, timestamp, thread_id (OS thread id; NVTX ranges and marks)
 * ``graph``: graph_id, start, end, device_id, stream_id, correlation_id
 * ``device``: id, name, num_multiprocessors, num_threads_per_warp, max_warps_per_multiprocessor,
   max_blocks_per_multiprocessor, max_registers_per_multiprocessor,
@@ -170,6 +171,13 @@ class CuptiPythonAdapter:
 
     def flush(self) -> None:
         self._call("activity_flush_all", int(self._c.ActivityFlag.FLUSH_FORCED))
+
+    def use_system_thread_ids(self) -> None:
+        """Report OS thread ids (gettid, Python's ``threading.get_native_id()``) in records.
+
+        CUPTI's default is ``pthread_self()`` cut to 32 bits, which matches nothing else.
+        """
+        self._call("set_thread_id_type", int(self._c.ActivityThreadIdType.SYSTEM))
 
     def flush_period(self, ms: int) -> None:
         self._call("activity_flush_period", int(ms))

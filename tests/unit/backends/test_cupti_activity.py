@@ -109,7 +109,10 @@ def test_timeline_follows_the_result_conventions():
     assert [f.flow_id for f in flows] == [5]
     m = by["Memcpy HtoD"]
     assert m.category == "memcpy" and m.args["kind"] == "HtoD" and m.args["bandwidth_bytes_per_s"] == 1e12
-    assert {t.id for t in tracks} == {"device:0:stream:7", "thread:11"}
+    assert {t.id for t in tracks} == {"device:0:stream:7", "thread:os:11"}  # not a Python thread
+    _, spans2, *_ = build_timeline(c, lambda t: t, end_ns=0, threads={11: (140001, "MainThread")})
+    launch = next(s for s in spans2 if s.category == "runtime")
+    assert launch.track == "thread:140001"  # OS thread id 11 is Python's thread 140001
     assert facts["devices"]["0"]["num_multiprocessors"] == 108
 
 

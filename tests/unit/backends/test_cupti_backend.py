@@ -77,7 +77,8 @@ def test_nvml_and_cupti_records_land_on_one_timeline():
     assert part.table("kernel_stats") is not None
     assert part.metadata["devices"][0]["name"] == A100_DEVICE["name"]
     # probe() first (load, subscribe, unsubscribe), then the session
-    assert cupti.calls[:6] == ["load", "subscribe", "unsubscribe", "load", "subscribe", "register:8388608"]
+    assert cupti.calls[:7] == ["load", "subscribe", "unsubscribe", "load", "subscribe", "system_thread_ids",
+                               "register:8388608"]
     assert "unsubscribe" in cupti.calls and nvml.calls[-1] == "shutdown"
 
 
@@ -315,10 +316,10 @@ def test_result_round_trips_through_json():
 
 
 def test_cupti_joins_the_cpu_backend_on_one_timeline():
-    """backend=['cpu', 'cupti'] runs both; runtime calls sit on the same thread ids as the sampler's."""
+    """backend=['cpu', 'cupti'] runs both; CUDA calls (OS thread ids) land on the sampler's thread tracks."""
     import threading
 
-    recs = [dict(r, thread_id=threading.get_ident()) if r["kind"] == "runtime" else r for r in SMALL]
+    recs = [dict(r, thread_id=threading.get_native_id()) if r["kind"] == "runtime" else r for r in SMALL]
     with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(recs)):
         with omniprof.Profiler(backend=["cpu", "cupti"]) as prof:
             sum(i * i for i in range(50_000))
