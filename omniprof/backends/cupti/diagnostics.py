@@ -33,7 +33,8 @@ __all__ = ["Check", "gpu_checks", "explain_nvml", "explain_cupti", "raise_first_
 
 PRIVILEGES_HINT = (
     "Allow profiling by non-admin users and reboot: "
-    "echo 'options nvidia \"NVreg_RestrictProfilingToAdminUsers=0\"' | sudo tee -a /etc/modprobe.d/nvidia-kernel-common.conf "
+    "echo 'options nvidia \"NVreg_RestrictProfilingToAdminUsers=0\"' "
+    "| sudo tee -a /etc/modprobe.d/nvidia-kernel-common.conf "
     "&& sudo update-initramfs -u && sudo reboot (or run as root; see "
     "https://developer.nvidia.com/nvidia-development-tools-solutions-err-nvgpuctrperm-cupti)")
 LD_LIBRARY_PATH_HINT = (
@@ -170,7 +171,7 @@ def cupti_library_path() -> str | None:
 
     spec = importlib.util.find_spec("nvidia")
     for base in (spec.submodule_search_locations or []) if spec else []:
-        found = sorted(glob.glob(f"{base}/*/lib/libcupti.so*")) + sorted(glob.glob(f"{base}/cuda_cupti/lib/libcupti.so*"))
+        found = sorted(glob.glob(f"{base}/*/lib/libcupti.so*"))
         if found:
             return found[0]
     return None

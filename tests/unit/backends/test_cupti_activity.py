@@ -12,8 +12,8 @@ from omniprof.backends.cupti.activity import ActivityCollector, build_timeline, 
 
 _ROOT = Path(__file__).resolve().parents[3]
 # shared/ sits beside the repository root (a worktree sits one level deeper)
-DATA = next((p for p in (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
-             if p.is_dir()), _ROOT / ".." / "shared" / "data" / "kineto")
+_CANDIDATES = (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
+DATA = next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])
 ALEXNET = DATA / "alexnet_cuda_trace.json.gz"
 
 DEVICE = {"kind": "device", "id": 0, "name": "A100", "num_multiprocessors": 108, "num_threads_per_warp": 32,

@@ -28,8 +28,8 @@ from omniprof.testing.gpu_fakes import (
 )
 
 _ROOT = Path(__file__).resolve().parents[3]
-DATA = next((p for p in (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
-             if p.is_dir()), _ROOT / ".." / "shared" / "data" / "kineto")
+_CANDIDATES = (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
+DATA = next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])
 ALEXNET = DATA / "alexnet_cuda_trace.json.gz"
 needs_trace = pytest.mark.skipif(not ALEXNET.exists(), reason=f"real GPU trace not found at {ALEXNET}")
 

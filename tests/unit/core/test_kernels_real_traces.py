@@ -14,8 +14,8 @@ from omniprof.core.readers import read_any
 from omniprof.errors import TraceReadError
 
 _ROOT = Path(__file__).resolve().parents[3]
-DATA = next((p for p in (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
-             if p.is_dir()), _ROOT / ".." / "shared" / "data" / "kineto")
+_CANDIDATES = (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
+DATA = next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])
 TRACES = ["alexnet_cuda_trace.json.gz", "triton_cuda_trace.json.gz"]
 
 
