@@ -240,9 +240,13 @@ class CuptiBackend(Backend):
                           "records, but none are recorded (record_kernels/record_memcpy off or "
                           "device_tracer_level=0)", BackendOptionWarning, stacklevel=2)
         self._kinds = kinds
-        self._open_nvml()
-        if kinds or self._pm_metrics:
-            self._open_cupti()
+        try:
+            self._open_nvml()
+            if kinds or self._pm_metrics:
+                self._open_cupti()
+        except BaseException:
+            self.close()  # the Profiler only closes backends that prepared: release NVML and CUPTI here
+            raise
         self._prepared = True
 
     def _open_nvml(self) -> None:

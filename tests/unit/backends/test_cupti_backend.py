@@ -140,9 +140,11 @@ def test_chips_to_profile_limits_devices():
 
 def test_devices_option_out_of_range_is_rejected():
     """devices=[3] on a one-GPU machine fails naming the valid indices."""
+    nvml, cupti = FakeNvml(), FakeCupti()
     with pytest.raises(BackendError, match=r"GPU index\(es\) \[3\].*1 GPU\(s\)") as info:
-        run(backend_options={"devices": [3]})
+        run(backend_options={"devices": [3]}, nvml=nvml, cupti=cupti)
     assert isinstance(info.value.__cause__, InvalidArgumentError)
+    assert not nvml.initialized and not cupti.subscribed  # released although prepare() failed
 
 
 def test_nvtx_tracking_enables_markers_and_needs_host_level(monkeypatch):
