@@ -250,6 +250,7 @@ def test_cupti_failures_explain_the_fix(cupti, match, hint):
         run(cupti=cupti)
     err = info.value if isinstance(info.value, BackendUnavailableError) else info.value.__cause__
     assert isinstance(err, BackendUnavailableError) and err.hint == hint
+    assert not cupti.subscribed and not cupti.enabled  # nothing left attached
 
 
 @pytest.mark.parametrize("code, match", [(12, "no NVIDIA driver"), (9, "kernel driver is not loaded"),
