@@ -79,6 +79,11 @@ def _parser() -> _Parser:
     plugins.add_argument("--no-probe", action="store_true", help="do not probe backends")
     _plugin_args(plugins)
 
+    doctor = sub.add_parser("doctor", help="what this machine can profile, and how to fix what it cannot")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--no-frameworks", action="store_true", help="do not import jax and torch (faster)")
+    _plugin_args(doctor)
+
     report = sub.add_parser("report", help="re-render a saved result or a trace file")
     report.add_argument("file", help="result JSON, Kineto trace, .xplane.pb or XProf logdir")
     report.add_argument("-r", "--reporter", action="append", default=[])
@@ -111,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_plugins(ns)
         if ns.command == "report":
             return _cmd_report(ns)
+        if ns.command == "doctor":
+            return _cmd_doctor(ns)
         _parser().print_help()
         return 2
     except (UsageError, InvalidArgumentError, ConfigError, PluginLoadError) as e:
@@ -224,6 +231,16 @@ def _cmd_plugins(ns: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
     for problem in reg.problems:
         print(f"warning: {problem}", file=sys.stderr)
+    return 0
+
+
+def _cmd_doctor(ns: argparse.Namespace) -> int:
+    import json
+
+    from omniprof.core.doctor import format_doctor, run_doctor
+
+    report = run_doctor(_registry(ns), frameworks=not ns.no_frameworks)
+    print(json.dumps(report.to_dict(), indent=2) if ns.json else format_doctor(report))
     return 0
 
 
