@@ -188,6 +188,14 @@ def _emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, 
     from omniprof.core.reporting import make_reporter, report
 
     status = 0
+    if outdir is not None:  # -o names a directory: create it, so reports go inside, not over it
+        from omniprof.core.fileio import output_error
+
+        try:
+            Path(outdir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"omniprof: error: {output_error(outdir, e)}", file=sys.stderr)
+            return 1
     for name in reporters:
         try:
             rep = make_reporter(name, ropts.get(name), registry)
