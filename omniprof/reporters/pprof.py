@@ -120,7 +120,9 @@ def encode_profile(profile: StackProfile, result: ProfileResult, opts: PprofOpti
             msg = bytearray()
             _int(1, fid, msg)
             _int(2, strings(frame.name or "?"), msg)
-            _int(3, strings(frame.name or "?"), msg)
+            # No system_name: pprof then takes the name as already demangled and shows it as is.
+            # With system_name == name it "simplifies" it, cutting <...> and (...), so Python's
+            # <module>, <genexpr>, <lambda> would all become one nameless node.
             _int(4, strings(fkey[1]), msg)
             function_msgs.append(bytes(msg))
         line = frame.line if opts.include_lines else 0
