@@ -7,6 +7,7 @@ draws it; speedscope, inferno and most flame-graph tools read it too.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import IO
 
@@ -43,9 +44,16 @@ class CollapsedOptions:
     thread_prefix: bool = attrs.field(default=False, validator=v.is_bool)
 
 
+_TRAILING_NUMBER = re.compile(r"\s(\d+(?:\.\d*)?)$")
+
+
 def _clean(label: str) -> str:
     # ';' separates frames and a line ends the record: neither may appear inside a frame.
-    return " ".join(label.replace(";", ":").split()) or "?"
+    label = " ".join(label.replace(";", ":").split()) or "?"
+    # flamegraph.pl reads "stack N M" as a differential profile, so a frame ending in
+    # " <number>" ("step 1") would lose its number to a second count. A no-break space looks
+    # the same and is not whitespace to flamegraph.pl.
+    return _TRAILING_NUMBER.sub("\u00a0\\1", label)
 
 
 def collapsed_lines(profile: StackProfile, opts: CollapsedOptions = CollapsedOptions()) -> list[tuple[str, int]]:

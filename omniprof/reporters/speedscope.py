@@ -88,6 +88,7 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
 
     if opts.include_samples and any(p.samples for p in result.parts):
         prof = stack_profile(result, "samples")
+        notes += [f"{k.replace('_', ' ')}: {n}" for k, n in prof.adjustments.items()]
         by_thread: dict[str, tuple[list[list[int]], list[int], list[int]]] = {}
         for rec in prof.records:
             stacks, weights, starts = by_thread.setdefault(rec.thread, ([], [], []))

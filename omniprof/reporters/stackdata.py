@@ -77,7 +77,8 @@ class StackProfile:
         default_index: the value most viewers should show first.
         records: the stacks.
         period: pprof's period (ns between samples for samples; 1 otherwise).
-        adjustments: counts of what was changed to fit the format (``"spans_moved_to_overlap_lane"``).
+        adjustments: counts of what was changed to fit the format: ``"spans_moved_to_overlap_lane"``,
+            ``"negative_weights_set_to_zero"`` (a backend reported a sample with negative weight).
         skipped: counts of records that could not be used (bad stack ids), also warned about.
     """
 
@@ -257,6 +258,7 @@ def stack_profile(result: ProfileResult, source: str = "auto", *, warn: bool = T
     records: list[StackRecord] = []
     bad = 0
     moved = 0
+    negative = 0
     periods: list[int] = []
     for part in result.parts:
         threads = _thread_names(part)
@@ -272,8 +274,12 @@ def stack_profile(result: ProfileResult, source: str = "auto", *, warn: bool = T
                     continue
                 name = threads.get(s.thread_id, f"thread {s.thread_id}")
                 labels = (("task", tasks.get(s.task_id, f"task {s.task_id}")),) if s.task_id is not None else ()
+                weight = s.weight_ns
+                if weight < 0:  # invalid from the backend; a viewer cannot draw negative time
+                    negative += 1
+                    weight = 0
                 records.append(StackRecord(part.stack_frames(s.stack_id), _prefix(result, part, name),
-                                           (1, s.weight_ns), s.t_ns + part.clock.offset_ns - zero, labels))
+                                           (1, weight), s.t_ns + part.clock.offset_ns - zero, labels))
         elif source == "allocations":
             for a in sorted(part.allocations, key=lambda a: a.t_ns):
                 if not 0 <= a.stack_id < len(part.stacks):
@@ -300,6 +306,8 @@ def stack_profile(result: ProfileResult, source: str = "auto", *, warn: bool = T
     else:
         types, default, period = SPAN_TYPES, 1, 1
     adjustments = {"spans_moved_to_overlap_lane": moved} if moved else {}
+    if negative:
+        adjustments["negative_weights_set_to_zero"] = negative
     return StackProfile(source, types, default, tuple(records), period, adjustments, skipped)
 
 
