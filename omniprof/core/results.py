@@ -478,6 +478,8 @@ def load(path: str | os.PathLike[str]) -> ProfileResult:
 
 # -- (un)structuring: explicit, no pickle, no eval ------------------------------------------------
 def _unstructure(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return json_safe(obj)  # "nan"/"inf"/"-inf": JSON has no spelling; float() reads them back
     if attrs.has(type(obj)):
         return {a.name: _unstructure(getattr(obj, a.name)) for a in attrs.fields(type(obj))}
     if isinstance(obj, (tuple, list)):
