@@ -87,7 +87,7 @@ class CollapsedReporter(Reporter):
     Options = CollapsedOptions
 
     def lines(self, result: ProfileResult) -> list[tuple[str, int]]:
-        return collapsed_lines(stack_profile(result, self.options.source), self.options)
+        return collapsed_lines(stack_profile(result, self.options.source, aggregate=True), self.options)
 
     def report(self, result: ProfileResult, dest: IO[bytes]) -> None:  # type: ignore[override]
         text = "".join(f"{stack} {weight}\n" for stack, weight in self.lines(result))

@@ -222,7 +222,7 @@ class PprofReporter(Reporter):
     Options = PprofOptions
 
     def profile(self, result: ProfileResult) -> StackProfile:
-        return stack_profile(result, self.options.source)
+        return stack_profile(result, self.options.source, aggregate=True)
 
     def report(self, result: ProfileResult, dest: IO[bytes]) -> None:  # type: ignore[override]
         data = encode_profile(self.profile(result), result, self.options)

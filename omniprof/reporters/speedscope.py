@@ -90,9 +90,17 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
         prof = stack_profile(result, "samples")
         notes += [f"{k.replace('_', ' ')}: {n}" for k, n in prof.adjustments.items()]
         by_thread: dict[str, tuple[list[list[int]], list[int], list[int]]] = {}
+        indices: dict[int, tuple[tuple[Frame, ...], list[int]]] = {}  # id(frames tuple) -> indices
         for rec in prof.records:
             stacks, weights, starts = by_thread.setdefault(rec.thread, ([], [], []))
-            stacks.append([frames(f) for f in rec.frames])
+            # records of one stack share one frames tuple: map it to frame indices once
+            hit = indices.get(id(rec.frames))
+            if hit is None:
+                hit = indices[id(rec.frames)] = (rec.frames, [frames(f) for f in rec.frames])
+            if stacks and stacks[-1] is hit[1]:
+                weights[-1] += rec.values[1]  # same stack again: one longer sample, same picture
+                continue
+            stacks.append(hit[1])
             weights.append(rec.values[1])
             starts.append((rec.t_ns or 0) - rec.values[1])
         for thread, (stacks, weights, starts) in by_thread.items():

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -214,22 +215,25 @@ def _span_frame(s: Span) -> Frame:
 def _span_records(part: BackendResult, zero: int) -> tuple[list[StackRecord], int]:
     lanes, moved = span_lanes(part)
     out = []
+    frame_cache: dict[tuple[str, str], Frame] = {}
     for lane in lanes:
         child_ns = [0] * len(lane.spans)
         for s, p in zip(lane.spans, lane.parent):
             if p >= 0:
                 child_ns[p] += s.dur_ns
+        chains: list[tuple[Frame, ...]] = []  # parents come before children: reuse their chain
         for i, s in enumerate(lane.spans):
-            chain = []
-            j = i
-            while j >= 0:
-                chain.append(_span_frame(lane.spans[j]))
-                j = lane.parent[j]
-            chain.reverse()
+            key = (s.name, s.category)
+            frame = frame_cache.get(key)
+            if frame is None:
+                frame = frame_cache[key] = _span_frame(s)
+            p = lane.parent[i]
+            chain = (chains[p] if p >= 0 else ()) + (frame,)
+            chains.append(chain)
             # Children on one lane never overlap each other, so this is never negative for valid
             # data; zero-length or malformed spans are floored at 0 rather than made negative.
             self_ns = max(0, s.dur_ns - child_ns[i])
-            out.append(StackRecord(tuple(chain), lane.name, (1, self_ns), s.start_ns + part.clock.offset_ns - zero))
+            out.append(StackRecord(chain, lane.name, (1, self_ns), s.start_ns + part.clock.offset_ns - zero))
     return out, moved
 
 
@@ -246,10 +250,14 @@ def _prefix(result: ProfileResult, part: BackendResult, thread: str) -> str:
     return f"{part.backend}: {thread}" if len(result.parts) > 1 else thread
 
 
-def stack_profile(result: ProfileResult, source: str = "auto", *, warn: bool = True) -> StackProfile:
+def stack_profile(result: ProfileResult, source: str = "auto", *, aggregate: bool = False,
+                  warn: bool = True) -> StackProfile:
     """The weighted stacks of ``source`` (``"samples"``, ``"spans"``, ``"allocations"`` or ``"auto"``)
     across every part of ``result``.
 
+    With ``aggregate``, samples and allocations with the same stack, thread and labels become one
+    record with summed values (what pprof and folded stacks need; much faster on long runs);
+    without it there is one record per sample, in time order (speedscope's timeline).
     Records whose ``stack_id`` is not in the part's stack table are skipped, counted in
     ``skipped`` and warned about (:class:`~omniprof.errors.DataLossWarning`).
     """
@@ -260,47 +268,70 @@ def stack_profile(result: ProfileResult, source: str = "auto", *, warn: bool = T
     moved = 0
     negative = 0
     periods: list[int] = []
+    weights: list[int] = []
     for part in result.parts:
         threads = _thread_names(part)
+        n_stacks = len(part.stacks)
+        stack_cache: dict[int, tuple[Frame, ...]] = {}
+        merged: dict[tuple[Any, ...], list[Any]] = {}  # key -> [frames, thread, values, t, labels]
+
+        def add(sid: int, thread: str, values: tuple[int, ...], t: int, labels: tuple[tuple[str, str], ...]) -> None:
+            frames = stack_cache.get(sid)
+            if frames is None:
+                frames = stack_cache[sid] = part.stack_frames(sid)
+            if not aggregate:
+                records.append(StackRecord(frames, thread, values, t, labels))
+                return
+            key = (sid, thread, labels)
+            acc = merged.get(key)
+            if acc is None:
+                merged[key] = [frames, thread, list(values), t, labels]
+            else:
+                vals = acc[2]
+                for i, val in enumerate(values):
+                    vals[i] += val
+
         if source == "samples":
             tasks = _task_names(part)
             over = part.summaries.get("overhead") or {}
             interval = over.get("interval_s")
             if isinstance(interval, (int, float)) and interval > 0:
                 periods.append(round(interval * 1e9))
-            for s in sorted(part.samples, key=lambda s: s.t_ns):
-                if not 0 <= s.stack_id < len(part.stacks):
+            names = {tid: _prefix(result, part, n) for tid, n in threads.items()}
+            for smp in sorted(part.samples, key=lambda x: x.t_ns):
+                if not 0 <= smp.stack_id < n_stacks:
                     bad += 1
                     continue
-                name = threads.get(s.thread_id, f"thread {s.thread_id}")
-                labels = (("task", tasks.get(s.task_id, f"task {s.task_id}")),) if s.task_id is not None else ()
-                weight = s.weight_ns
+                name = names.get(smp.thread_id) or _prefix(result, part, f"thread {smp.thread_id}")
+                labels = (("task", tasks.get(smp.task_id, f"task {smp.task_id}")),) if smp.task_id is not None else ()
+                weight = smp.weight_ns
                 if weight < 0:  # invalid from the backend; a viewer cannot draw negative time
                     negative += 1
                     weight = 0
-                records.append(StackRecord(part.stack_frames(s.stack_id), _prefix(result, part, name),
-                                           (1, weight), s.t_ns + part.clock.offset_ns - zero, labels))
+                weights.append(weight)
+                add(smp.stack_id, name, (1, weight), smp.t_ns + part.clock.offset_ns - zero, labels)
         elif source == "allocations":
-            for a in sorted(part.allocations, key=lambda a: a.t_ns):
-                if not 0 <= a.stack_id < len(part.stacks):
+            for a in sorted(part.allocations, key=lambda x: x.t_ns):
+                if not 0 <= a.stack_id < n_stacks:
                     bad += 1
                     continue
                 name = threads.get(a.thread_id, f"thread {a.thread_id}") if a.thread_id is not None else part.backend
                 live = a.alive_at_end
-                records.append(StackRecord(part.stack_frames(a.stack_id), _prefix(result, part, name),
-                                           (a.count, a.size_bytes, a.count if live else 0, a.size_bytes if live else 0),
-                                           a.t_ns + part.clock.offset_ns - zero))
+                add(a.stack_id, _prefix(result, part, name),
+                    (a.count, a.size_bytes, a.count if live else 0, a.size_bytes if live else 0),
+                    a.t_ns + part.clock.offset_ns - zero, ())
         else:
             recs, m = _span_records(part, zero)
             moved += m
             records.extend(attrs.evolve(r, thread=_prefix(result, part, r.thread)) for r in recs)
+        records.extend(StackRecord(f, th, tuple(vals), t, lab) for f, th, vals, t, lab in merged.values())
     skipped = {f"{source}_with_unknown_stack": bad} if bad else {}
     if bad and warn:
         warnings.warn(f"{bad} {source} refer to stacks missing from the result and were left out of the report",
                       DataLossWarning, stacklevel=3)
     if source == "samples":
         types, default = SAMPLE_TYPES, 1
-        period = _median(periods) or _median([r.values[1] for r in records]) or 1
+        period = _median(periods) or _median(weights) or 1
     elif source == "allocations":
         types, default, period = ALLOC_TYPES, 3, 1
     else:
@@ -316,13 +347,3 @@ def _median(values: Sequence[int]) -> int:
         return 0
     ordered = sorted(values)
     return int(ordered[len(ordered) // 2])
-
-
-def merge_frames(frames: Iterable[Frame], *, combine_lines: bool) -> dict[Frame, Frame]:
-    """Map each frame to its merged form: with ``combine_lines`` the line is dropped, so one
-    function is one frame whatever line it was sampled at."""
-    out: dict[Frame, Frame] = {}
-    for f in frames:
-        if f not in out:
-            out[f] = attrs.evolve(f, line=0) if combine_lines and f.line else f
-    return out

@@ -71,6 +71,22 @@ def test_racing_writers_never_overwrite_each_other(tmp_path):
     assert contents == sorted(f"writer {i}\n" * 1000 for i in range(n))
 
 
+def test_without_hard_links_names_are_still_reserved_exclusively(tmp_path, monkeypatch):
+    """Where link(2) is refused (some FUSE/SMB mounts; simulated here, as no such file system is
+    mounted on this machine), the name is reserved with O_EXCL instead: still no overwrite."""
+
+    def no_link(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_link)
+    (tmp_path / "a.txt").write_text("first")
+    assert atomic_write_bytes(tmp_path / "a.txt", b"second", overwrite=False) == tmp_path / "a-1.txt"
+    with pytest.raises(OutputError, match="already exists"):
+        atomic_write_bytes(tmp_path / "a.txt", b"third", overwrite="error")
+    assert (tmp_path / "a.txt").read_text() == "first" and (tmp_path / "a-1.txt").read_text() == "second"
+    assert _no_temp_files(tmp_path)
+
+
 def test_files_get_umask_permissions(tmp_path):
     """Reports are created with the usual 0666 & ~umask mode, not a temp file's 0600."""
     old = os.umask(0o022)

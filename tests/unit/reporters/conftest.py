@@ -54,7 +54,6 @@ def go_pprof(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     probe = subprocess.run([go, "tool", "-n", "pprof"], capture_output=True, text=True, env=env, timeout=60)
     if probe.returncode != 0:
         _missing("go tool pprof", f"go is there but has no pprof tool: {probe.stderr.strip()}")
-    os.environ.setdefault("PPROF_TMPDIR", str(home))
     return [go, "tool", "pprof"]
 
 

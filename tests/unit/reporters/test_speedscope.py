@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 import omniprof
-from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Span, StackSample, Track
+from omniprof.core.results import BackendResult, Frame, ProfileResult, Span, StackSample, Track
 from omniprof.reporters.speedscope import SpeedscopeOptions, SpeedscopeReporter, speedscope_document
 from omniprof.testing.conformance import ReporterConformance
 from omniprof.testing.fakes import make_result
@@ -79,7 +79,16 @@ def test_sample_stacks_are_root_first_frames():
     frames = doc["shared"]["frames"]
     prof = doc["profiles"][0]
     assert [frames[i]["name"] for i in prof["samples"][1]] == ["main", "work", "helper"]
-    assert frames[prof["samples"][4][-1]] == {"name": "memcpy", "file": "libc.so.6"}
+    assert frames[prof["samples"][3][-1]] == {"name": "memcpy", "file": "libc.so.6"}
+
+
+def test_consecutive_identical_samples_merge_in_time_order():
+    """Back-to-back samples of one stack become one longer sample; the time order is kept."""
+    prof = _doc(make_result())["profiles"][0]
+    leaf = [len(s) for s in prof["samples"]]
+    # make_result's stacks in time order: 0 1 1 2 3 0 1 1 0 0 (depths 2 3 3 2 3 2 3 3 2 2)
+    assert leaf == [2, 3, 2, 3, 2, 3, 2]
+    assert [w // 1_000_000 for w in prof["weights"]] == [1, 2, 1, 1, 1, 2, 2]
 
 
 def test_spans_become_evented_profiles_per_track():
