@@ -187,7 +187,8 @@ def encode_profile(profile: StackProfile, result: ProfileResult, opts: PprofOpti
     for m in function_msgs:
         _bytes(5, m, out)
     md = result.metadata
-    comments = [f"omniprof {md.versions.get('omniprof', '')} {profile.source} of {', '.join(md.backends) or '-'}".rstrip()]
+    version = md.versions.get("omniprof") or ""
+    comments = [" ".join(x for x in ("omniprof", version, profile.source, "of", ", ".join(md.backends) or "-") if x)]
     comments += [f"not recorded: {loss.source}: {loss.count} {loss.unit} ({loss.kind}) {loss.detail}".rstrip()
                  for loss in result.losses]
     comments += [f"adjusted: {k}={n}" for k, n in profile.adjustments.items()]

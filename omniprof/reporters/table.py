@@ -151,6 +151,22 @@ class _Out:
             self.lines.append(_cut(fmt(r), self.width))
 
 
+def _display_column(name: str) -> str:
+    """A column header for people: cells already carry the unit, so ``total_ns`` shows as ``total``."""
+    for suffix, shown in (("_ns", ""), ("_bytes", ""), ("_pct", " %")):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)] + shown
+    return name
+
+
+def _fits(header: Sequence[str], rows: Sequence[Sequence[str]], align: str, width: int) -> bool:
+    widths = [len(h) for h in header]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r)]
+    widths = _fit_widths(widths, header, align, width)
+    return sum(widths) + 2 * (len(widths) - 1) <= width
+
+
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else (text[: width - 3] + "..." if width > 3 else text[:width])
 
@@ -255,7 +271,16 @@ class TableReporter(Reporter):
         cells = [[_fmt_cell(c, val) for c, val in zip(table.columns, row)] for row in shown]
         align = "".join("r" if any(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in shown) else "l"
                         for i in range(len(table.columns)))
-        out.grid(list(table.columns), cells, align)
+        header = [_display_column(c) for c in table.columns]
+        keep = list(range(len(header)))
+        # Too wide even with text columns shortened: leave out columns from the right, and say so.
+        while len(keep) > 2 and not _fits([header[i] for i in keep], [[r[i] for i in keep] for r in cells],
+                                          "".join(align[i] for i in keep), out.width):
+            keep.pop()
+        out.grid([header[i] for i in keep], [[r[i] for i in keep] for r in cells], "".join(align[i] for i in keep))
+        hidden = [table.columns[i] for i in range(len(header)) if i not in keep]
+        if hidden:
+            out.line(f"  (not shown, too wide: {', '.join(hidden)})")
 
     # -- every other kind of data (kept apart from the call tree / flat code) ------------------------
     def _spans(self, part: BackendResult, out: _Out) -> None:

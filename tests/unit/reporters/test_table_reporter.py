@@ -152,3 +152,20 @@ def test_artifacts_and_errors_alone():
     r = ProfileResult(parts=(part,), partial=True, errors=(ErrorRecord("xla", "start", "OSError", "no device"),))
     text = _render(r)
     assert "/p/x.xplane.pb" in text and "XProf trace" in text and "no device" in text
+
+
+def test_wide_derived_tables_hide_columns_instead_of_cutting_numbers():
+    """A kernel_stats table too wide for the terminal leaves out its right-most columns, names
+    them, and never cuts a number; headers drop the unit the cells already show."""
+    from omniprof.core.kernels import add_kernel_stats
+
+    r = make_result()
+    r = r.evolve(parts=(add_kernel_stats(r.parts[0]),))
+    text = _render(r, format="flat")
+    block = text.split("Kernel statistics")[1].split("\n\n")[0]
+    assert "not shown, too wide: " in block and "occupancy_pct" in block
+    header = block.splitlines()[1]
+    assert header.split()[:3] == ["kernel_name", "occurrences", "total"]
+    assert "..." not in block.splitlines()[3]
+    wide = TableReporter(TableOptions(color="never", width=250)).render(r)
+    assert "not shown" not in wide and "occupancy %" in wide
