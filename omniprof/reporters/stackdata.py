@@ -126,7 +126,7 @@ def frame_label(frame: Frame, fmt: str = "function_file") -> str:
     """A frame as one line of text: ``name``, ``name (file)`` or ``name (file:line)``.
 
     Native frames show their module instead of a file; files under the working directory are
-    shown relative to it.
+    shown relative to it, others by their file name.
     """
     if fmt == "function" or frame.kind == "span":
         return frame.name or "?"
@@ -137,13 +137,15 @@ def frame_label(frame: Frame, fmt: str = "function_file") -> str:
 
 
 def _short_path(path: str) -> str:
+    # Under the working directory: relative to it; elsewhere: the file name (flame-graph boxes
+    # are narrow; the full path is in speedscope's and pprof's own file fields).
     if not os.path.isabs(path):
         return path
     try:
         rel = os.path.relpath(path)
     except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
+        return os.path.basename(path)
+    return rel if not rel.startswith("..") else os.path.basename(path)
 
 
 # -- spans ---------------------------------------------------------------------------------------
