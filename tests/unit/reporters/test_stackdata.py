@@ -114,3 +114,25 @@ def test_allocation_without_thread_is_labelled_by_backend():
     """An allocation with no thread id is labelled with its backend's name."""
     part = BackendResult(backend="mem", frames=(Frame("f"),), stacks=((0,),), allocations=(Allocation(0, 8, 0),))
     assert stack_profile(ProfileResult(parts=(part,)), "allocations").records[0].thread == "mem"
+
+
+@pytest.mark.parametrize("source", ["samples", "allocations"])
+def test_aggregate_sums_records_without_changing_totals(source, cpu_result):
+    """aggregate=True merges records of one stack, thread and labels, with the same totals per stack."""
+    from collections import Counter
+
+    for result in (make_result(), cpu_result):
+        if source == "allocations" and result is cpu_result:
+            continue
+        one = stack_profile(result, source)
+        agg = stack_profile(result, source, aggregate=True)
+        assert agg.totals() == one.totals() and agg.period == one.period
+        assert len({(r.frames, r.thread, r.labels) for r in agg.records}) == len(agg.records)
+
+        def per_stack(p):
+            c: Counter = Counter()
+            for r in p.records:
+                c[(r.frames, r.thread, r.labels)] += r.values[-1]
+            return c
+
+        assert per_stack(agg) == per_stack(one)
