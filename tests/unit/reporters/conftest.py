@@ -26,7 +26,7 @@ def _missing(what: str, fix: str) -> None:
 @pytest.fixture(scope="session")
 def speedscope_schema() -> dict:
     """speedscope's published file-format JSON Schema (from the speedscope npm package)."""
-    path = Path(os.environ.get("OMNIPROF_SPEEDSCOPE_SCHEMA", CACHE / "speedscope" / "file-format-schema.json"))
+    path = Path(os.environ.get("OMNIPROF_SPEEDSCOPE_SCHEMA", CACHE / "speedscope" / "release" / "file-format-schema.json"))
     if not path.is_file():
         _missing(f"speedscope's file-format-schema.json ({path})", "run .ci/system-deps (npm pack speedscope)")
     return json.loads(path.read_text(encoding="utf-8"))
@@ -101,3 +101,64 @@ def cpu_result():
     if not result.part("cpu").samples:
         pytest.skip("the cpu sampler recorded no samples on this (very loaded?) machine")
     return result
+
+
+class SpeedscopeApp:
+    """The speedscope web app (from its npm package) served on 127.0.0.1 and driven by headless
+    Chromium: ``load(path)`` imports a file the way a person would open it, and returns what the
+    page shows."""
+
+    def __init__(self, chromium: str, release: Path, workdir: Path) -> None:
+        self.chromium = chromium
+        self.release = release
+        self.workdir = workdir
+
+    def load(self, profile: Path) -> dict:
+        import functools
+        import http.server
+        import shutil as _sh
+        import threading
+
+        site = self.workdir / f"site-{profile.stem}"
+        if not site.exists():
+            _sh.copytree(self.release, site)
+        _sh.copy(profile, site / "profile.json")
+        handler = functools.partial(_QuietHandler, directory=str(site))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            base = f"http://127.0.0.1:{server.server_address[1]}"
+            proc = subprocess.run(
+                [self.chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--no-first-run", f"--user-data-dir={self.workdir / 'chrome-profile'}", "--enable-logging=stderr",
+                 "--virtual-time-budget=10000", "--dump-dom", f"{base}/index.html#profileURL={base}/profile.json"],
+                capture_output=True, text=True, timeout=120)
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
+        dom = proc.stdout
+        import re
+
+        title = re.search(r"<title>(.*?)</title>", dom, re.S)
+        console = [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln]
+        return {"title": title.group(1) if title else None, "dom": dom, "console": console,
+                "failed": "Something went wrong" in dom or any("Failed to load" in ln for ln in console)}
+
+
+class _QuietHandler(__import__("http.server").server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+@pytest.fixture(scope="session")
+def speedscope_app(tmp_path_factory: pytest.TempPathFactory) -> SpeedscopeApp:
+    """The real speedscope app in headless Chromium."""
+    release = Path(os.environ.get("OMNIPROF_SPEEDSCOPE_RELEASE", CACHE / "speedscope" / "release"))
+    if not (release / "index.html").is_file():
+        _missing(f"the speedscope app ({release}/index.html)", "run .ci/system-deps (npm pack speedscope)")
+    chromium = next((c for c in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if c), None)
+    if not chromium:
+        _missing("chromium (to run the speedscope app headless)", "apt-get install chromium, or run .ci/system-deps")
+    return SpeedscopeApp(chromium, release, tmp_path_factory.mktemp("speedscope-app"))

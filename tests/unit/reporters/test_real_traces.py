@@ -80,3 +80,13 @@ def test_pprof_and_flamegraph_of_real_trace(go_pprof, flamegraph_pl, run_tool, t
     assert "Ignored" not in proc.stderr.decode()
     m = re.search(r"<title>all \(([\d,]+) samples", proc.stdout.decode())
     assert m and int(m.group(1).replace(",", "")) == total
+
+
+@pytest.mark.slow
+def test_speedscope_app_opens_real_gpu_trace(speedscope_app, tmp_path):
+    """speedscope itself imports the spans of a real GPU trace, overlap lanes included."""
+    result = _kineto_spans("alexnet_cuda_trace.json.gz")
+    path = omniprof.report(result, "speedscope", tmp_path / "alexnet.speedscope.json")
+    shown = speedscope_app.load(path)
+    assert not shown["failed"], shown["console"]
+    assert shown["title"] == f"{json.loads(path.read_text())['name']} - speedscope"

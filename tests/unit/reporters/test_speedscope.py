@@ -161,3 +161,31 @@ def test_document_is_plain_data():
     """speedscope_document returns JSON-ready plain data (built before formatting)."""
     doc = speedscope_document(make_result())
     assert json.loads(json.dumps(doc)) == doc
+
+
+# -- the real app ---------------------------------------------------------------------------------------
+def test_speedscope_app_rejects_a_broken_file(speedscope_app, tmp_path):
+    """The app harness can fail: a file whose events close the wrong frame is refused by speedscope."""
+    bad = {"$schema": "https://www.speedscope.app/file-format-schema.json",
+           "shared": {"frames": [{"name": "a"}, {"name": "b"}]},
+           "profiles": [{"type": "evented", "name": "x", "unit": "nanoseconds", "startValue": 0, "endValue": 9,
+                         "events": [{"type": "O", "at": 0, "frame": 0}, {"type": "O", "at": 1, "frame": 1},
+                                    {"type": "C", "at": 5, "frame": 0}, {"type": "C", "at": 6, "frame": 1}]}]}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    shown = speedscope_app.load(path)
+    assert shown["failed"], shown["console"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["full", "real", "allocations"])
+def test_speedscope_app_opens_our_files(which, speedscope_app, cpu_result, tmp_path):
+    """speedscope itself (its npm release, in headless Chromium) imports our file and shows it."""
+    result = {"full": make_result(), "real": cpu_result, "allocations": make_result()}[which]
+    opts = {"include_samples": False, "include_spans": False} if which == "allocations" else {}
+    path = omniprof.report(result, "speedscope", tmp_path / f"{which}.speedscope.json", options=opts)
+    doc = json.loads(path.read_text())
+    shown = speedscope_app.load(path)
+    assert not shown["failed"], shown["console"]
+    assert shown["title"] == f"{doc['name']} - speedscope"
+    assert "Time Order" in shown["dom"] and doc["profiles"][0]["name"] in shown["dom"]
