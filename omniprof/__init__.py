@@ -6,6 +6,7 @@ no backend module and none of jax, torch, pynvml or xprof.
 
 from omniprof._version import __version__
 from omniprof.core.annotations import StepTraceAnnotation, TraceAnnotation, annotate, annotate_function
+from omniprof.core.fileio import OutputError
 from omniprof.core.options import ProfileOptions
 from omniprof.core.profiler import Profiler
 from omniprof.core.registry import PluginInfo, get_registry
@@ -55,5 +56,6 @@ __all__ = [
     "PluginInfo", "get_registry", "allocs", "take_heap_snapshot", "assemble_snapshot",
     "OmniprofError", "InvalidArgumentError", "ConfigError", "ProfilerStateError", "PluginError",
     "PluginLoadError", "PluginValidationError", "BackendUnavailableError", "BackendError", "TraceReadError",
+    "OutputError",
     "OmniprofWarning", "DataLossWarning",
 ]

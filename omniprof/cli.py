@@ -203,14 +203,20 @@ def _emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, 
     from omniprof.core.reporting import make_reporter, report
 
     status = 0
+    if outdir is not None:  # -o names a directory: create it, so reports go inside, not over it
+        from omniprof.core.fileio import output_error
+
+        try:
+            Path(outdir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"omniprof: error: {output_error(outdir, e)}", file=sys.stderr)
+            return 1
     for name in reporters:
         try:
             rep = make_reporter(name, ropts.get(name), registry)
             if rep.output == "stream":  # text reports go to the terminal; files to the output directory
                 report(result, name, sys.stdout, options=ropts.get(name), registry=registry)
             else:
-                if outdir:
-                    Path(outdir).mkdir(parents=True, exist_ok=True)
                 path = report(result, name, Path(outdir) if outdir else None, options=ropts.get(name),
                               registry=registry, overwrite=False)
                 print(f"omniprof: {name} report written to {path}", file=sys.stderr)

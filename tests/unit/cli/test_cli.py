@@ -79,8 +79,7 @@ def test_run_options_and_reporters(script, tmp_path, capsys):
     assert list((tmp_path / "logs" / "plugins" / "profile").glob("*/omniprof.result.json"))
     # a second run never overwrites the first's file
     assert main(["run", "-r", "json", "-o", str(out), str(p)]) == 0
-    assert sorted(f.name for f in out.glob("omniprof.result*.json")) == ["omniprof.result-1.json",
-                                                                          "omniprof.result.json"]
+    assert sorted(f.name for f in out.glob("omniprof*.json")) == ["omniprof-1.result.json", "omniprof.result.json"]
 
 
 @pytest.mark.parametrize("argv,fragment", [
