@@ -388,7 +388,10 @@ def _cmd_config(ns: argparse.Namespace) -> int:
         raise UsageError("omniprof config: give a subcommand: check or show")
     path = _config_path(ns.file, required=True)
     if ns.config_command == "check":
-        problems = cfgmod.check_config(path, profile=ns.profile, registry=_registry(ns))
+        if Path(path).name == "plugins.toml":
+            problems = cfgmod.check_plugins_file(path)
+        else:
+            problems = cfgmod.check_config(path, profile=ns.profile, registry=_registry(ns))
         if problems:
             for p in problems:
                 print(p, file=sys.stderr)

@@ -49,7 +49,7 @@ else:  # pragma: no cover
 
 __all__ = [
     "RunConfig", "TargetSpec", "ReporterSpec", "RunOutcome", "Layer", "load_config", "check_config",
-    "find_config", "read_layers", "env_layer", "cli_layer", "resolve", "execute", "dump_toml",
+    "find_config", "read_layers", "check_plugins_file", "env_layer", "cli_layer", "resolve", "execute", "dump_toml",
     "CONFIG_ENV", "PROFILE_ENV", "ENV_KEYS", "TOP_KEYS",
 ]
 
@@ -63,7 +63,7 @@ TOP_KEYS: dict[str, str] = {
     "function": "'package.module:function' to call",
     "args": "argv of the script/module, or positional arguments of the function",
     "kwargs": "keyword arguments of the function",
-    "backend": "backend name or list of names run together on one timeline",
+    "backend": "backend name or list of names run together on one timeline (default: cpu)",
     "options": "ProfileOptions: host/device/python tracer levels, advanced_configuration",
     "backends": "per-backend options: [backends.NAME] key = value",
     "schedule": "wait / warmup / active / repeat / skip_first steps",
@@ -542,7 +542,7 @@ def _validate(d: Mapping[str, Any], pr: _Problems, reg: Any, source: str | None,
         pr.add(("backends",), f"must be a table of backend names to options (got {bopts!r})")
         bopts = {}
     if backends is None:
-        backends = list(bopts) or ["cpu"]
+        backends = ["cpu"]
     known_backends = reg.names("backend", include_disabled=True)
     for i, name in enumerate(backends):
         _check_plugin(reg, "backend", name, ("backend", i) if "backend" in d else ("backend",), pr,
@@ -857,6 +857,40 @@ def check_config(path: str | os.PathLike[str], *, profile: str | None = None, re
                     seen.add(p)
                     problems.append(p)
     return problems
+
+
+def check_plugins_file(path: str | os.PathLike[str], *, entry_points: Any = None) -> list[str]:
+    """Every problem of a ``plugins.toml``: its format, then each enabled plugin's import, plugin API
+    and default ``options`` (checked with the plugin's own Options class). Never raises for problems."""
+    from omniprof.core.registry import Registry, load_plugins_file
+
+    p = Path(path)
+    try:
+        pf = load_plugins_file(p)
+    except ConfigError as e:
+        return list(e.problems)
+    text = p.read_text(encoding="utf-8")
+    layer = Layer({}, str(p), key_lines(text), (), p.resolve().parent)
+    origin: dict[tuple[str, ...], Layer] = {(): layer}
+    for kind, name, _, _, _ in pf.plugins:
+        origin[(kind,)] = layer
+    pr = _Problems(origin, str(p))
+    try:
+        reg = Registry(plugins_file=p, entry_points=entry_points)
+    except ConfigError as e:
+        return list(e.problems)
+    for problem in reg.problems:
+        pr.items.append(f"{p}: {problem}")
+    for kind, name, _, enabled, options in pf.plugins:
+        if not enabled:
+            continue
+        try:
+            cls = reg.backend(name) if kind == "backend" else reg.reporter(name)
+        except PluginError as e:
+            pr.add((kind, name), str(e))
+            continue
+        _option_problems(cls.Options, options, (kind, name, "options"), f"{kind} {name!r}", pr, options)
+    return pr.items
 
 
 # -- running ----------------------------------------------------------------------------------------
