@@ -373,6 +373,8 @@ def _cmd_run_config(ns: argparse.Namespace, module: str | None, target: list[str
     for result in outcome.results:
         for spec in cfg.reporters:
             dest = ns.outdir or spec.output or cfg.outdir  # -o on the command line wins over the file
+            if dest is not None and dest != spec.output:
+                Path(dest).mkdir(parents=True, exist_ok=True)  # an output directory, made when missing
             status |= _emit_reports(result, [spec.name], {spec.name: dict(spec.options)}, dest, reg)
     if outcome.session_dir is not None:
         print(f"omniprof: session saved in {outcome.session_dir}", file=sys.stderr)
