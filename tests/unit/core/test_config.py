@@ -426,3 +426,18 @@ def test_script_exit_code_is_kept(workdir):
     write(workdir / "exit3.py", "import sys\nsys.exit(3)\n")
     out = execute(load_config(text='script = "exit3.py"\n', environ={}))
     assert out.exit_code == 3 and len(out.results) == 1
+
+
+def test_documented_complete_file_is_valid(tmp_path, monkeypatch):
+    """The complete example of docs/config.md is valid, apart from its script and the GPU/XLA backends missing here."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "config.md").read_text(encoding="utf-8")
+    text = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "train.py", "pass\n")
+    problems = check_config(write(tmp_path / "omniprof.toml", text))
+    from omniprof.core.registry import get_registry
+
+    missing = {"xla", "cupti"} - set(get_registry().names("backend"))
+    assert len(problems) == len(missing), problems
+    for p in problems:
+        assert any(f"unknown backend {m!r}" in p for m in missing), p
