@@ -322,8 +322,9 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
 def _config_layers(ns: argparse.Namespace, path: str | None, cli: Any = None) -> Any:
     from omniprof.core import config as cfgmod
 
+    _registry(ns)  # the process-wide registry; a `plugins` key in the file or on the command line replaces it
     return cfgmod.load_config(path, getattr(ns, "profile", None) or os.environ.get(cfgmod.PROFILE_ENV) or None,
-                              cli=cli, registry=_registry(ns))
+                              cli=cli)
 
 
 def _config_path(explicit: str | None, required: bool) -> str | None:
@@ -334,7 +335,8 @@ def _config_path(explicit: str | None, required: bool) -> str | None:
         return path
     found = cfgmod.find_config()
     if found is None and required:
-        raise UsageError("no configuration found: give a file, or create omniprof.toml (or [tool.omniprof] in "
+        raise UsageError("no configuration found: give a script (omniprof run script.py [args]) or -m module, "
+                         "or a config file (--config FILE), or create omniprof.toml (or [tool.omniprof] in "
                          "pyproject.toml) in the current directory")
     return str(found) if found is not None else None
 
@@ -393,7 +395,8 @@ def _cmd_config(ns: argparse.Namespace) -> int:
         if Path(path).name == "plugins.toml":
             problems = cfgmod.check_plugins_file(path)
         else:
-            problems = cfgmod.check_config(path, profile=ns.profile, registry=_registry(ns))
+            _registry(ns)
+            problems = cfgmod.check_config(path, profile=ns.profile)
         if problems:
             for p in problems:
                 print(p, file=sys.stderr)
@@ -402,7 +405,8 @@ def _cmd_config(ns: argparse.Namespace) -> int:
         print(f"{path}: ok")
         return 0
     cfg = _config_layers(ns, path)
-    data = cfg.to_dict(_registry(ns))
+    data = cfg.to_dict(_registry(argparse.Namespace(plugins=cfg.plugins or ns.plugins,
+                                                    no_plugin=[*cfg.no_plugin, *ns.no_plugin])))
     if ns.format == "json":
         import json
 

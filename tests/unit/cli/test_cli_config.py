@@ -174,3 +174,60 @@ def test_diff_unreadable_file_is_an_error(tmp_path, capsys):
     a = _result({"dot": 1}).save(tmp_path / "a.json")
     assert main(["diff", str(a), str(tmp_path / "missing.json")]) == 1
     assert "missing.json" in capsys.readouterr().err
+
+
+# -- report ------------------------------------------------------------------------------------------
+def test_report_rerenders_a_saved_result_with_any_reporter(tmp_path, capsys):
+    """`omniprof report FILE -r R` renders a saved result with table (stdout) and json (file) alike."""
+    from omniprof.testing import make_result
+
+    saved = make_result().save(tmp_path / "run.json")
+    assert main(["report", str(saved), "-r", "table", "-R", "table.max_rows=1"]) == 0
+    out = capsys.readouterr().out
+    assert "Op statistics (top 1 of 2)" in out
+    assert main(["report", str(saved), "-r", "json", "-o", str(tmp_path / "again.json")]) == 0
+    assert omniprof.load(tmp_path / "again.json") == omniprof.load(saved)
+
+
+def test_report_of_an_unreadable_file_fails_with_its_name(tmp_path, capsys):
+    """A file that is neither a result nor a trace exits 1 naming it."""
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello", encoding="utf-8")
+    assert main(["report", str(bad)]) == 1
+    assert "notes.txt: unrecognised file format" in capsys.readouterr().err
+
+
+def test_reporter_options_from_the_command_line_override_the_file(proj, capsys):
+    """-R REPORTER.KEY=VALUE on the command line wins over [reporters.NAME] in the file."""
+    write(proj / "r.toml", 'script = "work.py"\nreporter = "table"\n[reporters.table]\nformat = "tree"\n')
+    assert main(["run", "--config", "r.toml", "-R", "table.format=flat"]) == 0
+    out = capsys.readouterr().out
+    assert "Flat (by self time)" in out and "Call tree" not in out
+
+
+def test_config_plugins_key_registers_local_plugins(proj, monkeypatch):
+    """`plugins = "FILE"` in a config makes that plugins.toml's local backends selectable in the same file."""
+    write(proj / "tickmod.py", """
+        from omniprof.backends.base import Backend
+        from omniprof.core.results import BackendResult
+
+        class TickBackend(Backend):
+            name = "tick"
+            single_session = False
+            def start(self):
+                self.t0 = self.clock.now_ns()
+            def stop(self):
+                return BackendResult(backend=self.name, start_ns=self.t0, end_ns=self.clock.now_ns())
+        """)
+    monkeypatch.syspath_prepend(str(proj))
+    write(proj / "local-plugins.toml", '[backend.tick]\ntarget = "tickmod:TickBackend"\n')
+    write(proj / "t.toml", """
+        script = "work.py"
+        plugins = "local-plugins.toml"
+        backend = ["cpu", "tick"]
+        [reporters.json]
+        output = "t.json"
+        """)
+    assert main(["config", "check", "t.toml"]) == 0
+    assert main(["run", "--config", "t.toml"]) == 0
+    assert [p.backend for p in omniprof.load(proj / "t.json").parts] == ["cpu", "tick"]

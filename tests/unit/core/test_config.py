@@ -402,6 +402,7 @@ def test_schedule_in_config_drives_recording(workdir):
     assert out.runs == 4 and len(out.results) == 2
 
 
+@pytest.mark.timing
 def test_duration_runs_until_time_is_up(workdir):
     """duration_s keeps calling the target until the time has passed (at least once, more than once here)."""
     cfg = load_config(text='function = "work:hot"\nargs = [20000]\nduration_s = 0.2\n', environ={})
