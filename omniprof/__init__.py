@@ -33,7 +33,19 @@ __all__ = [
     "Schedule", "schedule", "Action",
     "annotate", "annotate_function", "TraceAnnotation", "StepTraceAnnotation",
     "PluginInfo", "get_registry",
+    "load_config", "RunConfig", "diff",
     "OmniprofError", "InvalidArgumentError", "ConfigError", "ProfilerStateError", "PluginError",
     "PluginLoadError", "PluginValidationError", "BackendUnavailableError", "BackendError", "TraceReadError",
     "OmniprofWarning", "DataLossWarning",
 ]
+
+# Imported on first use, so `import omniprof` stays fast.
+_LAZY = {"load_config": "omniprof.core.config", "RunConfig": "omniprof.core.config", "diff": "omniprof.core.diff"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'omniprof' has no attribute {name!r}")

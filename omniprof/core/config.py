@@ -349,6 +349,9 @@ def env_layer(environ: Mapping[str, str] | None = None) -> Layer:
             value: Any = [x.strip() for x in raw.split(",") if x.strip()]
         elif path[-1] in ("logdir", "outdir", "label"):
             value = raw
+        elif path[-1] == "verbose":
+            low = raw.strip().lower()
+            value = True if low in ("1", "true", "yes", "on") else False if low in ("0", "false", "no", "off") else raw
         else:
             value = parse_cli_value(raw)
         _set(data, path, value)

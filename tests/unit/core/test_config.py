@@ -179,6 +179,22 @@ def test_env_layer_reads_only_known_variables():
     assert layer.origin(("options", "host_tracer_level")) == "environment variable OMNIPROF_HOST_TRACER_LEVEL"
 
 
+@pytest.mark.parametrize(("raw", "value"), [("1", True), ("yes", True), ("0", False), ("false", False)])
+def test_env_verbose_accepts_usual_spellings(raw, value):
+    """OMNIPROF_VERBOSE takes 1/0, yes/no, true/false."""
+    assert env_layer({"OMNIPROF_VERBOSE": raw}).data == {"verbose": value}
+
+
+def test_public_names_are_lazy_reexports():
+    """omniprof.load_config / RunConfig / diff are the core functions, imported on first use."""
+    import omniprof
+    from omniprof.core.diff import diff
+
+    assert omniprof.load_config is load_config and omniprof.RunConfig is cfgmod.RunConfig and omniprof.diff is diff
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        omniprof.nope  # noqa: B018
+
+
 def test_bad_env_value_is_reported_with_the_variable(workdir):
     """A bad OMNIPROF_* value names the variable, not a file line."""
     with pytest.raises(ConfigError) as e:
