@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("omniprof_example_plugins", reason="not installed: pip install -e examples/plugins")
+
 import io
 
 from omniprof.core.results import Table

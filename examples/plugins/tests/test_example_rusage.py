@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
+
+pytest.importorskip("omniprof_example_plugins", reason="not installed: pip install -e examples/plugins")
+
+import time
 
 from omniprof import InvalidArgumentError, Profiler, ProfileOptions
 from omniprof.backends.base import BackendContext

@@ -22,6 +22,7 @@ from omniprof.core.config import (
     find_config,
     load_config,
 )
+from omniprof.core import stacktree
 from omniprof.core.schedule import Schedule
 from omniprof.core.tomlpos import key_lines, line_of
 
@@ -458,3 +459,16 @@ def test_documented_complete_file_is_valid(tmp_path, monkeypatch):
     assert len(problems) == len(missing), problems
     for p in problems:
         assert any(f"unknown backend {m!r}" in p for m in missing), p
+
+
+def test_bundled_example_config_is_valid_and_runs(tmp_path, monkeypatch):
+    """examples/omniprof.toml checks clean, and its 'steps' profile calls hot_loop:main 6 times for 2 results."""
+    example = Path(__file__).resolve().parents[3] / "examples" / "omniprof.toml"
+    monkeypatch.chdir(tmp_path)
+    assert check_config(example) == []
+    cfg = load_config(example, "steps", environ={})
+    assert cfg.target.kind == "function" and cfg.target.base_dir == str(example.parent)
+    out = execute(cfg)
+    assert out.runs == 6 and len(out.results) == 2 and out.error is None
+    flat = {r.frame.name for res in out.results for r in stacktree.flat_rows(res.parts[0])}
+    assert "hot_function" in flat
