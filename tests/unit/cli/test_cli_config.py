@@ -231,3 +231,21 @@ def test_config_plugins_key_registers_local_plugins(proj, monkeypatch):
     assert main(["config", "check", "t.toml"]) == 0
     assert main(["run", "--config", "t.toml"]) == 0
     assert [p.backend for p in omniprof.load(proj / "t.json").parts] == ["cpu", "tick"]
+
+
+def test_plugins_command_lists_a_broken_local_plugin_with_the_fix(tmp_path, monkeypatch, capsys):
+    """`omniprof plugins` shows a plugins.toml backend with a wrong api_version as broken, with the fix; exit 0."""
+    (tmp_path / "oldplug.py").write_text(textwrap.dedent("""
+        from omniprof.backends.base import Backend
+        class OldBackend(Backend):
+            name = "old"
+            api_version = 2
+            def start(self): pass
+            def stop(self): pass
+        """), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pf = write(tmp_path / "plugins.toml", '[backend.old]\ntarget = "oldplug:OldBackend"\n')
+    assert main(["plugins", "--plugins", str(pf)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("old "))
+    assert f"plugins.toml ({pf})" in line and "broken: backend 'old'" in line
+    assert "api_version=2" in line and "Upgrade the plugin or omniprof" in line
