@@ -75,6 +75,8 @@ def _parser() -> _Parser:
     run.add_argument("--config", default=None, metavar="FILE",
                      help="omniprof.toml or pyproject.toml describing the run; flags given here override it")
     run.add_argument("--profile", default=None, metavar="NAME", help="a [profiles.NAME] of the config file")
+    run.add_argument("--no-config", action="store_true",
+                     help="ignore ./omniprof.toml and [tool.omniprof] in ./pyproject.toml")
     _plugin_args(run)
     run.add_argument("-v", "--verbose", action="store_true", help="let native profiler libraries log")
 
@@ -264,7 +266,7 @@ def _cmd_report(ns: argparse.Namespace) -> int:
 def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:
     from omniprof.core.profiler import Profiler
 
-    if ns.config or ns.profile or os.environ.get("OMNIPROF_CONFIG") or (not is_module and not target):
+    if _wants_config(ns, target, is_module):
         return _cmd_run_config(ns, module, target, is_module)
     reg = _registry(ns)
     backends = _csv(ns.backend, ["cpu"])
@@ -341,11 +343,20 @@ def _config_path(explicit: str | None, required: bool) -> str | None:
     return str(found) if found is not None else None
 
 
+def _wants_config(ns: argparse.Namespace, target: list[str], is_module: bool) -> bool:
+    """--config/--profile/$OMNIPROF_CONFIG, nothing else to run, or a config in the current directory."""
+    from omniprof.core.config import find_config
+
+    if ns.config or ns.profile or os.environ.get("OMNIPROF_CONFIG") or (not is_module and not target):
+        return True
+    return not ns.no_config and find_config() is not None
+
+
 def _cmd_run_config(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:
     """``omniprof run`` driven by a config file; flags given on the command line override it."""
     from omniprof.core import config as cfgmod
 
-    path = _config_path(ns.config, required=not (target or is_module))
+    path = None if ns.no_config else _config_path(ns.config, required=not (target or is_module))
     cli = cfgmod.cli_layer(backends=ns.backend, options=ns.option, reporters=ns.reporter,
                            reporter_options=ns.reporter_option, outdir=ns.outdir, logdir=ns.logdir,
                            label=ns.label or None, verbose=True if ns.verbose else None,

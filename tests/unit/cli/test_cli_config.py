@@ -249,3 +249,15 @@ def test_plugins_command_lists_a_broken_local_plugin_with_the_fix(tmp_path, monk
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("old "))
     assert f"plugins.toml ({pf})" in line and "broken: backend 'old'" in line
     assert "api_version=2" in line and "Upgrade the plugin or omniprof" in line
+
+
+def test_config_in_current_directory_applies_to_a_script_run(proj, capsys):
+    """`omniprof run other.py` in a directory with omniprof.toml uses its settings with the script replaced;
+    --no-config ignores the file."""
+    write(proj / "other.py", "open('other.txt', 'a').write('ran\\n')\n")
+    assert main(["run", "other.py"]) == 0
+    assert (proj / "other.txt").read_text() == "ran\nran\n"  # repeats = 2 from the file
+    assert (proj / "out" / "result.json").is_file()
+    assert main(["run", "--no-config", "other.py"]) == 0
+    assert (proj / "other.txt").read_text() == "ran\nran\nran\n"
+    assert "== omniprof cpu" in capsys.readouterr().out  # the default table reporter, not the file's json
