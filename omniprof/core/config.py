@@ -1047,7 +1047,23 @@ def dump_toml(data: Mapping[str, Any]) -> str:
 
 
 def _toml_key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_str(k)
+
+
+_TOML_ESC = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _toml_str(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for c in text:
+        if c in _TOML_ESC:
+            out.append(_TOML_ESC[c])
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
 
 
 def _toml_value(val: Any) -> str:
@@ -1056,12 +1072,12 @@ def _toml_value(val: Any) -> str:
     if isinstance(val, (int, float)):
         return repr(val) if isinstance(val, float) else str(val)
     if isinstance(val, str):
-        return json.dumps(val, ensure_ascii=False)
+        return _toml_str(val)
     if isinstance(val, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in val) + "]"
     if isinstance(val, Mapping):
         return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in val.items() if x is not None) + " }"
-    return json.dumps(str(val))
+    return _toml_str(str(val))
 
 
 def _dump_table(data: Mapping[str, Any], prefix: tuple[str, ...], lines: list[str]) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 __all__ = ["key_lines", "line_of", "split_key"]
 
+_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\", "e": "\x1b"}
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
-_HEADER = re.compile(r"^\s*(\[\[?)\s*(?P<key>[^\]]+?)\s*\]\]?\s*(?:#.*)?$")
 
 
 def split_key(text: str) -> tuple[str, ...] | None:
@@ -32,7 +32,16 @@ def split_key(text: str) -> tuple[str, ...] | None:
             buf = []
             while j < n and text[j] != q:
                 if q == '"' and text[j] == "\\" and j + 1 < n:
-                    buf.append(text[j + 1])
+                    c = text[j + 1]
+                    width = {"u": 4, "U": 8}.get(c, 0)
+                    if width:
+                        try:
+                            buf.append(chr(int(text[j + 2:j + 2 + width], 16)))
+                        except ValueError:
+                            return None
+                        j += 2 + width
+                        continue
+                    buf.append(_ESCAPES.get(c, c))
                     j += 2
                     continue
                 buf.append(text[j])
@@ -139,7 +148,8 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
     prefix: tuple[str, ...] = ()
     in_multiline: str | None = None
     array_depth = 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # TOML lines end only at \n (or \r\n); str.splitlines() would also split at \x85, \u2028, ...
+    for lineno, line in enumerate((ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")), start=1):
         if in_multiline:
             if line.count(in_multiline) % 2 == 1:
                 in_multiline = None
@@ -150,9 +160,8 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
         if array_depth:
             array_depth += _bracket_balance(line)
             continue
-        m = _HEADER.match(line)
-        if m:
-            parts = split_key(m.group("key"))
+        if stripped.startswith("["):
+            parts = _header_key(stripped)
             if parts:
                 prefix = parts
                 for k in range(1, len(parts) + 1):
@@ -178,12 +187,38 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
     return out
 
 
+def _header_key(line: str) -> tuple[str, ...] | None:
+    """The key of a ``[table]`` or ``[[array]]`` header line (quote-aware), else None."""
+    start = 2 if line.startswith("[[") else 1
+    in_q: str | None = None
+    i = start
+    while i < len(line):
+        c = line[i]
+        if in_q:
+            if c == "\\" and in_q == '"':
+                i += 2
+                continue
+            if c == in_q:
+                in_q = None
+        elif c in "\"'":
+            in_q = c
+        elif c == "]":
+            return split_key(line[start:i])
+        i += 1
+    return None
+
+
 def _bracket_balance(text: str) -> int:
     bal = 0
     in_q: str | None = None
+    escaped = False
     for c in text:
         if in_q:
-            if c == in_q:
+            if escaped:
+                escaped = False
+            elif c == "\\" and in_q == '"':
+                escaped = True
+            elif c == in_q:
                 in_q = None
         elif c in "\"'":
             in_q = c
