@@ -5,6 +5,9 @@ its time in A and B, the time and share deltas, a status (``changed``, ``same``,
 ``vanished``) and whether it *regressed*; :func:`format_diff` formats them. ``omniprof diff A B
 --fail-on-regression`` exits 1 when anything regressed, for CI.
 
+Functions are matched by name and the last two components of their file's path (``pkg/mod.py``),
+so results taken in different checkouts or virtual environments compare.
+
 A row regressed when its time grew by more than ``threshold_pct`` percent and it holds at least
 ``min_share_pct`` of its table in A or B (tiny entries are noise); a new entry regressed when it
 holds at least ``min_share_pct`` of B's table. A table's total regressed when it grew by more than
@@ -117,10 +120,16 @@ def _function_times(part: BackendResult) -> dict[str, int]:
     rows = stacktree.flat_rows(part, key=lambda f: (f.name, f.file, f.module))
     out: dict[str, int] = {}
     for r in rows:
-        where = r.frame.file or r.frame.module or ""
+        where = _short_file(r.frame.file) or r.frame.module or ""
         label = f"{r.frame.name}  {where}" if where else r.frame.name
         out[label] = out.get(label, 0) + r.self_ns
     return out
+
+
+def _short_file(path: str) -> str:
+    """The last two components of a source path, so runs from different checkouts or venvs match."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p]
+    return "/".join(parts[-2:])
 
 
 def _columns(table: Table) -> tuple[str | None, str | None]:

@@ -109,3 +109,13 @@ def test_bad_thresholds_are_refused(bad):
     """A negative, NaN or non-numeric threshold raises InvalidArgumentError naming it."""
     with pytest.raises(InvalidArgumentError, match="threshold_pct"):
         diff(make_result(), make_result(), threshold_pct=bad)
+
+
+def test_functions_match_across_checkouts():
+    """The same function under /ci/run1/app/x.py and /home/me/app/x.py is one row, not new + vanished."""
+    def at(root, w):
+        frames = [Frame("f", f"{root}/app/x.py", 3)]
+        return ProfileResult(parts=(BackendResult(backend="cpu", frames=frames, stacks=[(0,)],
+                                                  samples=[StackSample(0, 1, 0, w)]),))
+    rows = rows_by_key(diff(at("/ci/run1", 100), at("/home/me", 300)), "functions")
+    assert set(rows) == {TOTAL_KEY, "f  app/x.py"} and rows["f  app/x.py"].status == "changed"
