@@ -61,7 +61,7 @@ def _parser() -> _Parser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a script or module under the profiler",
-                         usage="omniprof run [options] (script.py | -m module) [args...]")
+                         usage="omniprof run [options] (script.py | -m module | pkg.mod:function) [args...]")
     run.add_argument("-b", "--backend", action="append", default=[],
                      help="backend(s) to use, comma-separated or repeated (default: cpu)")
     run.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE",
@@ -347,7 +347,11 @@ def _wants_config(ns: argparse.Namespace, target: list[str], is_module: bool) ->
     """--config/--profile/$OMNIPROF_CONFIG, nothing else to run, or a config in the current directory."""
     from omniprof.core.config import find_config
 
+    from omniprof.core.config import is_function_target
+
     if ns.config or ns.profile or os.environ.get("OMNIPROF_CONFIG") or (not is_module and not target):
+        return True
+    if not is_module and is_function_target(target[0]):
         return True
     return not ns.no_config and find_config() is not None
 
@@ -357,11 +361,12 @@ def _cmd_run_config(ns: argparse.Namespace, module: str | None, target: list[str
     from omniprof.core import config as cfgmod
 
     path = None if ns.no_config else _config_path(ns.config, required=not (target or is_module))
+    function = target[0] if target and not is_module and cfgmod.is_function_target(target[0]) else None
     cli = cfgmod.cli_layer(backends=ns.backend, options=ns.option, reporters=ns.reporter,
                            reporter_options=ns.reporter_option, outdir=ns.outdir, logdir=ns.logdir,
                            label=ns.label or None, verbose=True if ns.verbose else None,
-                           script=None if is_module or not target else target[0],
-                           module=module if is_module else None,
+                           script=None if is_module or not target or function else target[0],
+                           module=module if is_module else None, function=function,
                            args=target if is_module else target[1:], plugins=ns.plugins, no_plugin=ns.no_plugin)
     cfg = _config_layers(ns, path, cli)
     if cfg.target is None:

@@ -362,8 +362,8 @@ def env_layer(environ: Mapping[str, str] | None = None) -> Layer:
 def cli_layer(*, backends: Sequence[str] = (), options: Sequence[str] = (), reporters: Sequence[str] = (),
               reporter_options: Sequence[str] = (), outdir: str | None = None, logdir: str | None = None,
               label: str | None = None, verbose: bool | None = None, script: str | None = None,
-              module: str | None = None, args: Sequence[str] = (), plugins: str | None = None,
-              no_plugin: Sequence[str] = ()) -> Layer:
+              module: str | None = None, function: str | None = None, args: Sequence[str] = (),
+              plugins: str | None = None, no_plugin: Sequence[str] = ()) -> Layer:
     """Command-line flags as a layer. ``options`` are ``-O`` items (``key=value``,
     ``advanced_configuration.KEY=V``, a bare advanced key, or ``BACKEND.KEY=V``); ``reporter_options``
     are ``-R REPORTER.KEY=VALUE`` items."""
@@ -401,7 +401,18 @@ def cli_layer(*, backends: Sequence[str] = (), options: Sequence[str] = (), repo
     elif module is not None:
         data["module"] = module
         data["args"] = list(args)
+    elif function is not None:
+        data["function"] = function
+        data["args"] = [parse_cli_value(a) for a in args]  # JSON where it parses: `20` is an int
     return Layer(data, "command line")
+
+
+FUNCTION_TARGET = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def is_function_target(text: str) -> bool:
+    """``package.module:function`` (and not an existing file)."""
+    return bool(FUNCTION_TARGET.fullmatch(text)) and not Path(text).exists()
 
 
 def _kv(text: str, flag: str) -> tuple[str, Any]:
@@ -680,7 +691,7 @@ def _target(d: Mapping[str, Any], kind: str, pr: _Problems) -> TargetSpec | None
             ok = False
         args = [str(a) for a in args]
     else:
-        if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", value):
+        if not FUNCTION_TARGET.fullmatch(value):
             pr.add((kind,), f"{value!r} is not of the form 'package.module:function'")
             ok = False
     if not ok:

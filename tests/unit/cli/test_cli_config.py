@@ -261,3 +261,15 @@ def test_config_in_current_directory_applies_to_a_script_run(proj, capsys):
     assert main(["run", "--no-config", "other.py"]) == 0
     assert (proj / "other.txt").read_text() == "ran\nran\nran\n"
     assert "== omniprof cpu" in capsys.readouterr().out  # the default table reporter, not the file's json
+
+
+def test_run_a_function_from_the_command_line(tmp_path, monkeypatch, capsys):
+    """`omniprof run pkg.mod:function ARGS` calls it with JSON-parsed args, and --config repeats apply."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write(tmp_path / "fnmod.py", "def go(n, tag):\n    open('fn.txt', 'a').write(f'{n + 1}:{tag}\\n')\n")
+    assert main(["run", "--no-config", "-r", "json", "-o", str(tmp_path / "o"), "fnmod:go", "41", "x"]) == 0
+    assert (tmp_path / "fn.txt").read_text() == "42:x\n"
+    write(tmp_path / "omniprof.toml", "repeats = 3\n")
+    assert main(["run", "fnmod:go", "1", "y"]) == 0
+    assert (tmp_path / "fn.txt").read_text() == "42:x\n" + "2:y\n" * 3
