@@ -141,6 +141,32 @@ class BackendConformance:
         for i in part.instants:
             assert i.track in track_ids
 
+    def test_times_line_up_with_the_reference_clock(self, tmp_path: Path) -> None:
+        """Shifted by ``clock.offset_ns``, the session bounds, spans, instants and counter samples fall between
+        the reference-clock readings taken just before start() and just after stop() (5 ms slack)."""
+        from omniprof.core.timeline import merge
+
+        b = self._make(tmp_path)
+        b.prepare()
+        before = b.clock.now_ns()
+        b.start()
+        self.workload()
+        part = b.stop()
+        after = b.clock.now_ns()
+        b.close()
+        lo, hi = before - 5_000_000, after + 5_000_000
+        tl = merge(ProfileResult(parts=(part,)))
+        if part.start_ns or part.end_ns:
+            start, end = tl.parts[part.backend]
+            assert lo <= start <= end <= hi, (
+                f"session [{start}, {end}] is outside [{lo}, {hi}] on the reference clock: is clock.offset_ns right?")
+        for s in tl.spans:
+            assert lo <= s.start_ns and s.start_ns + s.dur_ns <= hi, f"span {s.name!r} outside the session"
+        for i in tl.instants:
+            assert lo <= i.t_ns <= hi, f"instant {i.name!r} outside the session"
+        for c in tl.counters:
+            assert all(lo <= t <= hi for t in c.t_ns), f"counter {c.name!r} has samples outside the session"
+
     def test_annotation_hook_is_none_or_a_context_manager(self, tmp_path: Path) -> None:
         """annotation() returns None or a context manager that can be entered while recording."""
         b = self._make(tmp_path)

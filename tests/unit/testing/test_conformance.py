@@ -139,3 +139,26 @@ def test_suite_runs_the_backend_under_the_profiler(tmp_path):
     TestFakeConformance().test_runs_under_the_profiler_through_an_entry_point(tmp_path / "a")
     with pytest.raises(Exception, match="boom at stop"):
         suite_for(FailingStopBackend).test_runs_under_the_profiler_through_an_entry_point(tmp_path / "b")
+
+
+class WrongOffsetBackend(FakeBackend):
+    """Records on a clock 1 s behind but forgets to say so in its ClockInfo."""
+
+    name = "wrongoffset"
+
+    def stop(self):
+        import attrs
+
+        part = super().stop()
+        return attrs.evolve(part, clock=attrs.evolve(part.clock, offset_ns=0))
+
+
+def test_suite_catches_a_wrong_clock_offset(tmp_path):
+    """A backend whose times are 1 s off the reference clock fails the alignment check; the shifted fake passes."""
+    suite = suite_for(FakeBackend)
+    suite.backend_options = lambda: FakeBackend.Options(clock_shift_ns=1_000_000_000)
+    suite.test_times_line_up_with_the_reference_clock(tmp_path)
+    bad = suite_for(WrongOffsetBackend)
+    bad.backend_options = lambda: FakeBackend.Options(clock_shift_ns=1_000_000_000)
+    with pytest.raises(AssertionError, match="is clock.offset_ns right"):
+        bad.test_times_line_up_with_the_reference_clock(tmp_path)
