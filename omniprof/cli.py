@@ -345,9 +345,7 @@ def _config_path(explicit: str | None, required: bool) -> str | None:
 
 def _wants_config(ns: argparse.Namespace, target: list[str], is_module: bool) -> bool:
     """--config/--profile/$OMNIPROF_CONFIG, nothing else to run, or a config in the current directory."""
-    from omniprof.core.config import find_config
-
-    from omniprof.core.config import is_function_target
+    from omniprof.core.config import find_config, is_function_target
 
     if ns.config or ns.profile or os.environ.get("OMNIPROF_CONFIG") or (not is_module and not target):
         return True
