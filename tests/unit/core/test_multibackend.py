@@ -25,6 +25,7 @@ def busy(seconds: float) -> int:
     return n
 
 
+@pytest.mark.timing
 def test_parts_on_their_own_clocks_line_up_on_one_timeline(registry_with):
     """cpu and a backend whose clock runs 5 s behind: raw times differ by 5 s, merged ones coincide."""
     reg = registry_with(FAKE)
@@ -38,15 +39,15 @@ def test_parts_on_their_own_clocks_line_up_on_one_timeline(registry_with):
     assert fake.clock.offset_ns == SHIFT_NS and cpu.clock.offset_ns == 0
     raw_cpu = next(s for s in cpu.spans if s.name == "phase")
     raw_fake = next(s for s in fake.spans if s.name == "phase")
-    assert raw_cpu.start_ns - raw_fake.start_ns == pytest.approx(SHIFT_NS, abs=10_000_000)
+    assert raw_cpu.start_ns - raw_fake.start_ns == pytest.approx(SHIFT_NS, abs=50_000_000)
     tl = merge(r)
     phases = [s for s in tl.spans if s.name == "phase"]
     assert {s.track for s in phases} == {f"cpu/{raw_cpu.track}", "fake/main"}
-    assert abs(phases[0].start_ns - phases[1].start_ns) < 10_000_000
-    assert abs(phases[0].dur_ns - phases[1].dur_ns) < 10_000_000
+    assert abs(phases[0].start_ns - phases[1].start_ns) < 50_000_000
+    assert abs(phases[0].dur_ns - phases[1].dur_ns) < 50_000_000
     # both sessions inside the run window on the reference clock
     for backend, (start, end) in tl.parts.items():
-        assert r.metadata.start_ns - 10_000_000 <= start <= end <= r.metadata.end_ns + 10_000_000, backend
+        assert r.metadata.start_ns - 50_000_000 <= start <= end <= r.metadata.end_ns + 50_000_000, backend
     assert [t.id for t in tl.tracks if t.id.startswith("fake/")] == ["fake/main"]
 
 

@@ -141,10 +141,11 @@ class RusageBackend(Backend):
         if len(rows) < 2:
             return []
         t = [r[0] for r in rows]
-        cpu_pct = [0.0] + [100.0 * (b[1] - a[1]) / max((b[0] - a[0]) / 1e9, 1e-9) for a, b in zip(rows, rows[1:])]
+        # CPU % of the interval ending at each sample (none at the first sample: no interval yet)
+        cpu_pct = [100.0 * (b[1] - a[1]) / max((b[0] - a[0]) / 1e9, 1e-9) for a, b in zip(rows, rows[1:])]
         first = rows[0]
         out = [
-            CounterSeries("cpu_utilization", "percent", TRACK, t, cpu_pct),
+            CounterSeries("cpu_utilization", "percent", TRACK, t[1:], cpu_pct),
             CounterSeries("max_rss", "bytes", TRACK, t, [r[2] for r in rows]),
             CounterSeries("voluntary_context_switches", "count", TRACK, t, [r[3] - first[3] for r in rows]),
             CounterSeries("involuntary_context_switches", "count", TRACK, t, [r[4] - first[4] for r in rows]),
