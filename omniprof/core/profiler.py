@@ -252,7 +252,7 @@ class Profiler:
         if self.logdir is not None:
             self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile")
         ctx = self._context()
-        failures: list[tuple[str, BaseException]] = []
+        failures: list[tuple[str, BaseException, str]] = []
         for name, cls in self._classes.items():
             backend = None
             try:
@@ -261,8 +261,8 @@ class Profiler:
                 backend.prepare()
             except Exception as e:
                 # With several backends, one that cannot prepare is recorded and the others go on.
-                failures.append((name, e))
                 phase = "probe" if backend is None and isinstance(e, PluginError) else "prepare"
+                failures.append((name, e, phase))
                 self._errors.append(ErrorRecord(source=name, phase=phase, type=type(e).__name__, message=_one_line(e)))
                 if backend is not None:
                     try:
@@ -272,12 +272,13 @@ class Profiler:
                 continue
             self._backends[name] = backend
         if failures and not self._backends:
-            name, e = failures[0]
+            name, e, _ = failures[0]
             if isinstance(e, PluginError):
                 raise e
             raise BackendError(f"backend {name!r} failed to prepare: {type(e).__name__}: {e}", plugin=name) from e
-        for name, e in failures:
-            warnings.warn(f"backend {name!r} failed to prepare ({type(e).__name__}: {e}); the other backends go on "
+        for name, e, phase in failures:
+            what = "is unavailable" if phase == "probe" else "failed to prepare"
+            warnings.warn(f"backend {name!r} {what} ({type(e).__name__}: {e}); the other backends go on "
                           f"and the failure is recorded in the result", OmniprofWarning, stacklevel=_user_stacklevel())
 
     def _start_all(self) -> None:

@@ -201,3 +201,28 @@ def test_cpu_with_a_framework_backend(other):
     assert theirs, f"{other} recorded no spans"
     slack = 50_000_000
     assert all(r.metadata.start_ns - slack <= s.start_ns <= r.metadata.end_ns + slack for s in theirs)
+
+
+def test_unavailable_backend_among_several_is_recorded_and_skipped(tmp_path, monkeypatch, registry_with):
+    """cpu + a backend whose probe says 'no GPU here': the run goes on with cpu, the probe failure is recorded."""
+    (tmp_path / "nogpu_plugin.py").write_text(
+        "from omniprof.backends.base import Backend\n"
+        "from omniprof.errors import BackendUnavailableError\n"
+        "class NoGpuBackend(Backend):\n"
+        "    name = 'nogpu'\n"
+        "    @classmethod\n"
+        "    def probe(cls):\n"
+        "        raise BackendUnavailableError('no NVIDIA driver found', 'install the driver', plugin=cls.name)\n"
+        "    def start(self): pass\n"
+        "    def stop(self): pass\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = registry_with(("backend", "nogpu", "nogpu_plugin:NoGpuBackend"))
+    with pytest.warns(OmniprofWarning, match="backend 'nogpu' is unavailable .*no NVIDIA driver found"):
+        with Profiler(backend=["cpu", "nogpu"], registry=reg) as prof:
+            busy(0.05)
+    r = prof.result
+    assert [p.backend for p in r.parts] == ["cpu"] and r.part("cpu").samples
+    assert [(e.source, e.phase, e.type) for e in r.errors] == [("nogpu", "probe", "BackendUnavailableError")]
+    with pytest.raises(omniprof.BackendUnavailableError, match="no NVIDIA driver found"):
+        with Profiler(backend="nogpu", registry=reg):  # alone, it is an error
+            pass
