@@ -260,6 +260,7 @@ def _cmd_report(ns: argparse.Namespace) -> int:
     for name in reporters:
         reg.reporter(name)  # fail early on unknown names
     result = read_any(ns.file)
+    _make_outdir(ns.outdir)
     return _emit_reports(result, reporters, ropts, ns.outdir, reg)
 
 
@@ -313,12 +314,25 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
         if sys.path and saved_path0 is not None and sys.path[0] != saved_path0:
             sys.path.pop(0)
     if prof.results:
+        _make_outdir(ns.outdir)
         status = _emit_reports(prof.result, reporters, ropts, ns.outdir, reg)
         if prof.session_dir is not None:
             print(f"omniprof: session saved in {prof.session_dir}", file=sys.stderr)
         if exit_code == 0:
             exit_code = status
     return exit_code
+
+
+def _make_outdir(outdir: str | None) -> None:
+    """``-o DIR`` names a directory: make it when missing (rather than writing a file called DIR)."""
+    if outdir is None:
+        return
+    from omniprof.core.fileio import output_error
+
+    try:
+        Path(outdir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(outdir, e) from e
 
 
 def _config_layers(ns: argparse.Namespace, path: str | None, cli: Any = None) -> Any:
@@ -389,8 +403,8 @@ def _cmd_run_config(ns: argparse.Namespace, module: str | None, target: list[str
     for result in outcome.results:
         for spec in cfg.reporters:
             dest = ns.outdir or spec.output or cfg.outdir  # -o on the command line wins over the file
-            if dest is not None and dest != spec.output:
-                Path(dest).mkdir(parents=True, exist_ok=True)  # an output directory, made when missing
+            if dest != spec.output:
+                _make_outdir(dest)
             status |= _emit_reports(result, [spec.name], {spec.name: dict(spec.options)}, dest, reg)
     if outcome.session_dir is not None:
         print(f"omniprof: session saved in {outcome.session_dir}", file=sys.stderr)

@@ -185,8 +185,8 @@ def test_report_rerenders_a_saved_result_with_any_reporter(tmp_path, capsys):
     assert main(["report", str(saved), "-r", "table", "-R", "table.max_rows=1"]) == 0
     out = capsys.readouterr().out
     assert "Op statistics (top 1 of 2)" in out
-    assert main(["report", str(saved), "-r", "json", "-o", str(tmp_path / "again.json")]) == 0
-    assert omniprof.load(tmp_path / "again.json") == omniprof.load(saved)
+    assert main(["report", str(saved), "-r", "json", "-o", str(tmp_path / "new-dir")]) == 0
+    assert omniprof.load(tmp_path / "new-dir" / "omniprof.result.json") == omniprof.load(saved)
 
 
 def test_report_of_an_unreadable_file_fails_with_its_name(tmp_path, capsys):
@@ -273,3 +273,11 @@ def test_run_a_function_from_the_command_line(tmp_path, monkeypatch, capsys):
     write(tmp_path / "omniprof.toml", "repeats = 3\n")
     assert main(["run", "fnmod:go", "1", "y"]) == 0
     assert (tmp_path / "fn.txt").read_text() == "42:x\n" + "2:y\n" * 3
+
+
+def test_outdir_that_does_not_exist_is_created(tmp_path, monkeypatch):
+    """`omniprof run -o DIR` makes DIR and writes the report inside it, not a file called DIR."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "job.py", "x = sum(range(1000))\n")
+    assert main(["run", "--no-config", "-r", "json", "-o", "reports/run1", "job.py"]) == 0
+    assert (tmp_path / "reports" / "run1" / "omniprof.result.json").is_file()
