@@ -98,3 +98,12 @@ def test_config_file_selects_and_validates_plugin_options(tmp_path, monkeypatch)
     assert len(problems) == 2
     assert ":7: $.backends.rusage.interval_s: backend 'rusage': 'interval_s' must be >= 0.0005 (got 0)" in problems[0]
     assert "did you mean 'include_loadavg'?" in problems[1]
+
+
+def test_report_command_rerenders_with_the_plugin_reporter(tmp_path, capsys):
+    """`omniprof report saved.json -r markdown` renders a saved result with the third-party reporter."""
+    with omniprof.Profiler(backend="cpu") as prof:
+        busy()
+    saved = prof.result.save(tmp_path / "run.json")
+    assert main(["report", str(saved), "-r", "markdown", "-o", str(tmp_path / "md")]) == 0
+    assert (tmp_path / "md" / "omniprof-summary.md").read_text(encoding="utf-8").startswith("# omniprof run")

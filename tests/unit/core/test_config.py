@@ -9,6 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from omniprof import ConfigError, ProfileOptions
 from omniprof.core import config as cfgmod
@@ -472,3 +474,63 @@ def test_bundled_example_config_is_valid_and_runs(tmp_path, monkeypatch):
     assert out.runs == 6 and len(out.results) == 2 and out.error is None
     flat = {r.frame.name for res in out.results for r in stacktree.flat_rows(res.parts[0])}
     assert "hot_function" in flat
+
+
+# -- property: every injected problem is reported once, at its line ------------------------------------
+
+SECTIONS = {
+    "": ([("repeats = 0", "$.repeats"), ("repaets = 2", "$.repaets"), ("label = 5", "$.label"),
+          ("verbose = \"yes\"", "$.verbose"), ("backend = [1]", "$.backend")],
+         ['function = "math:factorial"', "args = [5]", "outdir = \"o\""]),
+    "options": ([("host_tracer_level = 9", "$.options.host_tracer_level"),
+                 ("device_tracer_lvl = 1", "$.options.device_tracer_lvl"),
+                 ("python_tracer_level = true", "$.options.python_tracer_level")],
+                ["device_tracer_level = 0"]),
+    "options.advanced_configuration": ([("tpu_trace_mode = \"X\"", "$.options.advanced_configuration.tpu_trace_mode"),
+                                        ("gpu_pm_sample_interval_us = 0",
+                                         "$.options.advanced_configuration.gpu_pm_sample_interval_us")],
+                                       ["gpu_enable_nvtx_tracking = true"]),
+    "backends.cpu": ([("interval_s = -1", "$.backends.cpu.interval_s"), ("engine = \"x\"", "$.backends.cpu.engine"),
+                      ("max_sample = 3", "$.backends.cpu.max_sample")],
+                     ["max_samples = 1000"]),
+    "schedule": ([("wait = -1", "$.schedule.wait"), ("active = 0", "$.schedule.active")], ["warmup = 1"]),
+    "reporters.table": ([("max_rows = 0", "$.reporters.table.max_rows"), ("colour = \"x\"", "$.reporters.table.colour")],
+                        ["format = \"flat\""]),
+}
+
+
+@st.composite
+def faulty_files(draw):
+    lines: list[str] = []
+    expected: set[tuple[int, str]] = set()
+    for section, (faults, good) in SECTIONS.items():
+        chosen = draw(st.lists(st.sampled_from(faults), unique=True, max_size=len(faults)))
+        body = draw(st.permutations([*chosen, *[(g, None) for g in good]]))
+        if section:
+            lines.append(f"[{section}]")
+        for text, path in body:
+            if draw(st.booleans()):
+                lines.append("# a comment = with an equals sign")
+            if draw(st.booleans()):
+                lines.append("")
+            lines.append(text)
+            if path is not None:
+                expected.add((len(lines), path))
+    return "\n".join(lines) + "\n", expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(faulty_files())
+def test_every_injected_problem_is_reported_at_its_line(case):
+    """Whatever mix of faults a file has, each is reported once with its own line and key path, nothing else."""
+    text, expected = case
+    try:
+        load_config(text=text, environ={})
+        got: set[tuple[int, str]] = set()
+    except ConfigError as e:
+        got = set()
+        for p in e.problems:
+            where, path, _ = p.split(": ", 2)
+            got.add((int(where.rpartition(":")[2]), path))
+        assert len(got) == len(e.problems), e.problems
+    assert got == expected, text
