@@ -32,6 +32,9 @@ _LAZY = {
     "allocs": ("omniprof.backends.memory.api", None),
     "take_heap_snapshot": ("omniprof.backends.memory.heapsnapshot", "take_heap_snapshot"),
     "assemble_snapshot": ("omniprof.backends.memory.heapsnapshot", "assemble_snapshot"),
+    "load_config": ("omniprof.core.config", "load_config"),
+    "RunConfig": ("omniprof.core.config", "RunConfig"),
+    "diff": ("omniprof.core.diff", "diff"),
 }
 
 
@@ -54,6 +57,7 @@ __all__ = [
     "Schedule", "schedule", "Action",
     "annotate", "annotate_function", "TraceAnnotation", "StepTraceAnnotation",
     "PluginInfo", "get_registry", "allocs", "take_heap_snapshot", "assemble_snapshot",
+    "load_config", "RunConfig", "diff",
     "OmniprofError", "InvalidArgumentError", "ConfigError", "ProfilerStateError", "PluginError",
     "PluginLoadError", "PluginValidationError", "BackendUnavailableError", "BackendError", "TraceReadError",
     "OutputError",

@@ -89,7 +89,7 @@ def test_run_options_and_reporters(script, tmp_path, capsys):
     (["run", "-b", "cpux", "x.py"], "unknown backend 'cpux'. Did you mean 'cpu'?"),
     (["run", "-r", "tabel", "x.py"], "unknown reporter 'tabel'. Did you mean 'table'?"),
     (["run", "-O", "xla.foo=1", "x.py"], "backend 'xla' is not selected"),
-    (["run"], "give a script to run"),
+    (["run", "--no-config"], "give a script"),
     (["run", "does_not_exist.py"], "cannot open file 'does_not_exist.py'"),
     (["run", "-R", "table.max_rows=0", "x.py"], "'max_rows' must be >= 1 (got 0)"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
