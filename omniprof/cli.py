@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import runpy
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +25,46 @@ from omniprof.errors import (
 __all__ = ["main"]
 
 PROG = "omniprof"
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while the target ran: unwinds it like KeyboardInterrupt, so the profile is
+    stopped and saved (marked partial) before omniprof dies of the same signal."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+# Set when a run was ended by SIGTERM; main() then dies of SIGTERM itself (as python would).
+_terminated_by: int | None = None
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Any:
+    """While the target runs, SIGTERM raises :class:`Terminated` in the main thread (once; a second
+    SIGTERM kills at once). Left alone when the handler is not the default one."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        raise Terminated(signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _note_terminated(e: Terminated) -> int:
+    global _terminated_by
+    _terminated_by = e.signum
+    print(f"omniprof: {e}; the profile so far is kept (marked partial)", file=sys.stderr)
+    return 128 + e.signum
 
 
 class _Parser(argparse.ArgumentParser):
@@ -128,8 +171,24 @@ def _plugin_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run the CLI; returns the exit code.
+
+    Called without ``argv`` (the console script, ``python -m omniprof``), a run ended by SIGTERM
+    saves its partial profile and then dies of SIGTERM, so the caller sees the usual status.
+    """
+    global _terminated_by
+    real_process = argv is None
+    _terminated_by = None
+    code = _main(list(sys.argv[1:] if argv is None else argv))
+    if real_process and _terminated_by is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(_terminated_by, signal.SIG_DFL)
+        os.kill(os.getpid(), _terminated_by)
+    return code
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv and argv[0] == "run":
             opts, module, target, is_module = _split_run(argv[1:])
@@ -337,13 +396,15 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
         sys.argv = list(target)
         sys.path.insert(0, str(Path(target[0]).resolve().parent))
     try:
-        with prof:
+        with _sigterm_unwinds(), prof:
             if is_module:
                 runpy.run_module(module, run_name="__main__", alter_sys=True)
             else:
                 runpy.run_path(target[0], run_name="__main__")
     except SystemExit as e:
         exit_code = _exit_code(e.code)
+    except Terminated as e:
+        exit_code = _note_terminated(e)
     except KeyboardInterrupt:
         traceback.print_exc()
         exit_code = 130
@@ -433,10 +494,13 @@ def _cmd_run_config(ns: argparse.Namespace, module: str | None, target: list[str
     for spec in cfg.reporters:  # validate reporters and their options before running anything
         make_reporter(spec.name, spec.options, reg)
     _cut_launcher_frames()
-    outcome = cfgmod.execute(cfg, registry=reg)
+    with _sigterm_unwinds():
+        outcome = cfgmod.execute(cfg, registry=reg)
     exit_code = outcome.exit_code
     if outcome.error is not None:
-        if isinstance(outcome.error, KeyboardInterrupt):
+        if isinstance(outcome.error, Terminated):
+            exit_code = _note_terminated(outcome.error)
+        elif isinstance(outcome.error, KeyboardInterrupt):
             exit_code = 130
         else:
             e = outcome.error

@@ -97,6 +97,14 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Release resources. Called after stop(), and on failure paths; must be idempotent."""
 
+    def snapshot(self) -> BackendResult | None:
+        """What was recorded so far, without stopping; None when the backend cannot tell.
+
+        Called from the Profiler's checkpoint thread while recording, so a run killed before
+        ``stop()`` still leaves a readable partial result. Must not disturb the recording.
+        """
+        return None
+
     # -- hooks -----------------------------------------------------------------------------------
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> AbstractContextManager[Any] | None:
         """Return a context manager that marks ``name`` in this backend's native trace, or None.

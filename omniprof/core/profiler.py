@@ -35,9 +35,18 @@ from omniprof.errors import (
     ProfilerStateError,
 )
 
-__all__ = ["Profiler", "RESULT_FILENAME"]
+__all__ = ["Profiler", "RESULT_FILENAME", "PARTIAL_FILENAME"]
 
 RESULT_FILENAME = "omniprof.result.json"
+#: Written in the session directory while recording and replaced by RESULT_FILENAME at the end;
+#: a run killed without warning (SIGKILL, OOM killer, power) leaves this readable partial result.
+PARTIAL_FILENAME = "omniprof.partial.json"
+#: Seconds between checkpoints; ``OMNIPROF_CHECKPOINT_S=0`` switches them off.
+CHECKPOINT_INTERVAL_S = 5.0
+CHECKPOINT_ENV = "OMNIPROF_CHECKPOINT_S"
+# A checkpoint may cost at most this share of the run: the next one waits 1/share times as long as
+# the last one took (a 1 s checkpoint of a huge profile is followed by >= 20 s of recording).
+_CHECKPOINT_MAX_SHARE = 0.05
 
 # Backends (by name) with a session running in this process, for single-session backends.
 _active: dict[str, Profiler] = {}
@@ -121,6 +130,10 @@ class Profiler:
         self._t0_ns = 0
         self._t0_unix_ns = 0
         self._lock = threading.RLock()
+        self._checkpointer: _Checkpointer | None = None
+        #: checkpoints written in this session, and the longest one's cost in ns.
+        self.checkpoints = 0
+        self.checkpoint_max_ns = 0
 
     # -- public API ----------------------------------------------------------------------------
     @property
@@ -304,9 +317,60 @@ class Profiler:
                           f"and the failure is recorded in the result", OmniprofWarning, stacklevel=_user_stacklevel())
         for name in self._recording:
             annotations.add_sink(self._backends[name])
+        self._start_checkpoints()
+
+    def _start_checkpoints(self) -> None:
+        interval = _checkpoint_interval_s()
+        if self.session_dir is None or interval <= 0:
+            return
+        self.checkpoints = 0
+        self.checkpoint_max_ns = 0
+        self.checkpoint()  # at once: even a run killed in its first second leaves a readable file
+        self._checkpointer = _Checkpointer(self, interval)
+        self._checkpointer.start()
+
+    def _stop_checkpoints(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
+
+    def checkpoint(self, *, blocking: bool = True) -> Path | None:
+        """Write what the recording backends hold so far to ``<session>/omniprof.partial.json``
+        (atomically, marked partial); returns its path, or None when there is no session directory.
+
+        Runs by itself every few seconds while recording with a ``logdir``; the file is removed once
+        the final result is saved, so only a run that never finished leaves it.
+        """
+        if not self._lock.acquire(blocking=blocking):
+            return None  # the profiler is busy stopping or stepping: the next round will do
+        try:
+            if self.session_dir is None or not self._recording:
+                return None
+            t0 = time.perf_counter_ns()
+            parts = []
+            for name in self._recording:
+                try:
+                    snap = self._backends[name].snapshot()
+                except Exception:  # a checkpoint never disturbs the run
+                    snap = None
+                parts.append(snap if snap is not None else BackendResult(backend=name))
+            note = ErrorRecord(source="omniprof", phase="run", type="Incomplete",
+                               message="checkpoint taken while recording: the run did not finish (killed or crashed)")
+            result = ProfileResult(metadata=self._metadata(self.clock.now_ns()), parts=tuple(parts), partial=True,
+                                   errors=(*self._errors, note))
+            try:
+                path = result.save(self.session_dir / PARTIAL_FILENAME)
+            except OSError:
+                return None
+            self.checkpoints += 1
+            self.checkpoint_max_ns = max(self.checkpoint_max_ns, time.perf_counter_ns() - t0)
+            return path
+        finally:
+            self._lock.release()
 
     def _save(self) -> None:
         """Stop every recording backend (each even if another fails), build and publish the result."""
+        self._stop_checkpoints()
         end_ns = self.clock.now_ns()
         parts: list[BackendResult] = []
         failures: list[tuple[str, BaseException]] = []
@@ -330,6 +394,7 @@ class Profiler:
         self._errors = []
         if self.session_dir is not None:
             result.save(self.session_dir / RESULT_FILENAME)
+            (self.session_dir / PARTIAL_FILENAME).unlink(missing_ok=True)
         if self.on_result is not None:
             self.on_result(result)
         if failures:
@@ -341,6 +406,7 @@ class Profiler:
                 f"{n!r}: {type(e).__name__}: {e}" for n, e in failures) + ". The other backends' data is in Profiler.result")
 
     def _close_all(self) -> None:
+        self._stop_checkpoints()
         for name, backend in list(self._backends.items()):
             annotations.remove_sink(backend)
             try:
@@ -350,6 +416,7 @@ class Profiler:
         self._backends = {}
 
     def _abort(self) -> None:
+        self._stop_checkpoints()
         for name in self._recording:
             annotations.remove_sink(self._backends[name])
             try:
@@ -371,6 +438,44 @@ class Profiler:
             backend_options={n: _opts_dict(o) for n, o in self._backend_opts.items()},
             start_unix_ns=self._t0_unix_ns, start_ns=self._t0_ns, end_ns=end_ns, label=self.label,
         )
+
+
+def _checkpoint_interval_s() -> float:
+    raw = os.environ.get(CHECKPOINT_ENV)
+    if raw is None or not raw.strip():
+        return CHECKPOINT_INTERVAL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"{CHECKPOINT_ENV} must be a number of seconds, 0 to switch checkpoints off "
+                                   f"(got {raw!r})") from None
+    return value if value == value and value > 0 else 0.0
+
+
+class _Checkpointer:
+    """A daemon thread calling ``Profiler.checkpoint()`` every ``interval_s`` (longer after a slow one)."""
+
+    def __init__(self, profiler: Profiler, interval_s: float) -> None:
+        self.profiler = profiler
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="omniprof-checkpoint", daemon=True)
+
+    def _run(self) -> None:
+        wait = self.interval_s
+        while not self._stop.wait(wait):
+            t0 = time.perf_counter_ns()
+            self.profiler.checkpoint(blocking=False)
+            cost_s = (time.perf_counter_ns() - t0) / 1e9
+            wait = max(self.interval_s, cost_s / _CHECKPOINT_MAX_SHARE)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 def _user_stacklevel() -> int:

@@ -427,11 +427,17 @@ class ProfileResult:
                 f"unsupported result schema_version {version!r}; this omniprof reads version {SCHEMA_VERSION}"
             )
         try:
-            return _structure(cls, data)
+            result = _structure(cls, data)
         except TraceReadError:
             raise
         except (TypeError, ValueError, KeyError, AttributeError) as e:
             raise TraceReadError(f"malformed result: {e}") from e
+        except RecursionError as e:
+            raise TraceReadError("malformed result: values nested too deeply") from e
+        problem = _reference_problem(result)
+        if problem:
+            raise TraceReadError(f"malformed result: {problem}")
+        return result
 
     def to_json(self, *, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False, ensure_ascii=False)
@@ -475,6 +481,28 @@ def load(path: str | os.PathLike[str]) -> ProfileResult:
         return ProfileResult.from_dict(data)
     except TraceReadError as e:
         raise TraceReadError(f"{path}: {e}") from e
+
+
+def _reference_problem(result: ProfileResult) -> str | None:
+    """The first broken index or negative duration in ``result`` (reporters rely on neither)."""
+    for i, part in enumerate(result.parts):
+        where = f"parts[{i}] ({part.backend})"
+        n_frames, n_stacks = len(part.frames), len(part.stacks)
+        for j, stack in enumerate(part.stacks):
+            for f in stack:
+                if not 0 <= f < n_frames:
+                    return f"{where}.stacks[{j}] refers to frame {f}, but there are {n_frames} frames"
+        for name, items in (("samples", part.samples), ("allocations", part.allocations)):
+            for j, item in enumerate(items):
+                if not 0 <= item.stack_id < n_stacks:
+                    return f"{where}.{name}[{j}].stack_id is {item.stack_id}, but there are {n_stacks} stacks"
+        for j, sample in enumerate(part.samples):
+            if sample.weight_ns < 0:
+                return f"{where}.samples[{j}].weight_ns is negative ({sample.weight_ns})"
+        for j, span in enumerate(part.spans):
+            if span.dur_ns < 0:
+                return f"{where}.spans[{j}].dur_ns is negative ({span.dur_ns})"
+    return None
 
 
 # -- (un)structuring: explicit, no pickle, no eval ------------------------------------------------

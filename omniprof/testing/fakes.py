@@ -96,9 +96,16 @@ class FakeBackend(Backend):
 
     def stop(self) -> BackendResult:
         self._maybe_fail("stop")
+        return self._result()
+
+    def snapshot(self) -> BackendResult:
+        """The session so far (its annotations up to now), for checkpoints."""
+        return self._result()
+
+    def _result(self) -> BackendResult:
         t1 = self._now()
         spans = [Span(self.options.span_name, "main", self._t0, t1 - self._t0, category="fake")]
-        spans += [Span(n, "main", s, e - s, category="annotation") for n, s, e in self._annotations]
+        spans += [Span(n, "main", s, e - s, category="annotation") for n, s, e in list(self._annotations)]
         return BackendResult(backend=self.name, clock=ClockInfo(name=f"{self.clock.name}-shifted" if self.options.clock_shift_ns
                                                                 else self.clock.name,
                                                                 offset_ns=self.options.clock_shift_ns),

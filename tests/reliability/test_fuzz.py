@@ -1,0 +1,414 @@
+"""Bad input, fuzzed: options, config files, CLI arguments and file readers.
+
+Every property states the same promise: the outcome is a valid object or one of omniprof's
+documented errors with a clear one-line-ish message, never a traceback from deep inside, a hang,
+or a value accepted that the documented rules forbid.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import string
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import omniprof
+from omniprof.cli import main
+from omniprof.core import config as cfgmod
+from omniprof.core.options import ADVANCED_KEYS, ProfileOptions
+from omniprof.core.readers import read_any
+from omniprof.core.registry import get_registry, options_for
+from omniprof.core.results import ProfileResult
+from omniprof.errors import ConfigError, InvalidArgumentError, OmniprofError, PluginError, TraceReadError
+from omniprof.testing.fakes import make_result
+from tests.reliability.conftest import FUZZ
+
+# -- value strategies --------------------------------------------------------------------------------
+scalars = st.one_of(
+    st.none(), st.booleans(),
+    st.integers(min_value=-3, max_value=5),
+    st.integers(),  # huge ones too
+    st.sampled_from([2**31 - 1, 2**31, 2**63, -(2**63), 10**30]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.text(alphabet=st.characters(min_codepoint=0x80), max_size=8),  # unicode only
+    st.binary(max_size=8),
+)
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                          max_size=3), max_leaves=8)
+PROFILE_FIELDS = ["host_tracer_level", "device_tracer_level", "python_tracer_level", "advanced_configuration"]
+
+
+def near(words: list[str]) -> st.SearchStrategy[str]:
+    """Valid names, names one typo away, and random text."""
+    typo = st.tuples(st.sampled_from(words), st.integers(0, 30)).map(lambda t: t[0][:t[1]] + t[0][t[1] + 1:])
+    return st.one_of(st.sampled_from(words), st.sampled_from(words), st.sampled_from(words), typo, st.text(max_size=12))
+
+
+def _clear(msg: str) -> bool:
+    """A clear message: non-empty, no Python traceback, no repr of an internal object."""
+    return bool(msg.strip()) and "Traceback" not in msg and " object at 0x" not in msg
+
+
+def _ok_level(value: object, allowed: range) -> bool:
+    return type(value) is int and value in allowed
+
+
+def _ok_advanced(key: str, value: object) -> bool:
+    k = ADVANCED_KEYS.get(key) if isinstance(key, str) else None
+    if k is None:
+        return False
+    if k.kind == "enum":
+        return isinstance(value, str) and value in k.allowed
+    if k.kind == "int":
+        return type(value) is int and k.lo <= value <= k.hi
+    if k.kind == "bool":
+        return type(value) is bool
+    return isinstance(value, str)  # metrics: a string, names checked by the validator
+
+
+# -- ProfileOptions and advanced_configuration -------------------------------------------------------
+@FUZZ
+@given(st.dictionaries(near(PROFILE_FIELDS), st.sampled_from([0, 1, 2, 3]) | values, max_size=4))
+def test_profile_options_fuzzed(tally, data):
+    """ProfileOptions.from_dict accepts exactly the documented values; anything else raises
+    InvalidArgumentError naming the key."""
+    try:
+        opts = ProfileOptions.from_dict(data)
+    except InvalidArgumentError as e:
+        tally.case("ProfileOptions.from_dict", "rejected")
+        assert _clear(str(e))
+        assert any(repr(k) in str(e) or k in str(e) for k in data if isinstance(k, str)), str(e)
+        return
+    tally.case("ProfileOptions.from_dict", "accepted")
+    assert set(data) <= set(PROFILE_FIELDS)
+    assert _ok_level(opts.host_tracer_level, range(4))
+    assert _ok_level(opts.device_tracer_level, range(2))
+    assert _ok_level(opts.python_tracer_level, range(2))
+    assert ProfileOptions.from_dict(opts.to_dict()) == opts
+
+
+@FUZZ
+@given(st.dictionaries(near(list(ADVANCED_KEYS)), values | st.sampled_from(["TRACE_COMPUTE", 64, 4096, 4097, True]),
+                       max_size=4))
+def test_advanced_configuration_fuzzed(tally, adv):
+    """advanced_configuration accepts a key only with a value of its documented type and range; an
+    unknown key is named with the valid ones."""
+    try:
+        opts = ProfileOptions(advanced_configuration=adv)
+    except InvalidArgumentError as e:
+        tally.case("advanced_configuration", "rejected")
+        assert _clear(str(e)) and "advanced_configuration" in str(e)
+        assert not all(_ok_advanced(k, v) for k, v in adv.items()) or any(
+            ADVANCED_KEYS[k].kind == "metrics" for k in adv), (adv, str(e))
+        return
+    tally.case("advanced_configuration", "accepted")
+    assert all(_ok_advanced(k, v) for k, v in adv.items()), adv
+    for k, v in adv.items():
+        assert opts.advanced(k) == v
+
+
+def _backend_classes() -> list[tuple[str, type]]:
+    reg = get_registry()
+    out = []
+    for info in reg.infos(probe=False):
+        if info.kind == "backend" and info.status != "broken":
+            try:
+                out.append((info.name, reg.backend(info.name)))
+            except OmniprofError:
+                continue
+    return out
+
+
+def _field_names(cls: type) -> list[str]:
+    import attrs
+
+    return [a.name for a in attrs.fields(cls.Options)] or ["x"]
+
+
+@FUZZ
+@given(st.data())
+def test_backend_options_fuzzed(tally, data):
+    """Every installed backend's Options: a random mapping builds valid options or raises
+    InvalidArgumentError naming the backend."""
+    name, cls = data.draw(st.sampled_from(_backend_classes()), label="backend")
+    given_opts = data.draw(st.dictionaries(near(_field_names(cls)), values | st.integers(0, 10) | st.floats(0, 2),
+                                           max_size=4), label="options")
+    try:
+        opts = options_for("backend", name, cls, given_opts)
+    except (InvalidArgumentError, PluginError) as e:
+        tally.case(f"backend options ({name})", "rejected")
+        assert _clear(str(e)) and name in str(e), str(e)
+        return
+    tally.case(f"backend options ({name})", "accepted")
+    assert isinstance(opts, cls.Options)
+    for k, v in given_opts.items():
+        got = getattr(opts, k)
+        assert got == v or (isinstance(v, float) and math.isnan(v) and math.isnan(got)), (k, v, got)
+
+
+# -- config files -------------------------------------------------------------------------------------
+toml_scalars = st.one_of(
+    st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=15), st.sampled_from(["cpu", "table", "json", "nosuch", "", "../../x", "é☃"]),
+)
+toml_values = st.recursive(toml_scalars, lambda inner: st.lists(inner, max_size=3), max_leaves=5)
+known_keys = list(cfgmod.TOP_KEYS)
+
+
+def _toml_key(k: str) -> str:
+    return k if k and all(c in string.ascii_letters + string.digits + "_-" for c in k) else json.dumps(k)
+
+
+def _toml_val(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else ("inf" if v == math.inf else "-inf" if v == -math.inf else repr(v))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    return "[" + ", ".join(_toml_val(x) for x in v) + "]"
+
+
+@st.composite
+def config_texts(draw: st.DrawFn) -> str:
+    lines = []
+    for key, val in draw(st.dictionaries(near(known_keys), toml_values, max_size=5)).items():
+        lines.append(f"{_toml_key(key)} = {_toml_val(val)}")
+    for table in draw(st.lists(st.sampled_from(["options", "backends.cpu", "backends.nosuch", "reporters.json",
+                                                "reporters.table", "schedule", "profiles.fast", "env", "weird"]),
+                               max_size=3, unique=True)):
+        lines.append(f"[{table}]")
+        keys = {"options": PROFILE_FIELDS, "backends.cpu": ["interval_s", "max_samples", "engine"],
+                "schedule": ["wait", "warmup", "active", "repeat", "skip_first"]}.get(table, ["output", "x", "logdir"])
+        for key, val in draw(st.dictionaries(near(keys), toml_values, max_size=3)).items():
+            lines.append(f"{_toml_key(key)} = {_toml_val(val)}")
+    text = "\n".join(lines) + "\n"
+    cut = draw(st.sampled_from([None, None, None, "truncate", "garbage"]))
+    if cut == "truncate":
+        text = text[:draw(st.integers(0, len(text)))]
+    elif cut == "garbage":
+        i = draw(st.integers(0, len(text)))
+        text = text[:i] + draw(st.text(max_size=5)) + text[i:]
+    return text
+
+
+@FUZZ
+@given(config_texts())
+def test_config_files_fuzzed(tally, tmp_path_factory, text):
+    """A config file with wrong types, unknown keys, huge values, unicode, truncation or garbage
+    loads into a RunConfig or raises one ConfigError listing problems with file and key."""
+    d = tmp_path_factory.mktemp("cfg")
+    path = d / "omniprof.toml"
+    path.write_text(text, encoding="utf-8")
+    try:
+        cfg = cfgmod.load_config(path, environ={})
+    except ConfigError as e:
+        tally.case("config file", "rejected")
+        assert e.problems and all(_clear(p) for p in e.problems)
+        assert all(str(path) in p or "omniprof.toml" in p for p in e.problems), e.problems
+        assert cfgmod.check_config(path), "check_config must find the problems load_config found"
+        return
+    tally.case("config file", "accepted")
+    assert isinstance(cfg.options, ProfileOptions)
+    known = {i.name for i in get_registry().infos(probe=False)}
+    assert set(cfg.backends) <= known and {r.name for r in cfg.reporters} <= known
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_config_bytes_fuzzed(tally, tmp_path_factory, raw):
+    """A config file of arbitrary bytes (non-UTF-8, NULs, empty) is a ConfigError or a config."""
+    path = tmp_path_factory.mktemp("cfgb") / "omniprof.toml"
+    path.write_bytes(raw)
+    try:
+        cfgmod.load_config(path, environ={})
+    except ConfigError as e:
+        tally.case("config bytes", "rejected")
+        assert all(_clear(p) for p in e.problems)
+        return
+    tally.case("config bytes", "accepted")
+
+
+# -- CLI arguments ------------------------------------------------------------------------------------
+cli_tokens = st.one_of(
+    st.sampled_from(["run", "report", "plugins", "config", "check", "show", "diff", "-b", "-r", "-O", "-R", "-o",
+                     "--logdir", "--config", "--profile", "--no-plugin", "--plugins", "--no-probe", "-m", "--",
+                     "--format", "json", "--threshold-pct", "nan", "-1", "cpu", "table", "nosuch",
+                     "host_tracer_level=9", "cpu.interval_s=-1", "table.x=1", "missing.py", "missing.json",
+                     "omniprof_fuzz_nosuch_module", "--version", "-v", "--label", "é"]),
+    st.text(alphabet=st.characters(blacklist_characters=":\x00", blacklist_categories=("Cs",)), max_size=10),
+)
+
+
+@st.composite
+def command_lines(draw: st.DrawFn) -> list[str]:
+    """Half structured (a real subcommand, real files, option pairs with fuzzed values), half noise."""
+    if draw(st.booleans()):
+        return draw(st.lists(cli_tokens, max_size=7))
+    cmd = draw(st.sampled_from([["run", "ok.py"], ["run", "fail.py"], ["report", "ok.json"], ["report", "bad.json"],
+                                ["diff", "ok.json", "ok.json"], ["config", "check", "omniprof.toml"],
+                                ["config", "show", "omniprof.toml"], ["plugins", "--no-probe"]]))
+    flags = {"run": ["-b", "-O", "-r", "-R", "-o", "--logdir", "--label"], "report": ["-r", "-R", "-o"],
+             "diff": ["--threshold-pct", "--min-share-pct", "--max-rows", "--format"],
+             "config": ["--profile", "--format"], "plugins": ["--no-plugin"]}[cmd[0]]
+    extra: list[str] = []
+    for flag in draw(st.lists(st.sampled_from(flags), max_size=3)):
+        extra += [flag, draw(cli_tokens | st.sampled_from(["table", "json", "out", "cpu.interval_s=0.01", "2",
+                                                           "json.indent=2", "-5", "1e309", "text"]))]
+    if cmd[0] == "run":
+        return ["run", *extra, *cmd[1:], *draw(st.lists(cli_tokens, max_size=2))]
+    return [*cmd, *extra]
+
+
+FILES = {"ok.py": "x = sum(range(1000))\n", "fail.py": "raise ValueError('target failed')\n",
+         "bad.json": '{"schema_version": 1, "parts": [', "omniprof.toml": 'backend = "cpu"\nrepeats = 2\n[options]\nhost_tracer_level = 7\n'}
+
+
+@FUZZ
+@given(command_lines())
+def test_cli_arguments_fuzzed(tally, tmp_path_factory, capsys, monkeypatch, argv):
+    """Any command line exits 0, 1 or 2 with a one-line 'omniprof: error:' or usage message (or the
+    target's own traceback), never an uncaught exception from omniprof."""
+    d = tmp_path_factory.mktemp("cli")
+    for name, text in FILES.items():
+        (d / name).write_text(text)
+    make_result().save(d / "ok.json")
+    monkeypatch.chdir(d)
+    monkeypatch.delenv("OMNIPROF_CONFIG", raising=False)
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    tally.case("CLI argv", f"exit {rc}")
+    assert rc in (0, 1, 2), (argv, rc, err)
+    if rc:
+        if "Traceback" in err:  # only the target's own, as python prints it
+            assert "target failed" in err and "omniprof/" not in err, (argv, err)
+        else:
+            assert "omniprof" in err or "usage" in err or (rc == 2 and "usage" in out), (argv, err)
+
+
+# -- file readers -------------------------------------------------------------------------------------
+def _valid_result_bytes() -> bytes:
+    return make_result().to_json().encode()
+
+
+def _mutate_json(data: object, path: list, new: object) -> object:
+    if not path:
+        return new
+    key, rest = path[0], path[1:]
+    if isinstance(data, dict) and data:
+        k = list(data)[key % len(data)]
+        return {**data, k: _mutate_json(data[k], rest, new)}
+    if isinstance(data, list) and data:
+        i = key % len(data)
+        return [*data[:i], _mutate_json(data[i], rest, new), *data[i + 1:]]
+    return new
+
+
+@st.composite
+def damaged_files(draw: st.DrawFn) -> tuple[str, bytes]:
+    raw = _valid_result_bytes()
+    how = draw(st.sampled_from(["truncate", "flip", "value", "drop", "empty", "random", "gzip-truncate", "deep",
+                                "wrong-format", "huge"]))
+    if how == "truncate":
+        return how, raw[:draw(st.integers(0, len(raw) - 1))]
+    if how == "flip":
+        i = draw(st.integers(0, len(raw) - 1))
+        return how, raw[:i] + bytes([raw[i] ^ draw(st.integers(1, 255))]) + raw[i + 1:]
+    if how == "value":
+        path = draw(st.lists(st.integers(0, 50), min_size=1, max_size=6))
+        new = draw(values | st.sampled_from([-1, -(10**20), 10**40, "", [], {}]))
+        new = json.loads(json.dumps(new, default=repr)) if not isinstance(new, bytes) else new.hex()
+        return how, json.dumps(_mutate_json(json.loads(raw), path, new), allow_nan=True).encode()
+    if how == "drop":
+        data = json.loads(raw)
+        part = data["parts"][draw(st.integers(0, len(data["parts"]) - 1))]
+        for k in draw(st.lists(st.sampled_from(sorted(part)), max_size=3)):
+            part.pop(k, None)
+        key = draw(st.sampled_from(["frames", "stacks", "tracks", "threads"]))
+        if isinstance(part.get(key), list) and part[key]:
+            part[key] = part[key][:-1]  # dangling references
+        return how, json.dumps(data).encode()
+    if how == "empty":
+        return how, b""
+    if how == "random":
+        return how, draw(st.binary(max_size=64))
+    if how == "gzip-truncate":
+        z = gzip.compress(raw)
+        return how, z[:draw(st.integers(2, len(z) - 1))]
+    if how == "deep":
+        depth = draw(st.sampled_from([50, 500, 5000, 100_000]))
+        data = json.loads(raw)
+        inner = "[" * depth + "]" * depth
+        return how, json.dumps(data)[:-1].encode() + b', "x": ' + inner.encode() + b"}" if draw(st.booleans()) else \
+            raw.replace(b'"args": {}', b'"args": {"k": ' + inner.encode() + b"}", 1)
+    if how == "wrong-format":
+        return how, draw(st.sampled_from([b'{"traceEvents": 5}', b"[1, 2, 3]", b'{"schema_version": 99}',
+                                          b"\x89PNG\r\n", b'{"parts": "x", "schema_version": 1}', b"null", b"  ",
+                                          b'{"schema_version": 1, "parts": [{"backend": 7}]}']))
+    return how, b'{"schema_version": 1, "metadata": {"label": "' + b"x" * 5_000_000 + b'"}, "parts": []}'
+
+
+def _check_loaded(result: ProfileResult) -> None:
+    """A result that loads is internally consistent, so reporters can render it."""
+    assert ProfileResult.from_dict(result.to_dict()) == result
+    for part in result.parts:
+        for s in part.samples:
+            assert 0 <= s.stack_id < len(part.stacks) and s.weight_ns >= 0
+        for stack in part.stacks:
+            assert all(0 <= i < len(part.frames) for i in stack)
+        for a in part.allocations:
+            assert 0 <= a.stack_id < len(part.stacks)
+        for sp in part.spans:
+            assert sp.dur_ns >= 0
+    for name in ("table", "json", "collapsed", "speedscope", "pprof"):
+        import io
+        import tempfile
+
+        rep = omniprof.core.reporting.make_reporter(name)
+        if rep.output == "stream":
+            omniprof.report(result, name, io.StringIO())
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                omniprof.report(result, name, Path(d))
+
+
+@FUZZ
+@given(damaged_files(), st.sampled_from(["run.json", "run.json.gz", "trace.pt.trace.json", "noext"]))
+def test_result_reader_fuzzed(tally, tmp_path_factory, damaged, name):
+    """A truncated, corrupted, empty, wrongly typed, deeply nested, huge or wrong-format file read
+    with read_any gives a consistent result every reporter renders, or a TraceReadError naming the file."""
+    how, raw = damaged
+    path = tmp_path_factory.mktemp("rd") / name
+    path.write_bytes(raw)
+    try:
+        result = read_any(path)
+    except TraceReadError as e:
+        tally.case(f"reader: {how}", "TraceReadError")
+        assert _clear(str(e)) and path.name in str(e), str(e)[:300]
+        assert len(str(e)) < 2000
+        return
+    tally.case(f"reader: {how}", "read")
+    _check_loaded(result)
+
+
+def test_reader_unreadable_paths(tmp_path, tally):
+    """A missing file, a directory without traces, and an unreadable file give TraceReadError."""
+    cases = {"missing": tmp_path / "nope.json", "dir": tmp_path}
+    locked = tmp_path / "locked.json"
+    locked.write_bytes(_valid_result_bytes())
+    locked.chmod(0)
+    if os.geteuid() != 0:
+        cases["unreadable"] = locked
+    for what, p in cases.items():
+        with pytest.raises(TraceReadError):
+            read_any(p)
+        tally.case("reader: paths", what)
