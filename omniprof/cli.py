@@ -154,15 +154,35 @@ def _parser() -> _Parser:
     diff = sub.add_parser("diff", help="compare two results: function, op and kernel tables")
     diff.add_argument("a", help="baseline result (or any readable trace)")
     diff.add_argument("b", help="new result")
-    diff.add_argument("--threshold-pct", type=float, default=10.0,
+    diff.add_argument("--threshold-pct", type=_nonneg_float, default=10.0,
                       help="an entry regressed when its time grew by more than this percent (default 10)")
-    diff.add_argument("--min-share-pct", type=float, default=1.0,
+    diff.add_argument("--min-share-pct", type=_nonneg_float, default=1.0,
                       help="judge only entries with at least this share of their table in A or B (default 1)")
     diff.add_argument("--fail-on-regression", action="store_true", help="exit 1 when something regressed")
-    diff.add_argument("--max-rows", type=int, default=20, help="rows shown per table (default 20)")
+    diff.add_argument("--max-rows", type=_nonneg_int, default=20, help="rows shown per table (default 20)")
     diff.add_argument("--format", choices=("text", "json"), default="text")
     _plugin_args(diff)
     return p
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number (got {text!r})") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (got {text!r})")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number (got {text!r})") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text!r})")
+    return value
 
 
 def _plugin_args(p: argparse.ArgumentParser) -> None:
@@ -388,6 +408,7 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
         raise UsageError(f"omniprof run: cannot open file {target[0]!r}: no such file")
     _cut_launcher_frames()
     exit_code = 0
+    omniprof_status = 0
     saved_argv, saved_path0 = list(sys.argv), sys.path[0] if sys.path else None
     if is_module:
         sys.argv = [module or "", *target]
@@ -406,10 +427,13 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
     except Terminated as e:
         exit_code = _note_terminated(e)
     except KeyboardInterrupt:
-        traceback.print_exc()
+        _print_user_traceback()
         exit_code = 130
-    except OmniprofError:
-        raise
+    except OmniprofError as e:
+        if not prof.results:
+            raise
+        print(f"omniprof: error: {e}", file=sys.stderr)  # e.g. the session could not be saved
+        omniprof_status = 1
     except BaseException:
         _print_user_traceback()
         exit_code = 1
@@ -423,7 +447,7 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
         if prof.session_dir is not None:
             print(f"omniprof: session saved in {prof.session_dir}", file=sys.stderr)
         if exit_code == 0:
-            exit_code = status
+            exit_code = status or omniprof_status
     return exit_code
 
 
@@ -507,6 +531,9 @@ def _cmd_run_config(ns: argparse.Namespace, module: str | None, target: list[str
             _print_exception(type(e), e, e.__traceback__)
             exit_code = 1
     status = 0
+    if outcome.problem is not None:
+        print(f"omniprof: error: {outcome.problem}", file=sys.stderr)
+        status = 1
     for result in outcome.results:
         for spec in cfg.reporters:
             if spec.output and not ns.outdir:  # an explicit output file from the config

@@ -918,6 +918,8 @@ class RunOutcome:
         exit_code: the target's ``SystemExit`` code (0 when it returned normally).
         error: the exception the target raised (not SystemExit), or None.
         session_dir: the last session directory, when ``logdir`` was set.
+        problem: omniprof's own failure after results were recorded (e.g. the session could not be
+            saved), or None.
     """
 
     results: list[Any] = attrs.field(factory=list)
@@ -925,6 +927,7 @@ class RunOutcome:
     exit_code: int = 0
     error: BaseException | None = None
     session_dir: Path | None = None
+    problem: OmniprofError | None = None
 
 
 @contextlib.contextmanager
@@ -1032,8 +1035,10 @@ def execute(cfg: RunConfig, *, registry: Any = None, clock: Any = None) -> RunOu
                     prof.step()
         except SystemExit:
             pass
-        except OmniprofError:
-            raise
+        except OmniprofError as e:
+            if not prof.results:
+                raise
+            out.problem = e  # e.g. the session could not be saved: the results still get reported
         except BaseException as e:  # the target's failure: reported, the partial result kept
             out.error = e
     out.results = list(prof.results)

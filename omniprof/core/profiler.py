@@ -30,6 +30,7 @@ from omniprof.core.schedule import TRANSITIONS, Action, Schedule
 from omniprof.errors import (
     BackendError,
     InvalidArgumentError,
+    OmniprofError,
     OmniprofWarning,
     PluginError,
     ProfilerStateError,
@@ -204,7 +205,15 @@ class Profiler:
             self._errors.append(ErrorRecord(source="workload", phase="run", type=exc_type.__name__,
                                             message=_one_line(exc)))
         if self._started:
-            self.stop()
+            if exc is None:
+                self.stop()
+            else:
+                try:
+                    self.stop()
+                except OmniprofError as e:
+                    # The workload's own exception wins; omniprof's failure is in the result and warned.
+                    warnings.warn(f"{e} (while the profiled code raised {exc_type.__name__})", OmniprofWarning,
+                                  stacklevel=2)
         # Returning None lets the workload's exception propagate unchanged.
 
     def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -390,11 +399,17 @@ class Profiler:
             partial=bool(self._errors),
             errors=tuple(self._errors),
         )
-        self.results.append(result)
         self._errors = []
+        save_error: OSError | None = None
         if self.session_dir is not None:
-            result.save(self.session_dir / RESULT_FILENAME)
-            (self.session_dir / PARTIAL_FILENAME).unlink(missing_ok=True)
+            try:
+                result.save(self.session_dir / RESULT_FILENAME)
+                (self.session_dir / PARTIAL_FILENAME).unlink(missing_ok=True)
+            except OSError as e:  # disk full, read-only: the result stays in memory for the reporters
+                save_error = e
+                result = result.evolve(partial=True, errors=(*result.errors, ErrorRecord(
+                    source="omniprof", phase="save", type=type(e).__name__, message=_one_line(e))))
+        self.results.append(result)
         if self.on_result is not None:
             self.on_result(result)
         if failures:
@@ -404,6 +419,8 @@ class Profiler:
                                    f"data is in Profiler.result (marked partial)", plugin=name) from e
             raise BackendError("backends failed to stop: " + "; ".join(
                 f"{n!r}: {type(e).__name__}: {e}" for n, e in failures) + ". The other backends' data is in Profiler.result")
+        if save_error is not None:
+            raise save_error
 
     def _close_all(self) -> None:
         self._stop_checkpoints()

@@ -105,9 +105,9 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
         text = path.read_text(encoding="utf-8")
         data = tomllib.loads(text)
     except OSError as e:
-        raise ConfigError([f"cannot read plugins file: {e.strerror or e}"], path=str(path)) from e
+        raise ConfigError([f"cannot read plugins file {str(path)!r}: {e.strerror or e}"], path=str(path)) from e
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError([f"invalid TOML: {e}"], path=str(path)) from e
+        raise ConfigError([f"{path}: invalid TOML: {e}"], path=str(path)) from e
     problems: list[str] = []
     plugins = []
     for top, table in data.items():

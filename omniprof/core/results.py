@@ -484,10 +484,17 @@ def load(path: str | os.PathLike[str]) -> ProfileResult:
 
 
 def _reference_problem(result: ProfileResult) -> str | None:
-    """The first broken index or negative duration in ``result`` (reporters rely on neither)."""
+    """The first index in ``result`` that points nowhere (reporters rely on every one)."""
+    for name in ("backends", "argv"):
+        for j, item in enumerate(getattr(result.metadata, name)):
+            if not isinstance(item, str):
+                return f"metadata.{name}[{j}] must be a string (got {item!r})"
     for i, part in enumerate(result.parts):
         where = f"parts[{i}] ({part.backend})"
         n_frames, n_stacks = len(part.frames), len(part.stacks)
+        for key, summary in part.summaries.items():
+            if not isinstance(summary, Mapping):
+                return f"{where}.summaries[{key!r}] must be an object of named values (got {summary!r})"
         for j, stack in enumerate(part.stacks):
             for f in stack:
                 if not 0 <= f < n_frames:
@@ -496,12 +503,6 @@ def _reference_problem(result: ProfileResult) -> str | None:
             for j, item in enumerate(items):
                 if not 0 <= item.stack_id < n_stacks:
                     return f"{where}.{name}[{j}].stack_id is {item.stack_id}, but there are {n_stacks} stacks"
-        for j, sample in enumerate(part.samples):
-            if sample.weight_ns < 0:
-                return f"{where}.samples[{j}].weight_ns is negative ({sample.weight_ns})"
-        for j, span in enumerate(part.spans):
-            if span.dur_ns < 0:
-                return f"{where}.spans[{j}].dur_ns is negative ({span.dur_ns})"
     return None
 
 

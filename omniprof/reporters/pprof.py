@@ -187,7 +187,7 @@ def encode_profile(profile: StackProfile, result: ProfileResult, opts: PprofOpti
     for m in function_msgs:
         _bytes(5, m, out)
     md = result.metadata
-    version = md.versions.get("omniprof") or ""
+    version = str(md.versions.get("omniprof") or "")  # free-form metadata: a number must not break the report
     comments = [" ".join(x for x in ("omniprof", version, profile.source, "of", ", ".join(md.backends) or "-") if x)]
     comments += [f"not recorded: {loss.source}: {loss.count} {loss.unit} ({loss.kind}) {loss.detail}".rstrip()
                  for loss in result.losses]

@@ -13,6 +13,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+collect_ignore = ["raises_at_import.py"]
+
 # Bounded so the whole campaign stays well under 3 minutes on 2 shared cores; raise with
 # OMNIPROF_FUZZ_EXAMPLES for a longer local campaign.
 MAX_EXAMPLES = int(os.environ.get("OMNIPROF_FUZZ_EXAMPLES", "150"))

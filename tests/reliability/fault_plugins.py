@@ -1,0 +1,33 @@
+"""Plugins that fail on purpose, loaded by the fault tests through a plugins.toml."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from omniprof.core.results import BackendResult
+from omniprof.reporters.base import Reporter
+from omniprof.testing.fakes import FakeBackend
+
+
+class FailingReporter(Reporter):
+    """A stream reporter that fails while writing."""
+
+    name: ClassVar[str] = "boom"
+
+    def report(self, result, dest):
+        dest.write("partial output before the failure\n")
+        raise RuntimeError("reporter exploded")
+
+
+class FailingStartBackend(FakeBackend):
+    name: ClassVar[str] = "failstart"
+
+    def start(self) -> None:
+        raise RuntimeError("device busy")
+
+
+class FailingStopBackend(FakeBackend):
+    name: ClassVar[str] = "failstop"
+
+    def stop(self) -> BackendResult:
+        raise RuntimeError("lost connection")
