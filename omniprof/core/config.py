@@ -306,7 +306,7 @@ def read_layers(path: str | os.PathLike[str] | None, profile: str | None = None,
     problems: list[str] = []
     name = str(p)
     base = {k: val for k, val in data.items() if k != "profiles"}
-    layers = [Layer(_resolve_paths(base, base_dir), name, lines, prefix, base_dir)]
+    layers = [Layer(_resolve_paths(base, base_dir, problems, (name, lines, prefix)), name, lines, prefix, base_dir)]
     profiles = data.get("profiles", {})
     if profile is not None:
         if not isinstance(profiles, dict) or profile not in profiles:
@@ -318,20 +318,44 @@ def read_layers(path: str | os.PathLike[str] | None, profile: str | None = None,
             problems.append(f"{name}:{line_of(lines, (*prefix, 'profiles', profile))}: $.profiles.{profile}: "
                             f"must be a table")
         else:
-            layers.append(Layer(_resolve_paths(profiles[profile], base_dir), name, lines,
+            layers.append(Layer(_resolve_paths(profiles[profile], base_dir, problems,
+                                               (name, lines, (*prefix, "profiles", profile))), name, lines,
                                 (*prefix, "profiles", profile), base_dir))
     return layers, problems
 
 
-def _resolve_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+_WRITTEN_PATH_KEYS = ("logdir", "outdir")
+
+
+def _resolve_paths(data: dict[str, Any], base_dir: Path, problems: list[str] | None = None,
+                   where: tuple[str, dict[tuple[str, ...], int], tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """Relative paths are taken from the config file's directory. An output path (``logdir``,
+    ``outdir``, a reporter's ``output``) written relatively may not climb out of that directory
+    with ``..``: a config file from a checkout cannot make omniprof write elsewhere unless it
+    spells the place out as an absolute path."""
     out = copy.deepcopy(data)
+
+    def escape_check(path: tuple[str, ...], value: str) -> None:
+        if problems is None or where is None or os.path.isabs(value):
+            return
+        target = os.path.normpath(os.path.join(base_dir, value))
+        if os.path.commonpath([target, str(base_dir)]) != str(base_dir):
+            name, lines, prefix = where
+            line = line_of(lines, (*prefix, *path))
+            problems.append(f"{name}:{line}: {show_path(path)}: {value!r} leads outside the config file's directory "
+                            f"({base_dir}); relative output paths must stay inside it. Write an absolute path to "
+                            f"put output elsewhere")
+
     for key in _PATH_KEYS:
         if isinstance(out.get(key), str) and out[key]:
+            if key in _WRITTEN_PATH_KEYS:
+                escape_check((key,), out[key])
             out[key] = str(base_dir / out[key])
     reps = out.get("reporters")
     if isinstance(reps, dict):
-        for spec in reps.values():
+        for rname, spec in reps.items():
             if isinstance(spec, dict) and isinstance(spec.get("output"), str) and spec["output"]:
+                escape_check(("reporters", str(rname), "output"), spec["output"])
                 spec["output"] = str(base_dir / spec["output"])
     return out
 

@@ -9,14 +9,51 @@ the file was fetched once (with a timeout).
 from __future__ import annotations
 
 import http.server
+import ipaddress
 import os
+import re
 import threading
 import urllib.parse
+import warnings
 from pathlib import Path
 
-from omniprof.errors import InvalidArgumentError, OmniprofError
+from omniprof.errors import InvalidArgumentError, OmniprofError, OmniprofWarning
 
-__all__ = ["TraceFileServer", "perfetto_link", "PERFETTO_ORIGIN"]
+__all__ = ["TraceFileServer", "perfetto_link", "PERFETTO_ORIGIN", "LOOPBACK", "check_bind_address", "is_loopback"]
+
+#: The address every omniprof server binds unless the user names another one.
+LOOPBACK = "127.0.0.1"
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_address(host: object, what: str = "server") -> str:
+    """Validate an address to bind; warn when it is not loopback. Returns it.
+
+    Raises:
+        InvalidArgumentError: ``host`` is not an IP address or host name.
+    """
+    if not isinstance(host, str) or not host:
+        raise InvalidArgumentError(f"the {what} address must be an IP address or host name (got {host!r})")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOSTNAME.match(host):
+            raise InvalidArgumentError(f"the {what} address {host!r} is neither an IP address nor a host name; "
+                                       f"leave it out to bind {LOOPBACK}") from None
+    if not is_loopback(host):
+        warnings.warn(f"omniprof {what} binds {host}, not {LOOPBACK}: other machines on the network can reach "
+                      f"it. Leave the address out to keep it on this machine", OmniprofWarning, stacklevel=3)
+    return host
 
 PERFETTO_ORIGIN = "https://ui.perfetto.dev"
 
@@ -37,9 +74,10 @@ class TraceFileServer:
     served once or the timeout passes.
     """
 
-    def __init__(self, path: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 9001) -> None:
+    def __init__(self, path: str | os.PathLike[str], host: str = LOOPBACK, port: int = 9001) -> None:
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise InvalidArgumentError(f"'port' must be an integer between 0 and 65535 (got {port!r})")
+        check_bind_address(host, "trace server")
         self.path = Path(path)
         if not self.path.is_file():
             raise InvalidArgumentError(f"no trace file to serve at {str(self.path)!r}")
