@@ -1,0 +1,78 @@
+"""Limits: every cap that stops recording is detected, counted in the result (``Loss``), warned
+about and shown by the reporters; nothing truncated or empty is presented as a success."""
+
+from __future__ import annotations
+
+import io
+import time
+import warnings
+
+import pytest
+
+import omniprof
+from omniprof.backends.cpu.sampler import Sampler
+from omniprof.errors import DataLossWarning
+from omniprof.testing.fakes import FakeClock
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(range(500))
+
+
+@pytest.mark.parametrize("engine", ["signal", "thread"])
+def test_sampler_buffer_full_counted_warned_reported(engine, tally):
+    """A full sample buffer stops recording; the samples not taken are counted in the result's
+    losses, warned about once, and shown by the table report."""
+    with pytest.warns(DataLossWarning, match="sample buffer is full") as rec:
+        with omniprof.Profiler(backend="cpu", backend_options={"cpu": {"max_samples": 20, "engine": engine,
+                                                                       "interval_s": 0.001}}) as prof:
+            _busy(0.4)
+    assert len([w for w in rec if issubclass(w.category, DataLossWarning)]) == 1
+    part = prof.result.part("cpu")
+    assert len(part.samples) == 20
+    (loss,) = [x for x in prof.result.losses if x.kind == "samples_dropped"]
+    assert loss.count > 0 and loss.source == "cpu"
+    text = omniprof.core.reporting.make_reporter("table").render(prof.result)
+    assert "samples_dropped" in text or "not recorded" in text.lower() or str(loss.count) in text
+    tally.case("limits: sampler buffer full", engine)
+
+
+@pytest.mark.xfail(not hasattr(Sampler(None, FakeClock(), 1), "_busy"), strict=True,
+                   reason="known bug: Sampler.sample() re-entered from a nested SIGALRM records negative weights; "
+                          "fixed by the cpu sampler rewrite (branch issue-cpu: re-entry skipped)")
+def test_sampler_nested_sample_never_negative_weight(tally):
+    """A sample taken while another is in progress (a nested SIGALRM during the stack walk, seen
+    under load) never gives a sample of negative weight, and the weights add up to the time
+    covered (no time counted twice)."""
+    clock = FakeClock(step_ns=1000)
+    state = {"nested": 0}
+    box: list[Sampler] = []
+
+    def source():
+        if state["nested"] < 50:  # every outer sample is interrupted by another one
+            state["nested"] += 1
+            box[0].sample()
+        return [(1, (("f", 1),))]
+
+    s = Sampler(source, clock, max_samples=10_000)
+    box.append(s)
+    s.begin()
+    t_begin = s._t_begin
+    for _ in range(50):
+        s.sample()
+    tally.case("limits: nested sampler re-entry", "checked")
+    assert min(s.weights_ns) >= 0, f"negative weights: {[w for w in s.weights_ns if w < 0][:5]}"
+    assert sum(s.weights_ns) <= max(s.t_ns) - t_begin
+
+
+def test_table_marks_partial_and_losses_in_empty_result(tally):
+    """A result with no samples but a loss is reported as such, never as an empty success."""
+    r = omniprof.ProfileResult(partial=True, parts=(omniprof.core.results.BackendResult(
+        backend="cpu", losses=(omniprof.core.results.Loss("cpu", "samples_dropped", 1234, "samples", "buffer full"),)),))
+    buf = io.StringIO()
+    omniprof.report(r, "table", buf)
+    text = buf.getvalue()
+    assert "PARTIAL" in text and "1234" in text
+    tally.case("limits: loss shown", "table")
