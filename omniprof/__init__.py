@@ -36,4 +36,25 @@ __all__ = [
     "OmniprofError", "InvalidArgumentError", "ConfigError", "ProfilerStateError", "PluginError",
     "PluginLoadError", "PluginValidationError", "BackendUnavailableError", "BackendError", "TraceReadError",
     "OmniprofWarning", "DataLossWarning",
+    "time", "timed", "profile", "start_server", "stop_server",
 ]
+
+# jax-backed entry points, imported on first use so `import omniprof` never imports jax.
+_LAZY = {
+    "time": "omniprof.backends.xla.timing",
+    "timed": "omniprof.backends.xla.timing",
+    "profile": "omniprof.backends.xla.timing",
+    "start_server": "omniprof.backends.xla.remote",
+    "stop_server": "omniprof.backends.xla.remote",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'omniprof' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

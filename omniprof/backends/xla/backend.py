@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +93,40 @@ def jax_profile_options(options: Any, jax_module: Any) -> Any:
 
 
 def write_perfetto_trace(xplanes: list[Path], dest: Path, verbose: bool = False) -> Path:
-    """Write the trace viewer's Chrome JSON of ``xplanes`` as gzip to ``dest`` (atomically)."""
-    data = run_tool(xplanes, "trace_viewer", verbose)
-    if data is None:
-        raise BackendError("xprof produced no trace_viewer data for the Perfetto trace", plugin="xla")
-    text = data if isinstance(data, str) else data.decode("utf-8")
+    """Write the trace viewer's Chrome JSON of ``xplanes`` as gzip to ``dest`` (atomically).
+
+    xprof's trace_viewer converts one host at a time; several hosts are merged into one trace,
+    each host's process ids moved to their own range and its process names prefixed by the host.
+    """
+    import json
+
+    from omniprof.backends.xla.reader import host_of
+
+    merged: dict[str, Any] | None = None
+    for index, xplane in enumerate(xplanes):
+        data = run_tool([xplane], "trace_viewer", verbose)
+        if data is None:
+            raise BackendError(f"xprof produced no trace_viewer data for {xplane}, so no Perfetto trace was written",
+                               plugin="xla")
+        trace = json.loads(data if isinstance(data, str) else data.decode("utf-8"))
+        if len(xplanes) > 1:
+            host = host_of(xplane)
+            for ev in trace.get("traceEvents", []):
+                if isinstance(ev, dict) and isinstance(ev.get("pid"), int):
+                    ev["pid"] += index * 1_000_000
+                    if ev.get("ph") == "M" and ev.get("name") == "process_name":
+                        ev.setdefault("args", {})["name"] = f"{host} {ev.get('args', {}).get('name', '')}".strip()
+        if merged is None:
+            merged = trace
+        else:
+            merged.setdefault("traceEvents", []).extend(trace.get("traceEvents", []))
+    text = json.dumps(merged or {"traceEvents": []}, separators=(",", ":"))
     atomic_write_bytes(dest, gzip.compress(text.encode("utf-8"), compresslevel=6))
     return dest
 
 
-def serve_perfetto(path: Path, *, port: int, wait: bool, timeout_s: float) -> Any:
+def serve_perfetto(path: Path, *, port: int, wait: bool, timeout_s: float,
+                   announce: Callable[[str], None] | None = None) -> Any:
     """Serve ``path`` for ui.perfetto.dev from 127.0.0.1 and announce the link.
 
     With ``wait`` this blocks until the file was fetched once or ``timeout_s`` passed; otherwise a
@@ -110,7 +135,11 @@ def serve_perfetto(path: Path, *, port: int, wait: bool, timeout_s: float) -> An
     from omniprof.core.serve import TraceFileServer
 
     server = TraceFileServer(path, port=port).start()
-    log.warning("Open URL in browser: %s", server.link)
+    message = f"Open URL in browser: {server.link}"
+    if announce is not None:
+        announce(message)
+    else:
+        log.warning("%s", message)
     if wait:
         try:
             fetched = server.wait_fetched(timeout_s)
@@ -241,11 +270,7 @@ class XlaBackend(Backend):
 
     # -- hooks ---------------------------------------------------------------------------------
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
-        kwargs = {k: _scalar(val) for k, val in (args or {}).items() if k != "_step"}
-        kwargs[OMNIPROF_MARK] = 1
-        if args and args.get("_step"):
-            kwargs["_r"] = 1
-        return self._profiler.TraceMe(name, **kwargs)
+        return trace_me(self._profiler, name, args)
 
     def step(self, step_num: int) -> None:
         self._end_step()
@@ -257,6 +282,26 @@ class XlaBackend(Backend):
         tm, self._step = self._step, None
         if tm is not None:
             tm.__exit__(None, None, None)
+
+
+def trace_me(profiler_module: Any, name: str, args: dict[str, Any] | None) -> Any:
+    """A jax TraceMe for an omniprof annotation: marked as ours, steps marked as steps (``_r``)."""
+    kwargs = {k: _scalar(val) for k, val in (args or {}).items() if k != "_step"}
+    kwargs[OMNIPROF_MARK] = 1
+    if args and args.get("_step"):
+        kwargs["_r"] = 1
+    return profiler_module.TraceMe(name, **kwargs)
+
+
+class ServerAnnotationSink:
+    """While a profiler server runs in this process, omniprof annotations become jax TraceMes so a
+    remote capture sees them (a TraceMe costs little when no capture is active)."""
+
+    def __init__(self) -> None:
+        self._profiler, _ = _runtime.import_profiler_bindings()
+
+    def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
+        return trace_me(self._profiler, name, args)
 
 
 def _scalar(value: Any) -> Any:
