@@ -29,10 +29,20 @@ def is_verbose(verbose: bool = False) -> bool:
     return verbose or os.environ.get(VERBOSE_ENV, "") not in ("", "0", "false", "no")
 
 
+#: The value ``import jax`` sets when the variable is unset; we treat it as "nobody chose".
+_JAX_DEFAULT_LEVEL = "1"
+
+
 def quiet_env(verbose: bool = False) -> None:
-    """Set absl's minimum log level to FATAL-only unless verbose or the user already chose one."""
-    if not is_verbose(verbose):
-        os.environ.setdefault(_LOG_ENV, "3")
+    """Quiet: absl's minimum log level FATAL-only; verbose: everything (INFO up).
+
+    A level the user set stays, except jax's own default ("1", set by ``import jax`` when the
+    variable is unset), which would still let xprof's warnings and errors through.
+    """
+    current = os.environ.get(_LOG_ENV)
+    if current is not None and current != _JAX_DEFAULT_LEVEL:
+        return
+    os.environ[_LOG_ENV] = "0" if is_verbose(verbose) else "3"
 
 
 def import_jax(verbose: bool = False) -> Any:

@@ -316,3 +316,29 @@ def test_perfetto_link_timeout_warns(tmp_path):
     path.write_bytes(gzip.compress(b'{"traceEvents": []}'))
     with pytest.warns(OmniprofWarning, match="not opened within"):
         serve_perfetto(path, port=0, wait=True, timeout_s=0.2, announce=lambda text: None)
+
+
+# -- CLI and import cost ------------------------------------------------------------------------
+def test_cli_run_with_xla_backend(tmp_path, capsys):
+    """`omniprof run -b xla script.py` traces the script and prints the op table."""
+    from omniprof.cli import main
+
+    script = tmp_path / "work.py"
+    script.write_text("import jax, jax.numpy as jnp\nf = jax.jit(lambda x: jnp.tanh(x @ x))\n"
+                      "x = jnp.ones((32, 32))\nfor _ in range(3):\n    f(x).block_until_ready()\n")
+    assert main(["run", "-b", "xla", "--logdir", str(tmp_path / "logs"), str(script)]) == 0
+    assert "Framework op statistics" in capsys.readouterr().out
+    assert list((tmp_path / "logs").glob("plugins/profile/*/*.xplane.pb"))
+
+
+def test_import_omniprof_and_backend_package_import_no_jax():
+    """`import omniprof` and the backend package import neither jax nor xprof; omniprof.time resolves lazily."""
+    import subprocess
+    import sys
+
+    code = ("import sys, omniprof, omniprof.backends.xla\n"
+            "assert 'jax' not in sys.modules and 'xprof' not in sys.modules, 'heavy import'\n"
+            "assert callable(omniprof.timed) and callable(omniprof.start_server)\n")
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root)
+    assert proc.returncode == 0, proc.stderr
