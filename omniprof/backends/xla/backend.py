@@ -210,6 +210,10 @@ class XlaBackend(Backend):
         unix = time.time_ns()
         b = self.clock.now_ns()
         self._t0_ref_ns, self._t0_unix_ns = (a + b) // 2, unix
+        if _jax_trace_active():
+            raise BackendError("jax.profiler.start_trace() is already tracing in this process and XLA runs one "
+                               "profiler session at a time; call jax.profiler.stop_trace() first, or trace with "
+                               "omniprof only", plugin=self.name)
         try:
             self._session = self._profiler.ProfilerSession(self._jax_options)
         except Exception as e:
@@ -223,7 +227,12 @@ class XlaBackend(Backend):
             raise BackendError("the xla backend was stopped without being started", plugin=self.name)
         self._end_step()
         end_ref = self.clock.now_ns()
-        xspace = session.stop()
+        try:
+            xspace = session.stop()
+        except Exception as e:
+            raise BackendError(f"XLA's profiler session failed to stop: {type(e).__name__}: {e}. Another profiling "
+                               f"session (jax.profiler.start_trace, a remote capture) was probably active",
+                               plugin=self.name) from e
         t_post = time.perf_counter()
         out_dir = self._out_dir()
         xplane = out_dir / f"{hostname()}.xplane.pb"
@@ -302,6 +311,16 @@ class ServerAnnotationSink:
 
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
         return trace_me(self._profiler, name, args)
+
+
+def _jax_trace_active() -> bool:
+    """Whether ``jax.profiler.start_trace`` holds XLA's (single) profiler session now."""
+    try:
+        from jax._src import profiler as jax_profiler
+
+        return jax_profiler._profile_state.profile_session is not None
+    except (ImportError, AttributeError):  # pragma: no cover - jax internals moved
+        return False
 
 
 def _scalar(value: Any) -> Any:

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from omniprof.core.results import (
     Table,
     Track,
 )
-from omniprof.errors import TraceReadError
+from omniprof.errors import DataLossWarning, OmniprofWarning, TraceReadError
 
 __all__ = ["OMNIPROF_MARK", "XPlaneContent", "read_xspace", "op_stats_table", "tool_tables", "read_xplane",
            "xplane_files", "OP_STATS_COLUMNS"]
@@ -197,8 +198,10 @@ def read_xspace(profile_data: Any, *, host: str, track_prefix: str = "", include
                     continue
                 start = _ns(ev.start_ns) + shift
                 dur = _ns(ev.duration_ns)
-                args = {k: v for k, v in stats.items() if not k.startswith("_") or k == "_r"}
-                args.pop("_r", None)
+                # Underscored stats are XLA's bookkeeping (flow ids, source file) and our mark.
+                args = {k: v for k, v in stats.items() if not k.startswith("_")}
+                if cat == "xla_op":
+                    args.setdefault("hlo_op", name)
                 if cat == "kernel":
                     args.update(_kernel_args(stats))
                     args.pop("kernel_details", None)
@@ -568,6 +571,9 @@ def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbo
         tables, summaries, tool_losses = tool_tables(list(paths), spans, verbose=verbose, costs=costs)
         losses += tool_losses
     spans.sort(key=lambda s: (s.start_ns, -s.dur_ns))
+    for loss in losses:
+        warnings.warn(f"xla: {loss.count} {loss.unit} not fully recorded ({loss.kind}): {loss.detail}",
+                      DataLossWarning if loss.kind != "tool_failed" else OmniprofWarning, stacklevel=3)
     part = BackendResult(
         backend="xla", clock=ClockInfo(name="xplane", offset_ns=0), start_ns=ref_offset_ns, end_ns=stop,
         tracks=tracks, spans=spans, instants=instants, tables=tables, summaries=summaries, losses=losses,

@@ -342,3 +342,31 @@ def test_import_omniprof_and_backend_package_import_no_jax():
     root = Path(__file__).resolve().parents[3]
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_refuses_to_start_while_jax_traces(tmp_path):
+    """A running jax.profiler.start_trace is reported at start with the fix, not as a failed stop."""
+    import jax
+
+    from omniprof.errors import BackendError
+
+    jax.profiler.start_trace(str(tmp_path))
+    try:
+        with pytest.raises(BackendError, match="stop_trace"):
+            omniprof.Profiler(backend="xla", backend_options=FAST).start()
+    finally:
+        jax.profiler.stop_trace()
+
+
+def test_crashing_workload_leaves_readable_trace(tmp_path):
+    """The workload raises: the xplane is still written and read, and the result is marked partial."""
+    f, x = workload()
+    prof = omniprof.Profiler(backend="xla", logdir=tmp_path, backend_options=FAST)
+    with pytest.raises(ZeroDivisionError):
+        with prof:
+            f(x, x).block_until_ready()
+            1 / 0
+    r = prof.result
+    assert r.partial and r.errors[0].type == "ZeroDivisionError"
+    assert any(s.category == "xla_op" for s in r.part("xla").spans)
+    assert list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))
