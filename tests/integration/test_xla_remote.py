@@ -7,8 +7,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
-import warnings
 from pathlib import Path
 
 import pytest

@@ -176,7 +176,6 @@ class XlaBackend(Backend):
         self._profiler: Any = None
         self._jax_options: Any = None
         self._session: Any = None
-        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self._t0_ref_ns = 0
         self._t0_unix_ns = 0
         self._step: Any = None
@@ -249,7 +248,7 @@ class XlaBackend(Backend):
                                       description="Chrome trace JSON (gzip) for ui.perfetto.dev"))
         self.postprocess_s = time.perf_counter() - t_post
         metadata = {**part.metadata, "jax_version": self._jax.__version__, "devices": _devices(self._jax),
-                    "session_dir": str(out_dir), "temporary_dir": self._tmpdir is not None,
+                    "session_dir": str(out_dir), "temporary_dir": self.context.session_dir is None,
                     "postprocess_s": self.postprocess_s,
                     "jax_profile_options": {"host_tracer_level": self._jax_options.host_tracer_level,
                                             "python_tracer_level": self._jax_options.python_tracer_level,

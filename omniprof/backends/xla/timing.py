@@ -10,6 +10,7 @@ FLOPs and bytes come from the compiled executable's ``cost_analysis()``; memory 
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import time as _time
@@ -332,17 +333,9 @@ def _device_of(jax: Any, value: Any) -> Any:
     for leaf in jax.tree_util.tree_leaves(value):
         devs = getattr(leaf, "devices", None)
         if callable(devs):
-            with _suppress():
+            with contextlib.suppress(Exception):
                 return next(iter(devs()))
     return jax.devices()[0]
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return exc[0] is not None and issubclass(exc[0], Exception)  # type: ignore[arg-type]
 
 
 # -- public ---------------------------------------------------------------------------------
