@@ -458,30 +458,47 @@ def tool_tables(paths: Sequence[Path], spans: Sequence[Span], *, verbose: bool =
         if env:
             summaries["xprof_run_environment"] = env
         if len(paths) == 1:  # xprof's memory_profile reads one host at a time
-            mp = _tables_of(tool("memory_profile"))
-            if mp:
-                per = mp[0].get("memoryProfilePerAllocator") or {}
-                for alloc, prof in per.items():
-                    summary = (prof or {}).get("profileSummary") or {}
-                    peak = summary.get("peakStats") or {}
-                    flat = {"peak_bytes_usage_lifetime": _int(summary.get("peakBytesUsageLifetime")),
-                            "memory_capacity_bytes": _int(summary.get("memoryCapacity")),
-                            "peak_bytes_in_use": _int(peak.get("peakBytesInUse")),
-                            "heap_allocated_bytes": _int(peak.get("heapAllocatedBytes")),
-                            "stack_reserved_bytes": _int(peak.get("stackReservedBytes")),
-                            "free_memory_bytes": _int(peak.get("freeMemoryBytes")),
-                            "fragmentation": _float(peak.get("fragmentation"))}
-                    summaries[f"memory_profile:{alloc}"] = {k: v for k, v in flat.items() if v is not None}
+            summaries.update(memory_profile_summaries(tool("memory_profile")))
         roof = _tables_of(tool("roofline_model"))
         # Rows of whole programs with no measured time are xprof's placeholders on CPU traces.
         rrows = [r for r in (_gviz_rows(roof[0]) if roof else [])
                  if r.get("category") != "Program" and (_float(r.get("total_self_time")) or 0) > 0]
         if rrows:
-            cols = ("operation", "category", "occurrences", "total_self_time", "measured_flop_rate",
-                    "measured_memory_bw", "operational_intensity", "bound_by")
-            tables.append(Table("roofline", cols, [tuple(r.get(c) for c in cols) for r in rrows],
-                                title="Roofline (xprof; times in us, rates in GFLOP/s and GB/s)"))
+            cols = ("operation", "category", "occurrences", "total_self_ns", "flop_rate_per_s",
+                    "memory_bw_bytes_per_s", "operational_intensity_flops_per_byte", "bound_by")
+
+            def scaled(r: Mapping[str, Any], key: str, factor: float) -> float | None:
+                x = _float(r.get(key))
+                return x * factor if x is not None else None
+
+            # xprof's units (us, GFLOP/s, GB/s) converted to ours (ns, FLOP/s, bytes/s).
+            tables.append(Table("roofline", cols, [
+                (r.get("operation"), r.get("category"), _int(r.get("occurrences")),
+                 _int(scaled(r, "total_self_time", 1e3)), scaled(r, "measured_flop_rate", 1e9),
+                 scaled(r, "measured_memory_bw", 1e9), _float(r.get("operational_intensity")), r.get("bound_by"))
+                for r in rrows], title="Roofline (xprof)"))
     return tables, summaries, losses
+
+
+def memory_profile_summaries(data: Any) -> dict[str, dict[str, Any]]:
+    """xprof ``memory_profile`` JSON (a MemoryProfile message) to one summary per allocator."""
+    out: dict[str, dict[str, Any]] = {}
+    tables = _tables_of(data)
+    per = (tables[0].get("memoryProfilePerAllocator") or {}) if tables else {}
+    for alloc, prof in per.items():
+        summary = (prof or {}).get("profileSummary") or {}
+        peak = summary.get("peakStats") or {}
+        flat = {"peak_bytes_usage_lifetime": _int(summary.get("peakBytesUsageLifetime")),
+                "memory_capacity_bytes": _int(summary.get("memoryCapacity")),
+                "peak_bytes_in_use": _int(peak.get("peakBytesInUse")),
+                "heap_allocated_bytes": _int(peak.get("heapAllocatedBytes")),
+                "stack_reserved_bytes": _int(peak.get("stackReservedBytes")),
+                "free_memory_bytes": _int(peak.get("freeMemoryBytes")),
+                "fragmentation": _float(peak.get("fragmentation")),
+                "peak_stats_time_ns": (_int(summary.get("peakStatsTimePs")) or 0) // 1000
+                if summary.get("peakStatsTimePs") is not None else None}
+        out[f"memory_profile:{alloc}"] = {k: v for k, v in flat.items() if v is not None}
+    return out
 
 
 def _int(v: Any) -> int | None:

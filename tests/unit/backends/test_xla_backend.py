@@ -370,3 +370,24 @@ def test_crashing_workload_leaves_readable_trace(tmp_path):
     assert r.partial and r.errors[0].type == "ZeroDivisionError"
     assert any(s.category == "xla_op" for s in r.part("xla").spans)
     assert list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))
+
+
+def test_memory_profile_summary_from_xprof_message():
+    """xprof's MemoryProfile JSON (built with its own protobuf class) maps to a per-allocator summary."""
+    from google.protobuf import json_format
+    from xprof.protobuf import memory_profile_pb2
+
+    from omniprof.backends.xla.reader import memory_profile_summaries
+
+    msg = memory_profile_pb2.MemoryProfile()
+    prof = msg.memory_profile_per_allocator["GPU_0_bfc"]
+    prof.profile_summary.peak_bytes_usage_lifetime = 64 << 20
+    prof.profile_summary.memory_capacity = 23 << 30
+    prof.profile_summary.peak_stats_time_ps = 49_753_650_000
+    prof.profile_summary.peak_stats.peak_bytes_in_use = 30_750
+    prof.profile_summary.peak_stats.fragmentation = 0.514931
+    out = memory_profile_summaries(json_format.MessageToJson(msg))
+    s = out["memory_profile:GPU_0_bfc"]
+    assert s["peak_bytes_usage_lifetime"] == 64 << 20 and s["memory_capacity_bytes"] == 23 << 30
+    assert s["peak_bytes_in_use"] == 30_750 and s["fragmentation"] == pytest.approx(0.514931)
+    assert s["peak_stats_time_ns"] == 49_753_650
