@@ -247,6 +247,19 @@ def compile_function(f: Callable[..., Any], args: Sequence[Any], kwargs: Mapping
     return _Compiled(compiled, jitted), _time.perf_counter() - t0
 
 
+def _blocker(jax: Any) -> Callable[[Any], Any]:
+    """Wait for a result: one array's own ``block_until_ready`` (cheapest), else jax's tree-wide one."""
+    tree_block = jax.block_until_ready
+
+    def block(value: Any) -> Any:
+        method = getattr(value, "block_until_ready", None)
+        if method is not None:
+            return method()
+        return tree_block(value)
+
+    return block
+
+
 def _callable_directly(compiled: Any, args: Sequence[Any], kwargs: Mapping[str, Any], block: Any) -> bool:
     try:
         block(compiled.compiled(*args, **kwargs))
@@ -354,7 +367,7 @@ def time(f: Callable[..., Any], *args: Any, **kwargs: Any) -> TimeResult:
     jax = _runtime.import_jax()
     compiled, compile_s = compile_function(f, args, kwargs)
     t0 = _time.perf_counter()
-    value = _run_once(compiled, args, kwargs, jax.block_until_ready)
+    value = _run_once(compiled, args, kwargs, _blocker(jax))
     return TimeResult(value=value, runtime_s=_time.perf_counter() - t0, compile_time_s=compile_s)
 
 
@@ -375,7 +388,7 @@ def timed(f: Callable[..., Any], *args: Any, nrepeat: int = 100, warmup: int = 1
     v.int_in_range(0, 10**6)(None, "warmup", warmup)
     jax = _runtime.import_jax()
     compiled, compile_s = compile_function(f, args, kwargs)
-    block = jax.block_until_ready
+    block = _blocker(jax)
     value = None
     for _ in range(warmup):
         value = _run_once(compiled, args, kwargs, block)
@@ -428,7 +441,7 @@ def profile(f: Callable[..., Any], *args: Any, file: IO[str] | None = None, logd
 
     jax = _runtime.import_jax()
     compiled, compile_s = compile_function(f, args, kwargs)
-    block = jax.block_until_ready
+    block = _blocker(jax)
     _run_once(compiled, args, kwargs, block)  # warm-up: first-run allocations stay out of the trace
     prof = Profiler(backend="xla", options=options, logdir=logdir)
     with prof:
