@@ -391,3 +391,19 @@ def test_memory_profile_summary_from_xprof_message():
     assert s["peak_bytes_usage_lifetime"] == 64 << 20 and s["memory_capacity_bytes"] == 23 << 30
     assert s["peak_bytes_in_use"] == 30_750 and s["fragmentation"] == pytest.approx(0.514931)
     assert s["peak_stats_time_ns"] == 49_753_650
+
+
+def test_schedule_gives_one_trace_per_active_window(tmp_path):
+    """wait=1 warmup=1 active=2 repeat=2 over 8 steps: two results, each its own run dir and xplane."""
+    f, x = workload()
+    prof = omniprof.Profiler(backend="xla", logdir=tmp_path, backend_options=FAST,
+                             schedule=omniprof.schedule(wait=1, warmup=1, active=2, repeat=2))
+    with prof:
+        for _ in range(8):
+            f(x, x).block_until_ready()
+            prof.step()
+    assert len(prof.results) == 2
+    dirs = {Path(next(a.path for a in r.part("xla").artifacts if a.kind == "xplane")).parent for r in prof.results}
+    assert len(dirs) == 2
+    for r in prof.results:
+        assert sum(1 for s in r.part("xla").spans if s.category == "xla_module") == 2
