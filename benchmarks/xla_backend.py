@@ -137,6 +137,9 @@ def timed_vs_timeit(n: int, nrepeat: int, rounds: int) -> None:
             fn()
     print(f"\n2. omniprof.timed vs timeit of the compiled function ({n}x{n} matmul+tanh, nrepeat={nrepeat}, "
           f"{rounds} alternating rounds)")
+    pairs = [a / b for a, b in zip(ours_s, ref_s)]
+    q1, q2, q3 = _quartiles(pairs)
+    print(f"   paired per round: timed / timeit median {q2:.3f} (quartiles {q1:.3f} .. {q3:.3f}; target 0.95 .. 1.05)")
     for label, pick in (("median", statistics.median), ("best", min)):
         a, b = pick(ours_s), pick(ref_s)
         print(f"   {label:6s}: timed runtime {a * 1e6:8.1f} us   timeit {b * 1e6:8.1f} us   "
