@@ -73,6 +73,10 @@ class XPlaneContent:
 
 def _stats(obj: Any, counter: list[int]) -> dict[str, Any]:
     """An event's or plane's stats; binary stats jaxlib cannot decode end the list and are counted."""
+    try:
+        return dict(obj.stats)  # the common case, in C
+    except UnicodeDecodeError:
+        pass
     out: dict[str, Any] = {}
     it = iter(obj.stats)
     while True:
@@ -88,7 +92,7 @@ def _stats(obj: Any, counter: list[int]) -> dict[str, Any]:
 
 
 def _ns(x: float) -> int:
-    return int(round(x))
+    return int(x + 0.5) if x >= 0 else -int(-x + 0.5)
 
 
 def _classify(name: str, stats: Mapping[str, Any], plane_kind: str, line_name: str) -> str:

@@ -407,3 +407,27 @@ def test_schedule_gives_one_trace_per_active_window(tmp_path):
     assert len(dirs) == 2
     for r in prof.results:
         assert sum(1 for s in r.part("xla").spans if s.category == "xla_module") == 2
+
+
+def test_undecodable_stats_are_counted_and_warned(tmp_path):
+    """An event stat jaxlib cannot decode is counted as a Loss and warned about, never dropped silently."""
+    from omniprof.backends.xla._runtime import import_profiler_bindings
+    from omniprof.errors import DataLossWarning
+
+    _, pd = import_profiler_bindings()
+    text = '''
+    planes { id: 1 name: "/host:CPU"
+      lines { id: 1 name: "python" timestamp_ns: 1000
+        events { metadata_id: 1 offset_ps: 1000000 duration_ps: 2000000
+          stats { metadata_id: 1 bytes_value: "\\xb9\\xff" } }
+      }
+      event_metadata { key: 1 value { id: 1 name: "op" } }
+      stat_metadata { key: 1 value { id: 1 name: "blob" } }
+    }'''
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(pd.ProfileData.text_proto_to_serialized_xspace(text))
+    with pytest.warns(DataLossWarning, match="undecodable_stats"):
+        r = read_xplane(path)
+    (loss,) = r.losses
+    assert loss.kind == "undecodable_stats" and loss.count == 1
+    assert [s.name for s in r.part("xla").spans] == ["op"]
