@@ -30,6 +30,7 @@ from omniprof.core.results import (
     Artifact,
     BackendResult,
     ClockInfo,
+    Flow,
     Instant,
     Loss,
     ProfileResult,
@@ -68,6 +69,7 @@ class XPlaneContent:
     instants: list[Instant] = attrs.Factory(list)
     losses: list[Loss] = attrs.Factory(list)
     devices: list[dict[str, Any]] = attrs.Factory(list)
+    flows: list[Flow] = attrs.Factory(list)
     removed_device_events: int = 0
 
 
@@ -151,7 +153,7 @@ def _is_device_activity(plane_kind: str, category: str, name: str, stats: Mappin
 
 
 def read_xspace(profile_data: Any, *, host: str, track_prefix: str = "", include_device: bool = True,
-                time_shift_ns: int | None = None) -> XPlaneContent:
+                time_shift_ns: int | None = None, flow_offset: int = 0) -> XPlaneContent:
     """Convert one xspace (a ``jax.profiler.ProfileData``) into tracks, spans and instants.
 
     Args:
@@ -160,6 +162,7 @@ def read_xspace(profile_data: Any, *, host: str, track_prefix: str = "", include
         track_prefix: prefix of track ids (several hosts in one part stay apart).
         include_device: False leaves device activity out (``device_tracer_level=0``).
         time_shift_ns: added to every time; default puts times on "ns since profile start".
+        flow_offset: added to flow ids (keeps several hosts' correlation ids apart).
     """
     content = XPlaneContent(host=host)
     undecodable = [0]
@@ -220,10 +223,28 @@ def read_xspace(profile_data: Any, *, host: str, track_prefix: str = "", include
             if used:
                 content.tracks.append(track)
     content.spans.extend(_derived_modules(content.spans))
+    content.spans, content.flows = _link_launches(content.spans, track_prefix, flow_offset)
     if undecodable[0]:
         content.losses.append(Loss(source="xla", kind="undecodable_stats", count=undecodable[0], unit="events",
                                    detail=f"{host}: event statistics jaxlib could not decode (binary values)"))
     return content
+
+
+def _link_launches(spans: list[Span], track_prefix: str, offset: int = 0) -> tuple[list[Span], list[Flow]]:
+    """A host launch and the device work it started share XLA's ``correlation_id``: give both that
+    flow id (offset per host in multi-host reads) and one ``Flow(id, "launch", "cuda")``."""
+    host_ids: set[int] = set()
+    dev_ids: set[int] = set()
+    for s in spans:
+        cid = s.args.get("correlation_id")
+        if isinstance(cid, int) and not isinstance(cid, bool):
+            (dev_ids if ":line:" in s.track and s.track.startswith(f"{track_prefix}device:") else host_ids).add(cid)
+    linked = host_ids & dev_ids
+    if not linked:
+        return spans, []
+    out = [attrs.evolve(s, flow_ids=(s.args["correlation_id"] + offset,))
+           if s.args.get("correlation_id") in linked else s for s in spans]
+    return out, [Flow(flow_id=c + offset, name="launch", category="cuda") for c in sorted(linked)]
 
 
 def _derived_modules(spans: Sequence[Span]) -> list[Span]:
@@ -569,19 +590,21 @@ def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbo
     tracks: list[Track] = []
     spans: list[Span] = []
     instants: list[Instant] = []
+    flows: list[Flow] = []
     losses: list[Loss] = []
     devices: list[dict[str, Any]] = []
     removed = 0
     stop = 0
     multi = len(datas) > 1
-    for (path, pd), start in zip(datas, starts):
+    for index, ((path, pd), start) in enumerate(zip(datas, starts)):
         host = host_of(path)
         shift = (start - base if start else 0) + ref_offset_ns
         c = read_xspace(pd, host=host, track_prefix=f"{host}/" if multi else "", include_device=include_device,
-                        time_shift_ns=shift)
+                        time_shift_ns=shift, flow_offset=index << 40)
         tracks += c.tracks
         spans += c.spans
         instants += c.instants
+        flows += c.flows
         losses += c.losses
         devices += [{**d, "host": host} for d in c.devices]
         removed += c.removed_device_events
@@ -597,7 +620,7 @@ def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbo
                       DataLossWarning if loss.kind != "tool_failed" else OmniprofWarning, stacklevel=3)
     part = BackendResult(
         backend="xla", clock=ClockInfo(name="xplane", offset_ns=0), start_ns=ref_offset_ns, end_ns=stop,
-        tracks=tracks, spans=spans, instants=instants, tables=tables, summaries=summaries, losses=losses,
+        tracks=tracks, spans=spans, instants=instants, flows=flows, tables=tables, summaries=summaries, losses=losses,
         artifacts=[Artifact(kind="xplane", path=str(p), description=f"XSpace of host {host_of(p)}") for p in paths],
         metadata={"hosts": [host_of(p) for p in paths], "devices": devices, "device_activity_included": include_device,
                   "device_events_left_out": removed, "profile_start_unix_ns": base},

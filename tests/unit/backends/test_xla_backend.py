@@ -211,6 +211,9 @@ def test_gpu_trace_kernels_from_xprof_kernel_stats(tmp_path):
     path = write_gpu_xplane(tmp_path / "run" / "gpuhost.xplane.pb")
     part = read_xplane(path).part("xla")
     k = [s for s in part.spans if s.category == "kernel"]
+    launch = next(s for s in part.spans if s.name == "cuLaunchKernel")
+    assert launch.flow_ids == (42,) and [f.flow_id for f in part.flows] == [42]
+    assert [s.flow_ids for s in k] == [(42,), ()]
     assert len(k) == 2 and k[0].args["block"] == [64, 1, 1] and k[0].args["static_shared_memory_bytes"] == 2048
     (row,) = part.table("kernel_stats").records()
     assert row["kernel_name"] == "gemm_fusion_dot_1" and row["occurrences"] == 2

@@ -6,6 +6,15 @@ from pathlib import Path
 
 GPU_XSPACE = '''
 planes {{
+  id: 2
+  name: "/host:CPU"
+  lines {{ id: 1 name: "python" timestamp_ns: 1000
+    events {{ metadata_id: 1 offset_ps: 4000000 duration_ps: 500000 stats {{ metadata_id: 1 uint64_value: 42 }} }}
+  }}
+  event_metadata {{ key: 1 value {{ id: 1 name: "cuLaunchKernel" }} }}
+  stat_metadata {{ key: 1 value {{ id: 1 name: "correlation_id" }} }}
+}}
+planes {{
   id: 1
   name: "/device:GPU:0"
   lines {{ id: 1 display_id: 1 name: "Stream #7(Compute)" timestamp_ns: 1000
