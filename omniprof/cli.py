@@ -162,6 +162,22 @@ def _parser() -> _Parser:
     diff.add_argument("--max-rows", type=_nonneg_int, default=20, help="rows shown per table (default 20)")
     diff.add_argument("--format", choices=("text", "json"), default="text")
     _plugin_args(diff)
+    collect = sub.add_parser("collect", help="capture running processes through their profiler servers "
+                             "(omniprof.start_server) into one run directory")
+    collect.add_argument("addresses", help="HOST:PORT[,HOST:PORT...] of the profiler servers")
+    collect.add_argument("--duration-ms", type=int, required=True, help="capture window in milliseconds")
+    collect.add_argument("--logdir", default=None, help="XProf logdir (default: a new temporary directory)")
+    collect.add_argument("--no-perfetto-link", action="store_true", help="do not serve a ui.perfetto.dev link")
+    collect.add_argument("--perfetto-port", type=int, default=9001, help="port of the link's server on 127.0.0.1")
+    collect.add_argument("--perfetto-timeout-s", type=float, default=300.0,
+                         help="stop serving the link after this many seconds")
+    collect.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE",
+                         help="profile option sent to every process (host_tracer_level=3, ...)")
+    collect.add_argument("-r", "--reporter", action="append", default=[], help="reporter(s) for the capture (default: none)")
+    collect.add_argument("-o", "--outdir", default=None)
+    collect.add_argument("--attempts", type=int, default=3, help="tracing attempts before giving up")
+    collect.add_argument("-v", "--verbose", action="store_true", help="let the profiler libraries log")
+    _plugin_args(collect)
     return p
 
 
@@ -230,6 +246,8 @@ def _main(argv: list[str]) -> int:
             return _cmd_config(ns)
         if ns.command == "diff":
             return _cmd_diff(ns)
+        if ns.command == "collect":
+            return _cmd_collect(ns)
         _parser().print_help()
         return 2
     except (UsageError, InvalidArgumentError, ConfigError, PluginLoadError) as e:
@@ -386,6 +404,27 @@ def _cmd_report(ns: argparse.Namespace) -> int:
     result = read_any(ns.file)
     _make_outdir(ns.outdir)
     return _emit_reports(result, reporters, ropts, ns.outdir, reg)
+
+
+def _cmd_collect(ns: argparse.Namespace) -> int:
+    from omniprof.backends.xla.remote import collect
+
+    reg = _registry(ns)
+    options, per_backend = _profile_options(ns.option, ["xla"])
+    if per_backend:
+        raise UsageError("omniprof collect: -O takes profile options only (host_tracer_level=..., advanced keys)")
+    reporters = _csv(ns.reporter, [])
+    for name in reporters:
+        reg.reporter(name)
+    got = collect(ns.addresses, ns.duration_ms, ns.logdir, options=options, perfetto_trace=True,
+                  perfetto_link=not ns.no_perfetto_link, perfetto_port=ns.perfetto_port,
+                  perfetto_timeout_s=ns.perfetto_timeout_s, num_tracing_attempts=ns.attempts, verbose=ns.verbose,
+                  announce=lambda text: print(text, file=sys.stderr, flush=True))
+    print(f"omniprof: captured {len(got.files)} host(s) into {got.run_dir}", file=sys.stderr)
+    for f in got.files:
+        print(f"  {f.name}", file=sys.stderr)
+    status = _emit_reports(got.result, reporters, {}, ns.outdir, reg) if reporters else 0
+    return status
 
 
 def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:

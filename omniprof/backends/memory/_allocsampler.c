@@ -13,6 +13,15 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+/* 3.11 and 3.12: walk the interpreter's own frames. The public API would materialise a frame
+ * object for every level (allocating inside the allocator hook); this reads them in place. */
+#define OMNIPROF_INTERNAL_FRAMES 1
+#ifndef Py_BUILD_CORE
+#define Py_BUILD_CORE 1
+#endif
+#include <internal/pycore_frame.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -31,7 +40,7 @@ typedef struct {
 
 typedef struct {
     PyObject *code; /* owned reference */
-    int line;
+    int addr;       /* byte offset of the current instruction (line resolved in take()), or -1 - line */
 } FrameRec;
 
 static PyMemAllocatorEx orig_raw, orig_mem, orig_obj;
@@ -55,7 +64,20 @@ static uintptr_t *map_keys = NULL;
 static uint64_t *map_vals = NULL;
 static uint64_t map_cap = 0, map_used = 0;
 
-static _Thread_local int in_hook = 0;
+/* A bit filter in front of the map: nearly every free is of a pointer never sampled, and probing
+ * a large map for each costs a cache miss. The filter is 32 KiB (stays in L1): a clear bit proves
+ * "not sampled". Bits are only set; it is rebuilt from the live entries once enough pops have
+ * happened, so false positives stay near live_entries / 2^18. */
+#define FILTER_BITS 18
+static uint64_t filter[(1u << FILTER_BITS) / 64];
+static uint64_t pops_since_rebuild = 0, live_entries = 0;
+#define FILTER_SLOT(h) (((h) >> 20) & ((1u << FILTER_BITS) - 1))
+#define FILTER_TEST(slot) (filter[(slot) >> 6] & (1ULL << ((slot) & 63)))
+#define FILTER_SET(slot) (filter[(slot) >> 6] |= (1ULL << ((slot) & 63)))
+
+/* Set while we record or take: allocations made by the tracer itself are not traced. MEM and OBJ
+ * hooks run with the GIL held (RAW is not hooked), so one global flag serves every thread. */
+static int in_hook = 0;
 
 static void *raw_malloc(size_t n) { return orig_raw.malloc(orig_raw.ctx, n); }
 static void *raw_realloc(void *p, size_t n) { return orig_raw.realloc(orig_raw.ctx, p, n); }
@@ -117,21 +139,36 @@ static int map_grow(void) {
 
 static void map_put(uintptr_t key, uint64_t val) {
     if ((map_used + 1) * 2 > map_cap && map_grow() < 0) return;
-    uint64_t h = hash_ptr(key) & (map_cap - 1);
+    uint64_t hv = hash_ptr(key);
+    FILTER_SET(FILTER_SLOT(hv));
+    live_entries++;
+    uint64_t h = hv & (map_cap - 1);
     while (map_keys[h] && map_keys[h] != key) h = (h + 1) & (map_cap - 1);
     if (!map_keys[h]) map_used++;
     map_keys[h] = key;
     map_vals[h] = val;
 }
 
+static void filter_rebuild(void) {
+    memset(filter, 0, sizeof(filter));
+    live_entries = pops_since_rebuild = 0;
+    for (uint64_t i = 0; i < map_cap; i++)
+        if (map_keys[i] && map_vals[i] && map_vals[i] != UINT64_MAX) FILTER_SET(FILTER_SLOT(hash_ptr(map_keys[i])));
+    pops_since_rebuild = 0;
+}
+
 /* remove key; returns record index + 1 or 0 */
 static uint64_t map_pop(uintptr_t key) {
     if (!map_cap) return 0;
-    uint64_t h = hash_ptr(key) & (map_cap - 1);
+    uint64_t hv = hash_ptr(key);
+    if (!FILTER_TEST(FILTER_SLOT(hv))) return 0;
+    uint64_t h = hv & (map_cap - 1);
     while (map_keys[h]) {
         if (map_keys[h] == key && map_vals[h] != UINT64_MAX) {
             uint64_t v = map_vals[h];
             map_vals[h] = UINT64_MAX; /* tombstone keeps probe chains intact */
+            live_entries--;
+            if (++pops_since_rebuild > 2 * live_entries + 4096) filter_rebuild();
             return v;
         }
         h = (h + 1) & (map_cap - 1);
@@ -180,17 +217,36 @@ static void record(void *ptr, size_t size, uint8_t domain) {
     r->nframes = 0;
     r->domain = domain;
     r->freed = 0;
+#ifdef OMNIPROF_INTERNAL_FRAMES
+    _PyInterpreterFrame *f = ts ? ts->cframe->current_frame : NULL;
+    while (f && r->nframes < max_frames) {
+        if (!_PyFrame_IsIncomplete(f)
+#if PY_VERSION_HEX >= 0x030C0000
+            && f->owner != FRAME_OWNED_BY_CSTACK
+#endif
+        ) {
+            FrameRec *fr = &frames[nframes_total++];
+            PyCodeObject *co = f->f_code;
+            Py_INCREF(co);
+            fr->code = (PyObject *)co;
+            fr->addr = _PyInterpreterFrame_LASTI(f) * (int)sizeof(_Py_CODEUNIT);
+            r->nframes++;
+        }
+        f = f->previous;
+    }
+#else
     PyFrameObject *f = ts ? PyThreadState_GetFrame(ts) : NULL; /* new reference */
     while (f && r->nframes < max_frames) {
         FrameRec *fr = &frames[nframes_total++];
         fr->code = (PyObject *)PyFrame_GetCode(f); /* new reference, kept until take() */
-        fr->line = PyFrame_GetLineNumber(f);
+        fr->addr = -1 - PyFrame_GetLineNumber(f);
         r->nframes++;
         PyFrameObject *back = PyFrame_GetBack(f);
         Py_DECREF(f);
         f = back;
     }
     Py_XDECREF(f);
+#endif
     nrecords++;
     map_put((uintptr_t)ptr, nrecords);
     in_hook = 0;
@@ -284,7 +340,8 @@ static PyObject *py_take(PyObject *self, PyObject *noargs) {
         if (!stack) { Py_DECREF(out); in_hook = 0; return NULL; }
         for (uint32_t j = 0; j < r->nframes; j++) {
             FrameRec *fr = &frames[r->frame_start + j];
-            PyObject *pair = Py_BuildValue("(Oi)", fr->code, fr->line);
+            int line = fr->addr < 0 ? -1 - fr->addr : PyCode_Addr2Line((PyCodeObject *)fr->code, fr->addr);
+            PyObject *pair = Py_BuildValue("(Oi)", fr->code, line);
             if (!pair) { Py_DECREF(stack); Py_DECREF(out); in_hook = 0; return NULL; }
             PyTuple_SET_ITEM(stack, j, pair);
         }
@@ -302,6 +359,8 @@ static PyObject *py_take(PyObject *self, PyObject *noargs) {
     nframes_total = 0;
     allocs_seen = bytes_seen = dropped = frees_of_sampled = 0;
     if (map_cap) { memset(map_keys, 0, map_cap * sizeof(uintptr_t)); memset(map_vals, 0, map_cap * sizeof(uint64_t)); map_used = 0; }
+    memset(filter, 0, sizeof(filter));
+    live_entries = pops_since_rebuild = 0;
     in_hook = 0;
     if (!stats) { Py_DECREF(out); return NULL; }
     return Py_BuildValue("(NN)", out, stats);
