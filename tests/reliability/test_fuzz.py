@@ -12,6 +12,7 @@ import json
 import math
 import os
 import string
+import warnings
 from pathlib import Path
 
 import pytest
@@ -410,3 +411,74 @@ def test_reader_unreadable_paths(tmp_path, tally):
         with pytest.raises(TraceReadError):
             read_any(p)
         tally.case("reader: paths", what)
+
+
+# -- xplane reader and remote capture requests --------------------------------------------------------
+@pytest.fixture(scope="module")
+def valid_xplane(tmp_path_factory):
+    pytest.importorskip("jax")
+    from tests.unit.backends.xla_helpers import write_gpu_xplane
+
+    return write_gpu_xplane(tmp_path_factory.mktemp("xp") / "host.xplane.pb").read_bytes()
+
+
+@FUZZ
+@given(data=st.data())
+def test_xplane_reader_fuzzed(tally, tmp_path_factory, valid_xplane, data):
+    """A truncated, bit-flipped, empty or random .xplane.pb reads into a result every reporter
+    renders, or is a TraceReadError naming the file."""
+    raw = valid_xplane
+    how = data.draw(st.sampled_from(["truncate", "flip", "random", "empty", "append"]))
+    if how == "truncate":
+        raw = raw[:data.draw(st.integers(0, len(raw) - 1))]
+    elif how == "flip":
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw = raw[:i] + bytes([raw[i] ^ data.draw(st.integers(1, 255))]) + raw[i + 1:]
+    elif how == "random":
+        raw = data.draw(st.binary(max_size=200))
+    elif how == "empty":
+        raw = b""
+    else:
+        raw = raw + data.draw(st.binary(min_size=1, max_size=50))
+    path = tmp_path_factory.mktemp("xpf") / "host.xplane.pb"
+    path.write_bytes(raw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # losses found in damaged files are warned about; counted below
+        try:
+            result = read_any(path)
+        except TraceReadError as e:
+            tally.case(f"xplane reader: {how}", "TraceReadError")
+            assert _clear(str(e)) and path.name in str(e)
+            return
+    tally.case(f"xplane reader: {how}", "read")
+    _check_loaded(result)
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=40), st.lists(st.text(max_size=25), max_size=4),
+                 st.builds(lambda h, p: f"{h}:{p}", st.sampled_from(["127.0.0.1", "[::1]", "localhost", "host-1", "",
+                                                                     "a b", "[::1", "1.2.3.4"]),
+                           st.integers(-5, 70000))),
+       st.one_of(st.integers(-10, 4_000_000), st.sampled_from([0, 1, 3_600_000, 3_600_001, True, 1.5, "100", None])))
+def test_remote_capture_request_validated(tally, addresses, duration_ms):
+    """omniprof collect's addresses and duration are validated before anything is contacted: a
+    good request passes with HOST:PORT items and 1 <= duration <= 1 h, anything else is an
+    InvalidArgumentError saying what is expected."""
+    from omniprof.backends.xla.remote import collect, parse_addresses
+
+    try:
+        addrs = parse_addresses(addresses)
+    except InvalidArgumentError as e:
+        tally.case("collect request", "bad address")
+        assert _clear(str(e)) and ("HOST:PORT" in str(e) or "port" in str(e) or "twice" in str(e))
+        return
+    for a in addrs:
+        host, _, port = a.rpartition(":")
+        assert host and 1 <= int(port) <= 65535 and " " not in host, a
+    good_duration = type(duration_ms) is int and 1 <= duration_ms <= 3_600_000
+    if good_duration:
+        tally.case("collect request", "valid")
+        return
+    with pytest.raises(InvalidArgumentError, match="duration_ms"):
+        collect(addrs, duration_ms)
+    tally.case("collect request", "bad duration")

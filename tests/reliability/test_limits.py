@@ -10,6 +10,8 @@ import warnings
 import pytest
 
 import omniprof
+import omniprof.core.readers
+import omniprof.core.reporting
 from omniprof.backends.cpu.sampler import Sampler
 from omniprof.errors import DataLossWarning
 from omniprof.testing.fakes import FakeClock
@@ -76,3 +78,61 @@ def test_table_marks_partial_and_losses_in_empty_result(tally):
     text = buf.getvalue()
     assert "PARTIAL" in text and "1234" in text
     tally.case("limits: loss shown", "table")
+
+
+def test_xla_empty_xspace_is_a_counted_loss(monkeypatch, tmp_path, tally):
+    """When XLA hands back an empty XSpace (what jax does when a trace exceeds protobuf's 2 GB
+    limit), the run is not a silent empty success: a size_limit loss is counted, warned about and
+    reported, and no 0-byte xplane is written."""
+    pytest.importorskip("jax")
+    from omniprof.backends.xla import _runtime
+
+    real = _runtime.import_profiler_bindings
+
+    def bindings():
+        profiler, profile_data = real()
+
+        class OversizedSession:
+            """XLA's real session; only its serialised output is what jax returns past 2 GB (a trace
+            that size cannot be produced on this machine)."""
+
+            def __init__(self, options):
+                self._session = profiler.ProfilerSession(options)
+
+            def stop(self):
+                self._session.stop()
+                return b""
+
+        class Profiler:
+            ProfilerSession = OversizedSession
+
+            def __getattr__(self, name):
+                return getattr(profiler, name)
+
+        return Profiler(), profile_data
+
+    monkeypatch.setattr(_runtime, "import_profiler_bindings", bindings)
+    import jax.numpy as jnp
+
+    with pytest.warns(omniprof.errors.DataLossWarning, match="2 GB"):
+        with omniprof.Profiler(backend="xla", logdir=tmp_path) as prof:
+            (jnp.arange(100.0) * 2).block_until_ready()
+    (loss,) = prof.result.losses
+    assert (loss.source, loss.kind, loss.count) == ("xla", "size_limit", 1)
+    assert not list(tmp_path.rglob("*.xplane.pb"))
+    text = omniprof.core.reporting.make_reporter("table").render(prof.result)
+    assert "size_limit" in text or "2 GB" in text
+    tally.case("limits: XSpace 2 GB (empty xplane)", "counted")
+
+
+def test_empty_xplane_file_is_an_error_not_an_empty_trace(tmp_path, tally):
+    """A 0-byte .xplane.pb (left by jax after an oversized trace) is a TraceReadError naming the
+    cause, not an empty profile."""
+    pytest.importorskip("jax")
+    f = tmp_path / "host.xplane.pb"
+    f.write_bytes(b"")
+    with pytest.raises(omniprof.errors.TraceReadError, match="empty file.*2 GB"):
+        omniprof.core.readers.read_any(f)
+    with pytest.raises(omniprof.errors.TraceReadError, match="empty file"):
+        omniprof.core.readers.read_any(tmp_path)
+    tally.case("limits: empty xplane file", "TraceReadError")

@@ -35,8 +35,8 @@ from omniprof.backends.xla import _runtime
 from omniprof.backends.xla.reader import OMNIPROF_MARK, part_from_files, run_tool
 from omniprof.core import validators as v
 from omniprof.core.fileio import atomic_write_bytes, hostname
-from omniprof.core.results import Artifact, BackendResult, ClockInfo
-from omniprof.errors import BackendError, BackendUnavailableError, InvalidArgumentError, OmniprofWarning
+from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
+from omniprof.errors import BackendError, BackendUnavailableError, DataLossWarning, InvalidArgumentError, OmniprofWarning
 
 __all__ = ["XlaBackend", "XlaOptions", "jax_profile_options", "write_perfetto_trace", "serve_perfetto"]
 
@@ -233,6 +233,8 @@ class XlaBackend(Backend):
                                f"session (jax.profiler.start_trace, a remote capture) was probably active",
                                plugin=self.name) from e
         t_post = time.perf_counter()
+        if not xspace:  # never write (or read back) an empty xplane as if it were a trace
+            return self._lost_trace(end_ref)
         out_dir = self._out_dir()
         xplane = out_dir / f"{hostname()}.xplane.pb"
         atomic_write_bytes(xplane, xspace)
@@ -260,6 +262,18 @@ class XlaBackend(Backend):
             self.perfetto_server = serve_perfetto(Path(artifacts[-1].path), port=opts.perfetto_port,
                                                   wait=opts.perfetto_wait, timeout_s=opts.perfetto_timeout_s)
         return result
+
+    def _lost_trace(self, end_ref: int) -> BackendResult:
+        """XLA handed back an empty XSpace: protobuf cannot serialise a message over 2 GB, and
+        jax then writes a 0-byte xplane and reports success. Counted and warned, never hidden."""
+        detail = ("XLA's profiler returned an empty XSpace (0 bytes): the trace most likely exceeded protobuf's "
+                  "2 GB message limit. Profile a shorter window (a schedule with fewer active steps), or lower "
+                  "host_tracer_level / device_tracer_level")
+        warnings.warn(f"xla: the whole trace was lost: {detail}", DataLossWarning, stacklevel=3)
+        return BackendResult(backend=self.name, clock=ClockInfo(name=getattr(self.clock, "name", "perf_counter_ns")),
+                             start_ns=self._t0_ref_ns, end_ns=end_ref,
+                             losses=[Loss(source="xla", kind="size_limit", count=1, unit="traces", detail=detail)],
+                             metadata={"jax_version": self._jax.__version__, "xspace_bytes": 0})
 
     def close(self) -> None:
         session, self._session = self._session, None

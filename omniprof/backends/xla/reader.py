@@ -565,6 +565,9 @@ def load_profile_data(path: Path) -> Any:
         data = path.read_bytes()
     except OSError as e:
         raise TraceReadError(f"cannot read {str(path)!r}: {e.strerror or e}") from e
+    if not data:
+        raise TraceReadError(f"{path}: empty file (0 bytes), not a trace. jax writes an empty .xplane.pb and reports "
+                             f"success when the trace exceeds protobuf's 2 GB limit; profile a shorter window")
     try:
         return pdmod.ProfileData.from_serialized_xspace(data)
     except Exception as e:
