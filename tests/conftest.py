@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import getpass
 import importlib.metadata as md
+import os
 import signal
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -32,10 +35,63 @@ collect_ignore = ["unit/core/broken_plugin_module.py"]
 _SIGNALS = [s for s in (getattr(signal, n, None) for n in ("SIGALRM", "SIGPROF", "SIGUSR1", "SIGUSR2")) if s]
 
 
+def _open_fds() -> dict[int, str]:
+    """fd -> what it points at, from /proc (empty where there is no /proc)."""
+    out = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for fd in names:
+        try:
+            out[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+    return out
+
+
+def _listening_inodes() -> set[str]:
+    """Socket inodes of this machine's listening TCP sockets (state 0A in /proc/net/tcp*)."""
+    inodes = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as fh:
+                next(fh, None)
+                for line in fh:
+                    f = line.split()
+                    if len(f) > 9 and f[3] == "0A":
+                        inodes.add(f[9])
+        except OSError:
+            continue
+    return inodes
+
+
+def _fd_leaks(before: dict[int, str], tmp_root: str) -> list[str]:
+    """Descriptors a test opened and left open that are certainly its own: files under pytest's
+    temporary directory, and listening sockets (a server not stopped). Libraries imported for the
+    first time keep other descriptors (eventfds, pipes, caches) on purpose; those are not counted."""
+    new = {fd: t for fd, t in _open_fds().items() if before.get(fd) != t}
+    if not new:
+        return []
+    listening = _listening_inodes() if any(t.startswith("socket:[") for t in new.values()) else set()
+    leaks = []
+    for fd, target in sorted(new.items()):
+        if tmp_root and target.startswith(tmp_root):
+            leaks.append(f"fd {fd} -> {target}")
+        elif target.startswith("socket:[") and target[8:-1] in listening:
+            leaks.append(f"fd {fd} -> listening {target}")
+    return leaks
+
+
+_TMP_ROOT = os.path.realpath(os.path.join(tempfile.gettempdir(), f"pytest-of-{getpass.getuser()}"))
+
+
 @pytest.fixture(autouse=True)
 def leak_check():
     """After every test: no profiler running, no annotation sinks, profile hooks, signal handlers
-    and itimers restored, no new non-daemon or sampler threads left behind."""
+    and itimers restored, no new non-daemon or sampler threads left behind, no file of the test's
+    temporary directory or listening socket left open."""
+    before_fds = _open_fds()
     before_threads = {t.ident for t in threading.enumerate()}
     before_signals = {s: signal.getsignal(s) for s in _SIGNALS}
     before_profile = sys.getprofile()
@@ -63,6 +119,9 @@ def leak_check():
              and (t.name.startswith("omniprof") or not t.daemon)]
     if stray:
         problems.append(f"threads left running: {[t.name for t in stray]}")
+    fd_leaks = _fd_leaks(before_fds, _TMP_ROOT)
+    if fd_leaks:
+        problems.append(f"file descriptors left open: {fd_leaks}")
     if problems:
         pytest.fail("leak check: " + "; ".join(problems))
 

@@ -32,10 +32,15 @@ class Tally:
         self.outcomes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         self.faults: collections.Counter[str] = collections.Counter()
         self.figures: dict[str, str] = {}
+        self.checks: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
 
     def case(self, prop: str, outcome: str = "ok") -> None:
         self.cases[prop] += 1
         self.outcomes[prop][outcome] += 1
+
+    def check(self, name: str, outcome: str) -> None:
+        """A case of a non-property test (limits, load, security)."""
+        self.checks[name][outcome] += 1
 
     def fault(self, kind: str) -> None:
         self.faults[kind] += 1
@@ -53,7 +58,7 @@ def tally() -> Tally:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not (TALLY.cases or TALLY.faults or TALLY.figures):
+    if not (TALLY.cases or TALLY.faults or TALLY.figures or TALLY.checks):
         return
     tr = terminalreporter
     tr.section("omniprof reliability campaign")
@@ -62,6 +67,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for prop, n in sorted(TALLY.cases.items()):
             kinds = ", ".join(f"{k} {c}" for k, c in TALLY.outcomes[prop].most_common())
             tr.write_line(f"  {prop}: {n} cases ({kinds})")
+    if TALLY.checks:
+        tr.write_line(f"other checks: {sum(sum(c.values()) for c in TALLY.checks.values())}")
+        for name, outcomes in sorted(TALLY.checks.items()):
+            tr.write_line(f"  {name}: " + ", ".join(f"{k} {n}" if n > 1 else k for k, n in outcomes.most_common()))
     if TALLY.faults:
         tr.write_line(f"faults injected: {sum(TALLY.faults.values())}")
         for kind, n in sorted(TALLY.faults.items()):

@@ -95,9 +95,30 @@ def test_profile_options_fuzzed(tally, data):
     assert ProfileOptions.from_dict(opts.to_dict()) == opts
 
 
+def _valid_advanced(key: str) -> st.SearchStrategy[object]:
+    k = ADVANCED_KEYS[key]
+    if k.kind == "enum":
+        return st.sampled_from(k.allowed)
+    if k.kind == "int":
+        return st.integers(k.lo, k.hi) | st.sampled_from([k.lo, k.hi])
+    if k.kind == "bool":
+        return st.booleans()
+    return st.sampled_from(["", "sm__cycles_active.avg", "a__b.c,d__e", "x,,y", "bad name"])
+
+
+@st.composite
+def advanced_mappings(draw: st.DrawFn) -> dict[object, object]:
+    out: dict[object, object] = {}
+    for key in draw(st.lists(near(list(ADVANCED_KEYS)), max_size=4)):
+        if key in ADVANCED_KEYS and draw(st.booleans()):
+            out[key] = draw(_valid_advanced(key))
+        else:
+            out[key] = draw(values | st.sampled_from(["TRACE_COMPUTE", 64, 4096, 4097, True]))
+    return out
+
+
 @FUZZ
-@given(st.dictionaries(near(list(ADVANCED_KEYS)), values | st.sampled_from(["TRACE_COMPUTE", 64, 4096, 4097, True]),
-                       max_size=4))
+@given(advanced_mappings())
 def test_advanced_configuration_fuzzed(tally, adv):
     """advanced_configuration accepts a key only with a value of its documented type and range; an
     unknown key is named with the valid ones."""
@@ -138,9 +159,17 @@ def _field_names(cls: type) -> list[str]:
 def test_backend_options_fuzzed(tally, data):
     """Every installed backend's Options: a random mapping builds valid options or raises
     InvalidArgumentError naming the backend."""
+    import attrs
+
     name, cls = data.draw(st.sampled_from(_backend_classes()), label="backend")
-    given_opts = data.draw(st.dictionaries(near(_field_names(cls)), values | st.integers(0, 10) | st.floats(0, 2),
-                                           max_size=4), label="options")
+    defaults = {a.name: a.default for a in attrs.fields(cls.Options)
+                if a.default is not attrs.NOTHING and not isinstance(a.default, attrs.Factory)}
+    given_opts = {}
+    for key in data.draw(st.lists(near(_field_names(cls)), max_size=4), label="keys"):
+        if key in defaults and data.draw(st.booleans()):  # a valid value, to reach the accepted side too
+            given_opts[key] = defaults[key]
+        else:
+            given_opts[key] = data.draw(values | st.integers(0, 10) | st.floats(0, 2), label=key)
     try:
         opts = options_for("backend", name, cls, given_opts)
     except (InvalidArgumentError, PluginError) as e:
@@ -410,7 +439,7 @@ def test_reader_unreadable_paths(tmp_path, tally):
     for what, p in cases.items():
         with pytest.raises(TraceReadError):
             read_any(p)
-        tally.case("reader: paths", what)
+        tally.check("reader: unreadable paths", what)
 
 
 # -- xplane reader and remote capture requests --------------------------------------------------------

@@ -38,7 +38,7 @@ def test_sampler_buffer_full_counted_warned_reported(engine, tally):
     assert loss.count > 0 and loss.source == "cpu"
     text = omniprof.core.reporting.make_reporter("table").render(prof.result)
     assert "samples_dropped" in text or "not recorded" in text.lower() or str(loss.count) in text
-    tally.case("limits: sampler buffer full", engine)
+    tally.check("limits: sampler buffer full", engine)
 
 
 @pytest.mark.xfail(not hasattr(Sampler(None, FakeClock(), 1), "_busy"), strict=True,
@@ -64,7 +64,7 @@ def test_sampler_nested_sample_never_negative_weight(tally):
     t_begin = s._t_begin
     for _ in range(50):
         s.sample()
-    tally.case("limits: nested sampler re-entry", "checked")
+    tally.check("limits: nested sampler re-entry", "checked")
     assert min(s.weights_ns) >= 0, f"negative weights: {[w for w in s.weights_ns if w < 0][:5]}"
     assert sum(s.weights_ns) <= max(s.t_ns) - t_begin
 
@@ -77,7 +77,7 @@ def test_table_marks_partial_and_losses_in_empty_result(tally):
     omniprof.report(r, "table", buf)
     text = buf.getvalue()
     assert "PARTIAL" in text and "1234" in text
-    tally.case("limits: loss shown", "table")
+    tally.check("limits: loss shown", "table")
 
 
 def test_xla_empty_xspace_is_a_counted_loss(monkeypatch, tmp_path, tally):
@@ -122,7 +122,7 @@ def test_xla_empty_xspace_is_a_counted_loss(monkeypatch, tmp_path, tally):
     assert not list(tmp_path.rglob("*.xplane.pb"))
     text = omniprof.core.reporting.make_reporter("table").render(prof.result)
     assert "size_limit" in text or "2 GB" in text
-    tally.case("limits: XSpace 2 GB (empty xplane)", "counted")
+    tally.check("limits: XSpace 2 GB (empty xplane)", "counted")
 
 
 def test_empty_xplane_file_is_an_error_not_an_empty_trace(tmp_path, tally):
@@ -135,4 +135,4 @@ def test_empty_xplane_file_is_an_error_not_an_empty_trace(tmp_path, tally):
         omniprof.core.readers.read_any(f)
     with pytest.raises(omniprof.errors.TraceReadError, match="empty file"):
         omniprof.core.readers.read_any(tmp_path)
-    tally.case("limits: empty xplane file", "TraceReadError")
+    tally.check("limits: empty xplane file", "TraceReadError")

@@ -46,7 +46,7 @@ def test_trace_server_binds_loopback_by_default(tmp_path, tally):
         if other is not None:
             with pytest.raises(OSError):
                 socket.create_connection((other, srv.port), timeout=2).close()
-    tally.case("security: server binds", "loopback")
+    tally.check("security: server binds", "loopback")
 
 
 def test_trace_server_other_address_warns(tmp_path, tally):
@@ -57,7 +57,7 @@ def test_trace_server_other_address_warns(tmp_path, tally):
         srv = TraceFileServer(f, host="0.0.0.0", port=0)
     with srv:
         assert srv._httpd.server_address[0] == "0.0.0.0"
-    tally.case("security: server binds", "explicit other address warned")
+    tally.check("security: server binds", "explicit other address warned")
 
 
 @pytest.mark.parametrize("host", ["", "bad host", "host/path", "a..b", "-x", 7, None, "x" * 300, "127.0.0.1:80"])
@@ -65,7 +65,7 @@ def test_bind_address_form_validated(host, tally):
     """A malformed address is refused with InvalidArgumentError before anything binds."""
     with pytest.raises(InvalidArgumentError, match="address"):
         check_bind_address(host)
-    tally.case("security: address form", "rejected")
+    tally.check("security: address form", "rejected")
 
 
 def test_trace_server_serves_only_its_file(tmp_path):
@@ -103,7 +103,7 @@ def test_loading_never_runs_code(tmp_path, monkeypatch, tally):
             read_any(tmp_path / name)
         with pytest.raises(TraceReadError):
             omniprof.load(tmp_path / name)
-        tally.case("security: pickle payload", "refused")
+        tally.check("security: pickle payload", "refused")
     assert not (tmp_path / "omniprof_pwned").exists()
 
 
@@ -143,7 +143,7 @@ def test_config_output_paths_cannot_escape(tmp_path, key, value, tally):
     assert "omniprof.toml:" in str(e.value) and last in str(e.value)
     assert main(["config", "check", str(proj / "omniprof.toml")]) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
-    tally.case("security: config output path", "escape rejected")
+    tally.check("security: config output path", "escape rejected")
 
 
 def test_config_output_paths_inside_or_absolute_accepted(tmp_path):
