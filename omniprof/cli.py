@@ -85,6 +85,12 @@ def _parser() -> _Parser:
     report.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE")
     report.add_argument("-o", "--outdir", default=None)
     _plugin_args(report)
+
+    view = sub.add_parser("view", help="open an XProf logdir in XProf's web UI (binds 127.0.0.1)")
+    view.add_argument("path", help="an XProf logdir (holds plugins/profile/<run>/<host>.xplane.pb)")
+    view.add_argument("--port", type=int, default=6006, help="port (default 6006; 0 picks a free one)")
+    view.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    view.add_argument("-v", "--verbose", action="store_true", help="let XProf log every request")
     return p
 
 
@@ -111,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_plugins(ns)
         if ns.command == "report":
             return _cmd_report(ns)
+        if ns.command == "view":
+            return _cmd_view(ns)
         _parser().print_help()
         return 2
     except (UsageError, InvalidArgumentError, ConfigError, PluginLoadError) as e:
@@ -228,6 +236,27 @@ def _cmd_report(ns: argparse.Namespace) -> int:
         reg.reporter(name)  # fail early on unknown names
     result = read_any(ns.file)
     return _emit_reports(result, reporters, ropts, ns.outdir, reg)
+
+
+def _cmd_view(ns: argparse.Namespace) -> int:
+    from omniprof.reporters.tensorboard import serve_logdir, xplane_files
+
+    path = Path(ns.path)
+    if not path.is_dir():
+        raise UsageError(f"omniprof view: {ns.path!r} is not a directory; give an XProf logdir "
+                         f"(write one with: omniprof run -r tensorboard -o LOGDIR script.py)")
+    if not xplane_files(path):
+        print(f"omniprof: no runs under {path} yet (expected plugins/profile/<run>/<host>.xplane.pb); "
+              f"XProf lists runs written later", file=sys.stderr)
+
+    def ready(server: Any) -> None:
+        print(f"omniprof: XProf serving {path} at {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+    try:
+        serve_logdir(path, ns.host, ns.port, verbose=ns.verbose, on_ready=ready)
+    except KeyboardInterrupt:
+        print("omniprof: XProf stopped", file=sys.stderr)
+    return 0
 
 
 def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:

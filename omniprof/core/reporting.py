@@ -65,6 +65,10 @@ def report(result: ProfileResult, reporter: str = "table", dest: str | os.PathLi
 
 def _target(rep: Any, dest: Any, overwrite: bool) -> Path:
     default = rep.default_filename or f"{rep.name}.out"
+    if rep.output == "dir":
+        # A directory reporter adds uniquely named entries inside (an XProf run), so an existing
+        # directory is used as is: it never overwrites another run's files.
+        return Path(dest) if dest is not None else Path.cwd() / default
     if dest is None:
         return unique_path(Path.cwd() / default)
     path = Path(dest)
