@@ -313,7 +313,7 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
     first, last = _time_bounds(result, parts)
     start_unix = meta.start_unix_ns + (first - meta.start_ns) if meta.start_unix_ns else 0
     end_unix = start_unix + (last - first) if meta.start_unix_ns else 0
-    several = len(parts) > 1
+    several = len(result.parts) > 1  # lines say which backend drew them (also beside a native xplane)
 
     # plane key: None = host, n = GPU n; value: list of (line key, LineData parts)
     planes: dict[int | None, list[LineData]] = defaultdict(list)
