@@ -89,12 +89,17 @@ class TensorBoardOptions:
 # -- plain data -------------------------------------------------------------------------------------
 @attrs.frozen
 class EventData:
-    """One event: ``start_ns`` is ns after the timeline's start; ``stats`` are its args."""
+    """One event: ``start_ns`` is ns after the timeline's start; ``stats`` are its args.
+
+    ``static`` holds args shared by every event with the same name and static args (a sampled
+    frame's file and line): they are stored once, in the event's XEventMetadata.
+    """
 
     name: str
     start_ns: int
     dur_ns: int
     stats: Mapping[str, Any] = attrs.field(factory=dict)
+    static: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -222,6 +227,15 @@ def _sampled_events(part: BackendResult, conv: _Conv) -> dict[int, list[EventDat
     by_thread: dict[int, list[Any]] = defaultdict(list)
     for s in part.samples:
         by_thread[s.thread_id].append(s)
+    statics: dict[int, tuple[str, dict[str, Any]]] = {}
+    for fid, frame in enumerate(part.frames):
+        static: dict[str, Any] = {}
+        if frame.file:
+            static["file"] = frame.file
+            static["line"] = frame.line
+        if frame.module:
+            static["module"] = frame.module
+        statics[fid] = (frame.name, static)
     out: dict[int, list[EventData]] = {}
     for tid, samples in by_thread.items():
         samples.sort(key=lambda s: s.t_ns)
@@ -233,18 +247,8 @@ def _sampled_events(part: BackendResult, conv: _Conv) -> dict[int, list[EventDat
         def close(down_to: int, at: int) -> None:
             while len(open_) > down_to:
                 fid, start = open_.pop()
-                n = counts.pop()
-                frame = part.frames[fid] if 0 <= fid < len(part.frames) else None
-                stats: dict[str, Any] = {"samples": n}
-                name = f"frame {fid}"
-                if frame is not None:
-                    name = frame.name
-                    if frame.file:
-                        stats["file"] = frame.file
-                        stats["line"] = frame.line
-                    if frame.module:
-                        stats["module"] = frame.module
-                events.append(EventData(name, start, max(at - start, 0), stats))
+                name, static = statics.get(fid) or (f"frame {fid}", {})
+                events.append(EventData(name, start, max(at - start, 0), {"samples": counts.pop()}, static))
 
         for s in samples:
             end = conv.rel(s.t_ns)
@@ -432,14 +436,32 @@ def _fill(space: Any, timeline: Timeline, shift_ns: int) -> None:
             plane = space.planes.add(id=pd.plane_id, name=pd.name)
             by_name[pd.name] = plane
         builder = xs.PlaneBuilder(plane)
+        static_ids: dict[tuple[str, tuple[tuple[str, Any], ...]], int] = {}
         for ld in pd.lines:
             if not ld.events:
                 continue
             t0 = min(e.start_ns for e in ld.events) + shift_ns
             line = builder.add_line(ld.name, t0, display_name=ld.display_name, line_id=ld.line_id)
             for e in ld.events:
-                builder.add_event(line, e.name, e.start_ns + shift_ns, e.dur_ns, dict(e.stats))
+                mid = None
+                if e.static:
+                    key = (e.name, tuple(e.static.items()))
+                    mid = static_ids.get(key)
+                    if mid is None:
+                        mid = static_ids[key] = _static_metadata(builder, e.name, e.static)
+                builder.add_event(line, e.name, e.start_ns + shift_ns, e.dur_ns, e.stats, metadata_id=mid)
             line.duration_ps = (max(e.start_ns + e.dur_ns for e in ld.events) + shift_ns - t0) * 1000
+
+
+def _static_metadata(builder: xs.PlaneBuilder, name: str, static: Mapping[str, Any]) -> int:
+    """Event metadata named uniquely (``name file:line``), shown as ``name``, holding the static args."""
+    where = f"{static['file']}:{static.get('line', 0)}" if "file" in static else str(static.get("module", ""))
+    mid = builder.event_metadata_id(f"{name} {where}".rstrip(), display_name=name)
+    meta = builder.plane.event_metadata[mid]
+    if not meta.stats:
+        for key, value in static.items():
+            meta.stats.add(**builder.stat_dict(key, value))
+    return mid
 
 
 def to_xspace(timeline: Timeline, base: Any | None = None) -> Any:
@@ -501,6 +523,16 @@ def _native_xplanes(result: ProfileResult) -> tuple[dict[int, Path], list[str]]:
     return found, notes
 
 
+def _result_notes(result: ProfileResult) -> list[str]:
+    """What the result itself says was lost or failed, for ``XSpace.warnings``."""
+    notes = [f"{loss.source}: {loss.count} {loss.unit} not recorded ({loss.kind}){': ' + loss.detail if loss.detail else ''}"
+             for loss in result.losses]
+    notes += [f"{err.source} failed during {err.phase}: {err.type}: {err.message}" for err in result.errors]
+    if result.partial:
+        notes.append("the profiling session did not end normally; this trace is partial")
+    return notes
+
+
 def xplane_files(logdir: str | os.PathLike[str]) -> list[Path]:
     """Every ``plugins/profile/<run>/*.xplane.pb`` under ``logdir`` (sorted)."""
     return sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"))
@@ -510,12 +542,16 @@ def write_logdir(result: ProfileResult, logdir: str | os.PathLike[str],
                  options: TensorBoardOptions | None = None) -> Path:
     """Write ``result`` as a new run under ``logdir``; returns the ``.xplane.pb`` path.
 
+    A result whose only content is jax's xplane, already a run of this logdir (the Profiler's
+    session directory), is not copied again: that run's file is returned.
+
     Raises:
         OutputError: the directory or file cannot be written (disk full, read-only, permission).
     """
     opts = options or TensorBoardOptions()
     logdir = Path(logdir)
     natives, notes = _native_xplanes(result) if opts.use_native_xplane else ({}, [])
+    notes += _result_notes(result)
     base_bytes: bytes | None = None
     base_index: int | None = None
     for idx, path in natives.items():
@@ -537,6 +573,9 @@ def write_logdir(result: ProfileResult, logdir: str | os.PathLike[str],
         if opts.host is None and src.name.endswith(".xplane.pb"):
             host = src.name[: -len(".xplane.pb")]  # jax's own host name, as in its XSpace
         if not others and not notes:
+            profile_dir = (logdir / "plugins" / "profile").resolve()
+            if src.resolve().parent.parent == profile_dir:
+                return src  # already a run of this logdir (the Profiler's session): no duplicate run
             data = base_bytes
         else:
             timeline = attrs.evolve(build_timeline(result, opts, parts=others), notes=tuple(notes))

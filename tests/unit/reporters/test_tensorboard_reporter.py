@@ -255,6 +255,28 @@ def test_native_xplane_is_copied_byte_for_byte(tmp_path: Path) -> None:
     assert converted.read_bytes() != src.read_bytes() and converted.name == "other.xplane.pb"
 
 
+def test_native_xplane_already_in_the_logdir_is_not_duplicated(tmp_path: Path) -> None:
+    """jax's xplane in a run of the same logdir (the Profiler's session dir) is not copied to a second run."""
+    session = tmp_path / "logs" / "plugins" / "profile" / "run1"
+    session.mkdir(parents=True)
+    src = session / "vm.xplane.pb"
+    src.write_bytes(to_xspace(build_timeline(make_result(empty=True))).SerializeToString())
+    r = ProfileResult(parts=(BackendResult("xla", artifacts=(Artifact("xplane", str(src)),)),))
+    assert write_logdir(r, tmp_path / "logs") == src
+    assert [p.name for p in session.parent.iterdir()] == ["run1"]
+
+
+def test_result_losses_and_errors_are_noted_in_the_xspace(tmp_path: Path) -> None:
+    """Losses, errors and a partial session recorded in the result travel in XSpace.warnings."""
+    from omniprof.core.results import ErrorRecord
+
+    r = make_result().evolve(partial=True, errors=(ErrorRecord("torch", "stop", "RuntimeError", "boom"),))
+    warnings = list(xs.XSpace.FromString(write_logdir(r, tmp_path).read_bytes()).warnings)
+    assert "cpu: 3 samples not recorded (samples_dropped): buffer full" in warnings
+    assert "torch failed during stop: RuntimeError: boom" in warnings
+    assert any("partial" in w for w in warnings)
+
+
 def test_missing_native_xplane_is_converted_and_noted(tmp_path: Path) -> None:
     """A vanished xplane artifact: the part's spans are converted and the XSpace says why."""
     out = write_logdir(make_result(), tmp_path)  # its artifact /tmp/x.xplane.pb does not exist
