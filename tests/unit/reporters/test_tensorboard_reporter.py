@@ -347,3 +347,10 @@ def test_real_cpu_backend_result_converts(tmp_path: Path) -> None:
         assert any("busy_loop_for_tb" in n for n in names)
     space = xs.XSpace.FromString(write_logdir(prof.result, tmp_path).read_bytes())
     assert space.planes
+
+
+def test_spans_on_undeclared_tracks_are_kept() -> None:
+    """A span whose track is not declared still gets a line, named by its track id."""
+    r = ProfileResult(parts=(BackendResult("cpu", spans=(Span("orphan", "thread:99", 0, 5),)),))
+    lines = _lines(build_timeline(r), "/host:CPU")
+    assert [e.name for e in lines["thread:99"].events] == ["orphan"]
