@@ -319,13 +319,13 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
     end_unix = start_unix + (last - first) if meta.start_unix_ns else 0
     several = len(result.parts) > 1  # lines say which backend drew them (also beside a native xplane)
 
-    # plane key: None = host, n = GPU n; value: list of (line key, LineData parts)
+    # plane key: None = the host plane, n = /device:GPU:n
     planes: dict[int | None, list[LineData]] = defaultdict(list)
     counters: dict[int | None, list[EventData]] = defaultdict(list)
 
     # Flow ids are unique per part only: number them across the result.
     flow_ids: dict[tuple[int, int], int] = {}
-    flow_members: dict[int, list[tuple[int, int]]] = defaultdict(list)  # new id -> [(start, span key)]
+    flow_members: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # new id -> [(start, part, span)]
 
     for pi, part in enumerate(parts):
         conv = _Conv(part.clock.offset_ns - first)
