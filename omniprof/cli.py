@@ -178,6 +178,11 @@ def _parser() -> _Parser:
     collect.add_argument("--attempts", type=int, default=3, help="tracing attempts before giving up")
     collect.add_argument("-v", "--verbose", action="store_true", help="let the profiler libraries log")
     _plugin_args(collect)
+    view = sub.add_parser("view", help="open an XProf logdir in XProf's web UI (binds 127.0.0.1)")
+    view.add_argument("path", help="an XProf logdir (holds plugins/profile/<run>/<host>.xplane.pb)")
+    view.add_argument("--port", type=int, default=6006, help="port (default 6006; 0 picks a free one)")
+    view.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    view.add_argument("-v", "--verbose", action="store_true", help="let XProf log every request")
     return p
 
 
@@ -248,6 +253,8 @@ def _main(argv: list[str]) -> int:
             return _cmd_diff(ns)
         if ns.command == "collect":
             return _cmd_collect(ns)
+        if ns.command == "view":
+            return _cmd_view(ns)
         _parser().print_help()
         return 2
     except (UsageError, InvalidArgumentError, ConfigError, PluginLoadError) as e:
@@ -425,6 +432,25 @@ def _cmd_collect(ns: argparse.Namespace) -> int:
         print(f"  {f.name}", file=sys.stderr)
     status = _emit_reports(got.result, reporters, {}, ns.outdir, reg) if reporters else 0
     return status
+def _cmd_view(ns: argparse.Namespace) -> int:
+    from omniprof.reporters.tensorboard import serve_logdir, xplane_files
+
+    path = Path(ns.path)
+    if not path.is_dir():
+        raise UsageError(f"omniprof view: {ns.path!r} is not a directory; give an XProf logdir "
+                         f"(write one with: omniprof run -r tensorboard -o LOGDIR script.py)")
+    if not xplane_files(path):
+        print(f"omniprof: no runs under {path} yet (expected plugins/profile/<run>/<host>.xplane.pb); "
+              f"XProf lists runs written later", file=sys.stderr)
+
+    def ready(server: Any) -> None:
+        print(f"omniprof: XProf serving {path} at {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+    try:
+        serve_logdir(path, ns.host, ns.port, verbose=ns.verbose, on_ready=ready)
+    except KeyboardInterrupt:
+        print("omniprof: XProf stopped", file=sys.stderr)
+    return 0
 
 
 def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:

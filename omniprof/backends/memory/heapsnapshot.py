@@ -62,6 +62,14 @@ def _meta() -> dict[str, Any]:
 
 
 def _describe(obj: Any) -> tuple[int, str]:
+    try:
+        ntype, name = _describe_unchecked(obj)
+    except Exception:  # a hostile __getattr__/__class__ must not stop the snapshot
+        return T_OBJECT, type(obj).__name__
+    return ntype, name if isinstance(name, str) else str(name)
+
+
+def _describe_unchecked(obj: Any) -> tuple[int, Any]:
     if isinstance(obj, str):
         return T_STRING, obj[:MAX_NAME]
     if isinstance(obj, (bool, int, float, complex)):
@@ -106,7 +114,10 @@ def _edges(obj: Any) -> Iterator[tuple[int, Any, Any]]:
         for i, item in enumerate(list(obj)):
             yield E_ELEMENT, i, item
         return
-    d = getattr(obj, "__dict__", None) if not isinstance(obj, (type, types.ModuleType)) else None
+    try:
+        d = getattr(obj, "__dict__", None) if not isinstance(obj, (type, types.ModuleType)) else None
+    except Exception:  # properties or __getattr__ that raise
+        d = None
     if isinstance(d, dict):
         for k, val in list(d.items()):
             if isinstance(k, str):
