@@ -662,6 +662,9 @@ class XProfServer:
                  *, verbose: bool = False) -> None:
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise InvalidArgumentError(f"'port' must be an integer between 0 and 65535 (got {port!r})")
+        from omniprof.core.serve import check_bind_address
+
+        check_bind_address(host, "XProf viewer")  # a malformed address is refused; a non-loopback one warned
         self.logdir = Path(logdir).expanduser().resolve()
         if not self.logdir.is_dir():
             raise InvalidArgumentError(f"no logdir at {str(logdir)!r}: give a directory written by the tensorboard "

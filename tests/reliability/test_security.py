@@ -173,3 +173,23 @@ def test_cli_output_names_from_results_stay_in_outdir(tmp_path, capsys):
     assert main(["report", str(src), "-r", ",".join(names), "-o", str(out)]) == 0
     written = {p for p in tmp_path.rglob("*") if p.is_file()}
     assert all(out in p.parents or p == src for p in written), written
+
+
+def test_xprof_viewer_binds_loopback_by_default(tmp_path, tally):
+    """`omniprof view`'s XProf server listens on 127.0.0.1 unless told otherwise, answers there,
+    refuses malformed addresses and warns when another address is named."""
+    pytest.importorskip("xprof")
+    from omniprof.reporters.tensorboard import XProfServer
+
+    with XProfServer(tmp_path, port=0) as srv:
+        assert srv._server.bind_addr[0] == "127.0.0.1"
+        assert urllib.request.urlopen(srv.url, timeout=30).status == 200
+        other = _other_address()
+        if other is not None:
+            with pytest.raises(OSError):
+                socket.create_connection((other, srv.port), timeout=2).close()
+    with pytest.raises(InvalidArgumentError, match="address"):
+        XProfServer(tmp_path, host="not an address", port=0)
+    with pytest.warns(OmniprofWarning, match="binds 0.0.0.0"):
+        XProfServer(tmp_path, host="0.0.0.0", port=0)
+    tally.check("security: server binds", "XProf viewer loopback")
