@@ -511,3 +511,61 @@ def test_remote_capture_request_validated(tally, addresses, duration_ms):
     with pytest.raises(InvalidArgumentError, match="duration_ms"):
         collect(addrs, duration_ms)
     tally.case("collect request", "bad duration")
+
+
+# -- Kineto reader (torch) ----------------------------------------------------------------------------
+KINETO_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "kineto"
+
+
+@pytest.fixture(scope="module")
+def kineto_trace():
+    from omniprof.core.readers import READERS
+
+    if "kineto" not in READERS:
+        pytest.skip("no Kineto reader in this installation (the torch backend provides it)")
+    path = KINETO_DATA / "triton_cuda_trace.json.gz"
+    if not path.is_file():
+        pytest.skip(f"real Kineto traces not found at {KINETO_DATA} (the shared/ data folder beside the repo)")
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+@FUZZ
+@given(data=st.data())
+def test_kineto_reader_fuzzed(tally, tmp_path_factory, kineto_trace, data):
+    """A real Kineto trace truncated, with events' values replaced, events dropped, or bytes
+    flipped, reads into a consistent result every reporter renders, or is a TraceReadError naming
+    the file."""
+    how = data.draw(st.sampled_from(["truncate", "flip", "value", "drop-events", "empty-events", "not-a-list"]))
+    trace = json.loads(json.dumps(kineto_trace))
+    events = trace.get("traceEvents", [])
+    if how == "value" and events:
+        i = data.draw(st.integers(0, len(events) - 1))
+        ev = events[i]
+        key = data.draw(st.sampled_from(sorted(ev) + ["ts", "dur", "args", "ph", "pid", "tid", "name"]))
+        new = data.draw(values | st.sampled_from([-1, -(10**20), 10**30, "", [], {}, None, "nan"]))
+        ev[key] = json.loads(json.dumps(new, default=repr)) if not isinstance(new, bytes) else new.hex()
+    elif how == "drop-events" and events:
+        keep = data.draw(st.lists(st.booleans(), min_size=len(events), max_size=len(events)))
+        trace["traceEvents"] = [e for e, k in zip(events, keep) if k]
+    elif how == "empty-events":
+        trace["traceEvents"] = []
+    elif how == "not-a-list":
+        trace["traceEvents"] = data.draw(st.sampled_from([{}, 5, "x", None]))
+    raw = json.dumps(trace, allow_nan=True).encode()
+    if how == "truncate":
+        raw = raw[:data.draw(st.integers(0, len(raw) - 1))]
+    elif how == "flip":
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw = raw[:i] + bytes([raw[i] ^ data.draw(st.integers(1, 255))]) + raw[i + 1:]
+    path = tmp_path_factory.mktemp("kin") / "worker.pt.trace.json"
+    path.write_bytes(raw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            result = read_any(path)
+        except TraceReadError as e:
+            tally.case(f"kineto reader: {how}", "TraceReadError")
+            assert _clear(str(e)) and path.name in str(e), str(e)[:300]
+            return
+    tally.case(f"kineto reader: {how}", "read")
+    _check_loaded(result)
