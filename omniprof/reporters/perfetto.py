@@ -1,0 +1,838 @@
+"""Reporters ``perfetto`` and ``chrome``: timelines that open in Perfetto (ui.perfetto.dev).
+
+``perfetto`` writes the native Perfetto protobuf trace (``trace.perfetto-trace``): a stream of
+``TracePacket`` messages carrying ``TrackDescriptor`` (process, thread, device/stream and counter
+tracks), ``TrackEvent`` (slices, instants, counter values, flows) and ``PerfSample`` (sampled
+stacks, with interned frames and callstacks). ``chrome`` writes the Chrome trace-event JSON
+(``trace.json.gz``) that older tools (chrome://tracing, catapult) read; ``perfetto`` with
+``format="json"`` writes the same file.
+
+How it is built:
+
+* **Layout first** (:func:`layout`): every result track becomes a Perfetto track with a uuid, a
+  process (pid) and, for host threads, a thread (tid). Device and stream tracks become named
+  tracks under a process per device; counter series get counter tracks. Tests assert on it.
+* **Lanes**: a slice track must hold properly nested slices. Spans that overlap a sibling
+  without nesting, or come out of order, are moved to an overflow lane (a child track named
+  ``"<track> (lane 2)"``), so every span is present and Perfetto reports no import error.
+* **Streaming, constant memory**: packets are encoded by hand in the protobuf wire format (field
+  numbers from Perfetto's ``perfetto_trace.proto``) and written to the handle in chunks of
+  ``chunk_bytes``. Event names, categories and argument names are interned (``InternedData``)
+  on one packet sequence that starts with ``SEQ_INCREMENTAL_STATE_CLEARED``; every event packet
+  carries ``SEQ_NEEDS_INCREMENTAL_STATE``. Memory grows with the number of distinct names and
+  tracks, never with the number of events.
+* Timestamps are the run's reference clock: ``t + part.clock.offset_ns``, in ns (the JSON has
+  microseconds with three decimals, so no precision is lost). No ``displayTimeUnit`` key is
+  written (some Perfetto versions misread it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import struct
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+import attrs
+
+from omniprof.core import validators as v
+from omniprof.core.results import BackendResult, ProfileResult, Span, Track
+from omniprof.reporters.base import Reporter
+
+__all__ = [
+    "PerfettoReporter", "ChromeTraceReporter", "PerfettoOptions", "ChromeTraceOptions", "layout", "Layout",
+    "TrackRow", "write_proto", "write_chrome_json", "chrome_events", "expected_counts",
+]
+
+SEQ_ID = 1
+_SEQ_CLEARED = 1   # TracePacket.SequenceFlags.SEQ_INCREMENTAL_STATE_CLEARED
+_SEQ_NEEDS = 2     # TracePacket.SequenceFlags.SEQ_NEEDS_INCREMENTAL_STATE
+_PID_BASE = 10_000_000  # synthetic pids/tids start here: above Linux's pid_max (2**22)
+_U64 = (1 << 64) - 1
+
+
+# -- options ------------------------------------------------------------------------------------
+def _fmt_validator(inst: Any, attribute: Any, value: Any) -> None:
+    v.one_of("proto", "json")(inst, attribute, value)
+
+
+@attrs.frozen(kw_only=True)
+class PerfettoOptions:
+    """Options of the ``perfetto`` reporter.
+
+    Attributes:
+        format: ``"proto"`` (native Perfetto protobuf, default) or ``"json"`` (Chrome trace JSON).
+        compress: gzip the JSON output (default True: ``trace.json.gz``); the protobuf is never gzipped.
+        include_args: write span/instant args (debug annotations / JSON ``args``).
+        include_counters: write counter series (counter tracks).
+        include_samples: write sampled stacks (``PerfSample`` with interned callstacks; in JSON,
+            the trace's ``stackFrames`` / ``samples`` arrays).
+        include_flows: write flows (CPU launch -> GPU kernel arrows).
+        include_instants: write instant events.
+        chunk_bytes: bytes buffered before each write to the output handle.
+    """
+
+    format: str = attrs.field(default="proto", validator=_fmt_validator)
+    compress: bool = attrs.field(default=True, validator=v.is_bool)
+    include_args: bool = attrs.field(default=True, validator=v.is_bool)
+    include_counters: bool = attrs.field(default=True, validator=v.is_bool)
+    include_samples: bool = attrs.field(default=True, validator=v.is_bool)
+    include_flows: bool = attrs.field(default=True, validator=v.is_bool)
+    include_instants: bool = attrs.field(default=True, validator=v.is_bool)
+    chunk_bytes: int = attrs.field(default=1 << 20, validator=v.int_in_range(4096, 1 << 30))
+
+
+@attrs.frozen(kw_only=True)
+class ChromeTraceOptions(PerfettoOptions):
+    """Options of the ``chrome`` reporter: those of ``perfetto``, with ``format="json"``."""
+
+    format: str = attrs.field(default="json", validator=_fmt_validator)
+
+
+class PerfettoReporter(Reporter):
+    """A Perfetto timeline: native protobuf (default) or Chrome JSON (``format="json"``).
+
+    >>> import io, omniprof
+    >>> from omniprof.testing.fakes import make_result
+    >>> buf = io.BytesIO()
+    >>> PerfettoReporter().report(make_result(), buf)
+    >>> buf.getvalue()[:1] == b"\\x0a"     # a Trace: repeated TracePacket packet = 1
+    True
+
+    .. versionadded:: 0.1
+    """
+
+    name = "perfetto"
+    output = "file"
+    default_filename = "trace.perfetto-trace"
+    summary = "Perfetto timeline (native protobuf, or Chrome JSON with format=json); omniprof view --perfetto FILE"
+    Options = PerfettoOptions
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        if self.options.format == "json":
+            self.default_filename = "trace.json.gz" if self.options.compress else "trace.json"
+
+    def report(self, result: ProfileResult, dest: IO[bytes]) -> None:  # type: ignore[override]
+        if self.options.format == "proto":
+            write_proto(result, dest, self.options)
+        else:
+            write_chrome_json(result, dest, self.options)
+
+
+class ChromeTraceReporter(PerfettoReporter):
+    """Chrome trace-event JSON (``trace.json.gz``) for chrome://tracing, catapult and Perfetto.
+
+    .. versionadded:: 0.1
+    """
+
+    name = "chrome"
+    default_filename = "trace.json.gz"
+    summary = "Chrome trace-event JSON (trace.json.gz) for chrome://tracing and older tools"
+    Options = ChromeTraceOptions
+
+
+# -- layout: tracks, processes, threads ---------------------------------------------------------
+@attrs.frozen
+class TrackRow:
+    """One Perfetto track.
+
+    Attributes:
+        uuid: TrackDescriptor.uuid (> 0).
+        kind: ``"process"``, ``"thread"``, ``"named"`` (device/stream/other), ``"lane"`` or ``"counter"``.
+        name: shown name.
+        pid: the process it belongs to. tid: for thread tracks.
+        parent_uuid: enclosing track (0: none).
+        unit: counter unit (counter tracks).
+    """
+
+    uuid: int
+    kind: str
+    name: str
+    pid: int
+    tid: int = 0
+    parent_uuid: int = 0
+    unit: str = ""
+
+
+@attrs.define
+class Layout:
+    """All tracks of a result, and how each part's track ids, threads and counters map onto them.
+
+    ``span_tracks[(part, track_id)]`` is the TrackRow spans of that track go to;
+    ``sample_threads[(part, thread_id)]`` the thread TrackRow of a sampled thread;
+    ``counter_tracks[(part, series_index)]`` a counter's TrackRow.
+    """
+
+    tracks: list[TrackRow] = attrs.field(factory=list)
+    span_tracks: dict[tuple[int, str], TrackRow] = attrs.field(factory=dict)
+    sample_threads: dict[tuple[int, int], TrackRow] = attrs.field(factory=dict)
+    counter_tracks: dict[tuple[int, int], TrackRow] = attrs.field(factory=dict)
+    _procs: dict[tuple[str, int], TrackRow] = attrs.field(factory=dict)
+    _threads: dict[tuple[int, int], TrackRow] = attrs.field(factory=dict)
+    _lanes: dict[tuple[int, int], TrackRow] = attrs.field(factory=dict)
+    _next_synthetic: int = _PID_BASE
+
+    def _uuid(self) -> int:
+        return len(self.tracks) + 1
+
+    def synthetic_id(self) -> int:
+        self._next_synthetic += 1
+        return self._next_synthetic
+
+    def process(self, name: str, pid: int | None) -> TrackRow:
+        key = (name, pid if pid is not None else -1)
+        row = self._procs.get(key)
+        if row is None:
+            row = TrackRow(self._uuid(), "process", name, pid if pid is not None else self.synthetic_id())
+            self.tracks.append(row)
+            self._procs[key] = row
+        return row
+
+    def thread(self, proc: TrackRow, tid: int | None, name: str) -> TrackRow:
+        tid = tid if tid is not None else self.synthetic_id()
+        row = self._threads.get((proc.pid, tid))
+        if row is None:
+            row = TrackRow(self._uuid(), "thread", name, proc.pid, tid, proc.uuid)
+            self.tracks.append(row)
+            self._threads[(proc.pid, tid)] = row
+        return row
+
+    def named(self, proc: TrackRow, name: str) -> TrackRow:
+        # Chrome JSON has no named tracks: these become threads with a synthetic tid there.
+        row = TrackRow(self._uuid(), "named", name, proc.pid, self.synthetic_id(), proc.uuid)
+        self.tracks.append(row)
+        return row
+
+    def counter(self, proc: TrackRow, name: str, unit: str) -> TrackRow:
+        row = TrackRow(self._uuid(), "counter", name, proc.pid, 0, proc.uuid, unit)
+        self.tracks.append(row)
+        return row
+
+    def lane(self, base: TrackRow, n: int) -> TrackRow:
+        """Overflow lane ``n`` (2, 3, ...) of slice track ``base``."""
+        row = self._lanes.get((base.uuid, n))
+        if row is None:
+            row = TrackRow(self._uuid(), "lane", f"{base.name} (lane {n})", base.pid, self.synthetic_id(), base.uuid)
+            self.tracks.append(row)
+            self._lanes[(base.uuid, n)] = row
+        return row
+
+
+def _host_process_name(result: ProfileResult) -> str:
+    md = result.metadata
+    prog = " ".join(md.argv[:1]) if md.argv else ""
+    base = f"python {prog}".strip() if prog else "python"
+    return f"{base} ({md.host})" if md.host else base
+
+
+def layout(result: ProfileResult) -> Layout:
+    """Assign every track of every part a Perfetto track (plain data; no encoding)."""
+    lay = Layout()
+    host_pid = result.metadata.pid or None
+    host = lay.process(_host_process_name(result), host_pid)
+    for pi, part in enumerate(result.parts):
+        for t in part.tracks:
+            lay.span_tracks[(pi, t.id)] = _track_row(lay, result, host, t)
+        natives = {t.tid: lay.span_tracks[(pi, t.id)] for t in part.tracks
+                   if t.kind == "thread" and t.tid is not None and (t.pid in (None, host_pid))}
+        for th in part.threads:
+            row = natives.get(th.native_id) if th.native_id is not None else None
+            if row is None:
+                row = lay.thread(host, th.native_id, th.name)
+            lay.sample_threads[(pi, th.thread_id)] = row
+        for ci, series in enumerate(part.counters):
+            owner = lay.span_tracks.get((pi, series.track))
+            proc = lay.tracks[owner.parent_uuid - 1] if owner is not None and owner.parent_uuid else host
+            lay.counter_tracks[(pi, ci)] = lay.counter(proc, series.name, series.unit)
+    return lay
+
+
+def _device_process_name(t: Track) -> str:
+    return f"/device:{t.device}" if t.device is not None else "other"
+
+
+def _track_row(lay: Layout, result: ProfileResult, host: TrackRow, t: Track) -> TrackRow:
+    host_pid = result.metadata.pid or None
+    if t.kind == "thread":
+        if t.pid is None or t.pid == host_pid:
+            proc = host if not t.process or t.pid == host_pid else lay.process(t.process, t.pid)
+        else:
+            proc = lay.process(t.process or f"process {t.pid}", t.pid)
+        return lay.thread(proc, t.tid, t.name)
+    if t.kind == "process":
+        proc = lay.process(t.process or t.name, t.pid)
+        return lay.named(proc, t.name)
+    proc = lay.process(t.process or _device_process_name(t), t.pid)
+    return lay.named(proc, t.name)
+
+
+# -- lanes: keep every slice track properly nested -----------------------------------------------
+class _Nesting:
+    """Per-track stack of open slice ends; says whether the next span (in input order) nests."""
+
+    __slots__ = ("stack", "last_start")
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+        self.last_start = -(1 << 63)
+
+    def fits(self, start: int, end: int) -> bool:
+        if start < self.last_start:
+            return False
+        st = self.stack
+        while st and st[-1] <= start:
+            st.pop()
+        if st and end > st[-1]:
+            return False
+        st.append(end)
+        self.last_start = start
+        return True
+
+
+def _assign_lanes(deferred: list[tuple[int, int, Any]], lay: Layout, base: TrackRow) -> Iterator[tuple[TrackRow, Any]]:
+    """Place spans that did not fit ``base`` onto overflow lanes 2, 3, ... (sorted, nested)."""
+    deferred.sort(key=lambda x: (x[0], -x[1]))
+    lanes: list[_Nesting] = []
+    for start, end, item in deferred:
+        for i, n in enumerate(lanes):
+            if n.fits(start, end):
+                yield lay.lane(base, i + 2), item
+                break
+        else:
+            n = _Nesting()
+            n.fits(start, end)
+            lanes.append(n)
+            yield lay.lane(base, len(lanes) + 1), item
+
+
+def _flow_roles(part: BackendResult, pi: int, ids: dict[tuple[int, int], int]) -> dict[int, tuple[list[int], list[int]]]:
+    """span index -> (flow ids it continues, flow ids it terminates), global ids; only flows
+    linking two or more spans (in start order: all but the last continue, the last terminates)."""
+    members: dict[int, list[tuple[int, int]]] = {}
+    for si, s in enumerate(part.spans):
+        for f in s.flow_ids:
+            members.setdefault(f, []).append((s.start_ns, si))
+    roles: dict[int, tuple[list[int], list[int]]] = {}
+    for f, spans in members.items():
+        if len(spans) < 2:
+            continue
+        spans.sort()
+        gid = ids.setdefault((pi, f), len(ids) + 1)
+        for k, (_, si) in enumerate(spans):
+            out, term = roles.setdefault(si, ([], []))
+            (term if k == len(spans) - 1 else out).append(gid)
+    return roles
+
+
+def expected_counts(result: ProfileResult, options: PerfettoOptions | None = None) -> dict[str, int]:
+    """What a reader should find: slices (spans + instants), counter values, flows (arrows),
+    samples and tracks' names. Used by tests and the benchmark to check read-back."""
+    o = options or PerfettoOptions()
+    spans = sum(len(p.spans) for p in result.parts)
+    instants = sum(len(p.instants) for p in result.parts) if o.include_instants else 0
+    counters = sum(len(c.t_ns) for p in result.parts for c in p.counters) if o.include_counters else 0
+    samples = sum(len(p.samples) for p in result.parts) if o.include_samples else 0
+    flows = 0
+    if o.include_flows:
+        for p in result.parts:
+            per: dict[int, int] = {}
+            for s in p.spans:
+                for f in s.flow_ids:
+                    per[f] = per.get(f, 0) + 1
+            flows += sum(n - 1 for n in per.values() if n >= 2)
+    return {"slices": spans + instants, "spans": spans, "instants": instants, "counter_values": counters,
+            "flows": flows, "samples": samples}
+
+
+# -- protobuf wire format -----------------------------------------------------------------------
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _tag(field: int, wire_type: int) -> bytes:
+    return _varint(field << 3 | wire_type)
+
+
+def _f_uint(field: int, value: int) -> bytes:
+    return _tag(field, 0) + _varint(value & _U64)
+
+
+def _f_bytes(field: int, payload: bytes) -> bytes:
+    return _tag(field, 2) + _varint(len(payload)) + payload
+
+
+def _f_str(field: int, text: str) -> bytes:
+    return _f_bytes(field, text.encode("utf-8", "replace"))
+
+
+def _f_double(field: int, value: float) -> bytes:
+    return _tag(field, 1) + struct.pack("<d", value)
+
+
+def _f_fixed64(field: int, value: int) -> bytes:
+    return _tag(field, 1) + struct.pack("<Q", value & _U64)
+
+
+# TracePacket fields
+_P_TIMESTAMP, _P_TRACK_EVENT, _P_SEQ_ID, _P_INTERNED, _P_FLAGS = 8, 11, 10, 12, 13
+_P_CLEARED, _P_TRACK_DESCRIPTOR, _P_PERF_SAMPLE, _P_FIRST_ON_SEQ = 41, 60, 66, 87
+# TrackEvent fields
+_TE_CATEGORY_IIDS, _TE_DEBUG, _TE_TYPE, _TE_NAME_IID, _TE_TRACK = 3, 4, 9, 10, 11
+_TE_DOUBLE_COUNTER, _TE_FLOW_IDS, _TE_TERM_FLOW_IDS = 44, 47, 48
+_TYPE_BEGIN, _TYPE_END, _TYPE_INSTANT, _TYPE_COUNTER = 1, 2, 3, 4
+# InternedData fields
+_I_CATEGORIES, _I_NAMES, _I_ARG_NAMES, _I_FUNCTIONS, _I_FRAMES, _I_CALLSTACKS = 1, 2, 3, 5, 6, 7
+_I_MAPPING_PATHS, _I_MAPPINGS = 17, 19
+
+# Two low varint groups of a value >= 2**14, by its low 14 bits: both bytes carry the continuation bit.
+_LOW14 = [bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(1 << 14)]
+_LEN = [_varint(i) for i in range(1 << 12)]
+_SEQ_TAIL = _f_uint(_P_SEQ_ID, SEQ_ID) + _f_uint(_P_FLAGS, _SEQ_NEEDS)
+_TE_TAG = _tag(_P_TRACK_EVENT, 2)
+
+
+class _Sink:
+    """Buffers encoded packets and writes them to the handle in chunks (constant memory)."""
+
+    __slots__ = ("fh", "parts", "size", "limit", "written")
+
+    def __init__(self, fh: IO[bytes], limit: int) -> None:
+        self.fh, self.parts, self.size, self.limit, self.written = fh, [], 0, limit, 0
+
+    def packet(self, body: bytes) -> None:
+        self.parts.append(b"\x0a" + _varint(len(body)) + body)
+        self.size += len(body) + 4
+        if self.size >= self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            data = b"".join(self.parts)
+            self.fh.write(data)
+            self.written += len(data)
+            self.parts.clear()
+            self.size = 0
+
+
+class _Interner:
+    """Interned strings of one kind; a new one is announced in an InternedData packet."""
+
+    __slots__ = ("ids", "field", "sink")
+
+    def __init__(self, sink: _Sink, field: int) -> None:
+        self.ids: dict[str, int] = {}
+        self.field = field
+        self.sink = sink
+
+    def __call__(self, text: str) -> int:
+        iid = self.ids.get(text)
+        if iid is None:
+            iid = self.ids[text] = len(self.ids) + 1
+            entry = _f_uint(1, iid) + _f_str(2, text)
+            self.sink.packet(_f_bytes(_P_INTERNED, _f_bytes(self.field, entry)) + _SEQ_TAIL)
+        return iid
+
+
+def _debug_value(value: Any) -> bytes:
+    """The value fields of a DebugAnnotation."""
+    if isinstance(value, bool):
+        return _f_uint(2, int(value))
+    if isinstance(value, int):
+        if -(1 << 63) <= value < (1 << 63):
+            return _f_uint(4, value)
+        return _f_str(6, str(value))
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return _f_double(5, value)
+        return _f_str(6, str(value))
+    if isinstance(value, str):
+        return _f_str(6, value)
+    if isinstance(value, Mapping):
+        return b"".join(_f_bytes(11, _f_str(10, str(k)) + _debug_value(x)) for k, x in value.items()) \
+            or _f_str(9, "{}")
+    if isinstance(value, (list, tuple)):
+        return b"".join(_f_bytes(12, _debug_value(x)) for x in value) or _f_str(9, "[]")
+    if value is None:
+        return _f_str(9, "null")
+    return _f_str(6, str(value))
+
+
+def _debug_annotations(args: Mapping[str, Any], arg_names: _Interner) -> bytes:
+    return b"".join(_f_bytes(_TE_DEBUG, _f_uint(1, arg_names(str(k))) + _debug_value(x)) for k, x in args.items())
+
+
+def _descriptor(row: TrackRow) -> bytes:
+    body = _f_uint(1, row.uuid)
+    if row.kind == "process":
+        body += _f_bytes(3, _f_uint(1, row.pid) + _f_str(6, row.name))
+    elif row.kind == "thread":
+        body += _f_bytes(4, _f_uint(1, row.pid) + _f_uint(2, row.tid) + _f_str(5, row.name))
+    else:
+        body += _f_uint(5, row.parent_uuid) + _f_str(2, row.name)
+        if row.kind == "counter":
+            body += _f_bytes(8, _counter_unit(row.unit))
+    return _f_bytes(_P_TRACK_DESCRIPTOR, body)
+
+
+_UNITS = {"ns": 1, "time_ns": 1, "count": 2, "events": 2, "samples": 2, "bytes": 3, "size_bytes": 3}
+
+
+def _counter_unit(unit: str) -> bytes:
+    """CounterDescriptor: unit enum where one fits (TIME_NS, COUNT, SIZE_BYTES), else unit_name."""
+    code = _UNITS.get(unit.lower())
+    if code is not None:
+        return _f_uint(3, code)
+    return _f_str(6, unit) if unit else b""
+
+
+def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions | None = None) -> int:
+    """Stream ``result`` to ``fh`` as a Perfetto protobuf trace. Returns the bytes written."""
+    o = options or PerfettoOptions()
+    sink = _Sink(fh, o.chunk_bytes)
+    lay = layout(result)
+    sink.packet(_f_uint(_P_SEQ_ID, SEQ_ID) + _f_uint(_P_FLAGS, _SEQ_CLEARED) + _f_uint(_P_CLEARED, 1)
+                + _f_uint(_P_FIRST_ON_SEQ, 1))
+    names = _Interner(sink, _I_NAMES)
+    cats = _Interner(sink, _I_CATEGORIES)
+    arg_names = _Interner(sink, _I_ARG_NAMES)
+    flow_ids: dict[tuple[int, int], int] = {}
+    for row in lay.tracks:
+        sink.packet(_descriptor(row))
+    n_tracks = len(lay.tracks)
+    for pi, part in enumerate(result.parts):
+        off = part.clock.offset_ns
+        roles = _flow_roles(part, pi, flow_ids) if o.include_flows else {}
+        deferred: dict[int, list[tuple[int, int, Any]]] = {}
+        _emit_spans(sink, lay, pi, part, off, roles, names, cats, arg_names, o, deferred)
+        for base_uuid, items in deferred.items():
+            base = lay.tracks[base_uuid - 1]
+            for row, si in _assign_lanes(items, lay, base):
+                s = part.spans[si]
+                _emit_span_slow(sink, row.uuid, s, off, roles.get(si), names, cats, arg_names, o)
+        if o.include_instants:
+            for ins in part.instants:
+                row = _row_for(lay, pi, ins.track)
+                te = (_f_uint(_TE_TYPE, _TYPE_INSTANT) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(ins.name)))
+                if ins.category:
+                    te += _f_uint(_TE_CATEGORY_IIDS, cats(ins.category))
+                if o.include_args and ins.args:
+                    te += _debug_annotations(ins.args, arg_names)
+                sink.packet(_f_uint(_P_TIMESTAMP, _ts(ins.t_ns + off)) + _f_bytes(_P_TRACK_EVENT, te) + _SEQ_TAIL)
+        if o.include_counters:
+            for ci, series in enumerate(part.counters):
+                head = _f_uint(_TE_TYPE, _TYPE_COUNTER) + _f_uint(_TE_TRACK, lay.counter_tracks[(pi, ci)].uuid)
+                tag = _tag(_TE_DOUBLE_COUNTER, 1)
+                for t, val in zip(series.t_ns, series.values):
+                    te = head + tag + struct.pack("<d", val)
+                    sink.packet(_f_uint(_P_TIMESTAMP, _ts(t + off)) + _TE_TAG + _LEN[len(te)] + te + _SEQ_TAIL)
+        if o.include_samples and part.samples:
+            _emit_samples(sink, lay, pi, part, off)
+    # Lanes created while writing spans need their descriptors too (order does not matter to readers).
+    for row in lay.tracks[n_tracks:]:
+        sink.packet(_descriptor(row))
+    sink.flush()
+    return sink.written
+
+
+def _ts(t: int) -> int:
+    return t if t >= 0 else 0
+
+
+def _row_for(lay: Layout, pi: int, track_id: str) -> TrackRow:
+    row = lay.span_tracks.get((pi, track_id))
+    if row is None:
+        # A span/instant on a track the part did not declare: give it a named track of its own.
+        row = lay.span_tracks[(pi, track_id)] = lay.named(lay.tracks[0], track_id)
+    return row
+
+
+def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int, roles: dict[int, Any],
+                names: _Interner, cats: _Interner, arg_names: _Interner, o: PerfettoOptions,
+                deferred: dict[int, list[tuple[int, int, Any]]]) -> None:
+    """The hot loop: two packets (SLICE_BEGIN, SLICE_END) per span, most bytes precomputed.
+
+    For each (track, name, category) the TrackEvent bytes after the timestamp are built once.
+    A timestamp varint is its two low groups from a table plus the cached varint of ``t >> 14``.
+    """
+    parts = sink.parts
+    ap = parts.append
+    low = _LOW14
+    lens = _LEN
+    varint = _varint
+    tails: dict[tuple[str, str, str], tuple[bytes, bytes, _Nesting, int]] = {}
+    nests: dict[str, _Nesting] = {}
+    high: dict[int, bytes] = {}
+    seq_tail = _SEQ_TAIL
+    te_tag = _TE_TAG
+    include_args = o.include_args
+    limit = sink.limit // 64 + 1
+    count = 0
+    for si, s in enumerate(part.spans):
+        key = (s.track, s.name, s.category)
+        tail = tails.get(key)
+        if tail is None:
+            row = _row_for(lay, pi, s.track)
+            nest = nests.get(s.track)
+            if nest is None:
+                nest = nests[s.track] = _Nesting()
+            te_begin = (_f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(s.name))
+                        + (_f_uint(_TE_CATEGORY_IIDS, cats(s.category)) if s.category else b""))
+            te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, row.uuid)
+            tail = tails[key] = (te_tag + varint(len(te_begin)) + te_begin + seq_tail,
+                                 te_tag + varint(len(te_end)) + te_end + seq_tail, nest, row.uuid)
+        start = s.start_ns + off
+        end = start + s.dur_ns
+        if not tail[2].fits(start, end):
+            deferred.setdefault(tail[3], []).append((start, end, si))
+            continue
+        if (s.args and include_args) or si in roles or start < 16384:
+            _emit_span_slow(sink, tail[3], s, off, roles.get(si), names, cats, arg_names, o)
+            continue
+        h = start >> 14
+        hb = high.get(h)
+        if hb is None:
+            if len(high) > 4096:
+                high.clear()
+            hb = high[h] = varint(h)
+        b1 = tail[0]
+        p1 = 1 + 2 + len(hb) + len(b1)
+        h = end >> 14
+        he = high.get(h)
+        if he is None:
+            he = high[h] = varint(h)
+        b2 = tail[1]
+        p2 = 1 + 2 + len(he) + len(b2)
+        ap(b"\x0a%b\x40%b%b%b\x0a%b\x40%b%b%b" % (lens[p1], low[start & 16383], hb, b1,
+                                                 lens[p2], low[end & 16383], he, b2))
+        count += 1
+        if count >= limit:
+            count = 0
+            sink.flush()
+
+
+def _emit_span_slow(sink: _Sink, track_uuid: int, s: Span, off: int, role: Any, names: _Interner,
+                    cats: _Interner, arg_names: _Interner, o: PerfettoOptions) -> None:
+    start = _ts(s.start_ns + off)
+    te = _f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, track_uuid) + _f_uint(_TE_NAME_IID, names(s.name))
+    if s.category:
+        te += _f_uint(_TE_CATEGORY_IIDS, cats(s.category))
+    if o.include_args and s.args:
+        te += _debug_annotations(s.args, arg_names)
+    if role:
+        for f in role[0]:
+            te += _f_fixed64(_TE_FLOW_IDS, f)
+        for f in role[1]:
+            te += _f_fixed64(_TE_TERM_FLOW_IDS, f)
+    sink.packet(_f_uint(_P_TIMESTAMP, start) + _f_bytes(_P_TRACK_EVENT, te) + _SEQ_TAIL)
+    te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, track_uuid)
+    sink.packet(_f_uint(_P_TIMESTAMP, _ts(s.start_ns + off + s.dur_ns)) + _f_bytes(_P_TRACK_EVENT, te_end) + _SEQ_TAIL)
+
+
+def _emit_samples(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int) -> None:
+    """PerfSample packets with interned function names, mappings, frames and callstacks.
+
+    Interned ids are offset per part so several parts never clash on one sequence.
+    """
+    base = (pi + 1) << 32
+    used = sorted({s.stack_id for s in part.samples if 0 <= s.stack_id < len(part.stacks)})
+    frame_ids = sorted({f for sid in used for f in part.stacks[sid] if 0 <= f < len(part.frames)})
+    mapping_of: dict[str, int] = {}
+    interned = bytearray()
+    for fi in frame_ids:
+        fr = part.frames[fi]
+        path = fr.file or fr.module or fr.kind
+        mid = mapping_of.get(path)
+        if mid is None:
+            mid = mapping_of[path] = base + len(mapping_of) + 1
+            interned += _f_bytes(_I_MAPPING_PATHS, _f_uint(1, mid) + _f_str(2, path))
+            interned += _f_bytes(_I_MAPPINGS, _f_uint(1, mid) + _f_uint(7, mid))
+        label = fr.name if not fr.line else f"{fr.name}:{fr.line}"
+        interned += _f_bytes(_I_FUNCTIONS, _f_uint(1, base + fi + 1) + _f_str(2, label))
+        interned += _f_bytes(_I_FRAMES, _f_uint(1, base + fi + 1) + _f_uint(2, base + fi + 1) + _f_uint(3, mid))
+        if len(interned) > (1 << 16):
+            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
+            interned.clear()
+    valid_frames = set(frame_ids)
+    for sid in used:
+        frames = [f for f in part.stacks[sid] if f in valid_frames]
+        body = _f_uint(1, base + sid + 1) + b"".join(_f_uint(2, base + f + 1) for f in frames)
+        interned += _f_bytes(_I_CALLSTACKS, body)
+        if len(interned) > (1 << 16):
+            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
+            interned.clear()
+    if interned:
+        sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
+    for s in part.samples:
+        row = lay.sample_threads.get((pi, s.thread_id))
+        if row is None:
+            row = lay.sample_threads[(pi, s.thread_id)] = lay.thread(lay.tracks[0], None, part.thread_name(s.thread_id))
+            sink.packet(_descriptor(row))
+        body = _f_uint(2, row.pid) + _f_uint(3, row.tid) + _f_uint(4, base + s.stack_id + 1)
+        sink.packet(_f_uint(_P_TIMESTAMP, _ts(s.t_ns + off)) + _f_bytes(_P_PERF_SAMPLE, body) + _SEQ_TAIL)
+
+
+# -- Chrome trace-event JSON --------------------------------------------------------------------
+def _us(t: int) -> str:
+    """ns -> microseconds as JSON number text with three decimals (no precision lost)."""
+    if t < 0:
+        t = 0
+    return f"{t // 1000}.{t % 1000:03d}"
+
+
+def chrome_events(result: ProfileResult, options: PerfettoOptions | None = None) -> Iterator[dict[str, Any]]:
+    """The trace events as plain dicts (``ts``/``dur`` as float microseconds), in file order.
+
+    For tests and tools; :func:`write_chrome_json` streams the same events without building dicts
+    for spans.
+    """
+    buf = io.BytesIO()
+    write_chrome_json(result, buf, attrs.evolve(options or ChromeTraceOptions(), compress=False))
+    yield from json.loads(buf.getvalue())["traceEvents"]
+
+
+def write_chrome_json(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions | None = None) -> int:
+    """Stream ``result`` to ``fh`` as Chrome trace-event JSON (gzipped if ``options.compress``)."""
+    o = options or ChromeTraceOptions()
+    if o.compress:
+        gz = gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=6, mtime=0)
+        try:
+            return _write_json(result, gz, o)
+        finally:
+            gz.close()
+    return _write_json(result, fh, o)
+
+
+def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> int:
+    chunks: list[str] = []
+    size = 0
+    written = 0
+    limit = o.chunk_bytes
+    first = True
+
+    def emit(text: str) -> None:
+        nonlocal size, written, first
+        if first:
+            first = False
+        else:
+            text = ",\n" + text
+        chunks.append(text)
+        size += len(text)
+        if size >= limit:
+            flush()
+
+    def flush() -> None:
+        nonlocal size, written
+        data = "".join(chunks).encode("utf-8")
+        out.write(data)
+        written += len(data)
+        chunks.clear()
+        size = 0
+
+    dumps = json.dumps
+    chunks.append('{"traceEvents":[\n')
+    lay = layout(result)
+    for row in lay.tracks:
+        _json_meta(row, emit)
+    n_tracks = len(lay.tracks)
+    flow_ids: dict[tuple[int, int], int] = {}
+    for pi, part in enumerate(result.parts):
+        off = part.clock.offset_ns
+        roles = _flow_roles(part, pi, flow_ids) if o.include_flows else {}
+        nests: dict[int, _Nesting] = {}
+        deferred: dict[int, list[tuple[int, int, Any]]] = {}
+        names: dict[str, str] = {}
+        for si, s in enumerate(part.spans):
+            row = _row_for(lay, pi, s.track)
+            start = s.start_ns + off
+            end = start + s.dur_ns
+            n = nests.get(row.uuid)
+            if n is None:
+                n = nests[row.uuid] = _Nesting()
+            if not n.fits(start, end):
+                deferred.setdefault(row.uuid, []).append((start, end, si))
+                continue
+            _json_span(emit, row, s, off, roles.get(si), o, names, dumps)
+        for base_uuid, items in deferred.items():
+            for row, si in _assign_lanes(items, lay, lay.tracks[base_uuid - 1]):
+                _json_span(emit, row, part.spans[si], off, roles.get(si), o, names, dumps)
+        if o.include_instants:
+            for ins in part.instants:
+                row = _row_for(lay, pi, ins.track)
+                args = f',"args":{dumps(ins.args)}' if o.include_args and ins.args else ""
+                emit(f'{{"ph":"i","s":"t","name":{dumps(ins.name)},"cat":{dumps(ins.category or "event")},'
+                     f'"ts":{_us(ins.t_ns + off)},"pid":{row.pid},"tid":{row.tid}{args}}}')
+        if o.include_counters:
+            for ci, series in enumerate(part.counters):
+                row = lay.counter_tracks[(pi, ci)]
+                name = dumps(row.name)
+                for t, val in zip(series.t_ns, series.values):
+                    value = repr(val) if math.isfinite(val) else "0"
+                    emit(f'{{"ph":"C","name":{name},"ts":{_us(t + off)},"pid":{row.pid},"args":{{"value":{value}}}}}')
+        if o.include_samples and part.samples:
+            _json_samples(result, lay, pi, part, off, emit)
+    for row in lay.tracks[n_tracks:]:
+        _json_meta(row, emit)
+    chunks.append("\n]")
+    chunks.append(f',\n"otherData":{dumps(_other_data(result))}')
+    chunks.append("}\n")
+    flush()
+    return written
+
+
+def _other_data(result: ProfileResult) -> dict[str, Any]:
+    md = result.metadata
+    return {"omniprof_schema_version": result.schema_version, "host": md.host, "pid": md.pid,
+            "backends": list(md.backends), "label": md.label, "start_unix_ns": md.start_unix_ns}
+
+
+def _json_meta(row: TrackRow, emit: Any) -> None:
+    if row.kind == "process":
+        emit(f'{{"ph":"M","name":"process_name","pid":{row.pid},"tid":0,"args":{{"name":{json.dumps(row.name)}}}}}')
+    elif row.kind in ("thread", "named", "lane"):
+        emit(f'{{"ph":"M","name":"thread_name","pid":{row.pid},"tid":{row.tid},"args":{{"name":{json.dumps(row.name)}}}}}')
+
+
+def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: PerfettoOptions, names: dict[str, str],
+               dumps: Any) -> None:
+    key = s.name + "\0" + s.category
+    head = names.get(key)
+    if head is None:
+        head = names[key] = f'"name":{dumps(s.name)},"cat":{dumps(s.category or "span")}'
+    start = s.start_ns + off
+    args = f',"args":{dumps(s.args)}' if o.include_args and s.args else ""
+    emit(f'{{"ph":"X",{head},"ts":{_us(start)},"dur":{_us(s.dur_ns)},"pid":{row.pid},"tid":{row.tid}{args}}}')
+    if role:
+        # Flow events bind to the enclosing slice ("bp":"e") at the slice's start.
+        for f in role[0]:
+            emit(f'{{"ph":"s","id":{f},"name":"flow","cat":"flow","ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
+        for f in role[1]:
+            emit(f'{{"ph":"f","id":{f},"name":"flow","cat":"flow","ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
+
+
+def _json_samples(result: ProfileResult, lay: Layout, pi: int, part: BackendResult, off: int, emit: Any) -> None:
+    """Sampled stacks as instant events (category ``sample``) on their thread, leaf frame as the
+    name and the whole stack (root first) in ``args.stack``."""
+    dumps = json.dumps
+    labels: dict[int, str] = {}
+    for s in part.samples:
+        row = lay.sample_threads.get((pi, s.thread_id))
+        if row is None:
+            row = lay.sample_threads[(pi, s.thread_id)] = lay.thread(lay.tracks[0], None, part.thread_name(s.thread_id))
+            _json_meta(row, emit)
+        text = labels.get(s.stack_id)
+        if text is None:
+            frames = part.stacks[s.stack_id] if 0 <= s.stack_id < len(part.stacks) else ()
+            names = [part.frames[f].name for f in frames if 0 <= f < len(part.frames)]
+            text = labels[s.stack_id] = (f'"name":{dumps(names[-1] if names else "<unknown>")},'
+                                         f'"args":{{"stack":{dumps(names)}')
+        emit(f'{{"ph":"i","s":"t","cat":"sample",{text},"weight_ns":{s.weight_ns}}},'
+             f'"ts":{_us(s.t_ns + off)},"pid":{row.pid},"tid":{row.tid}}}')
