@@ -568,7 +568,7 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
     low = _LOW14
     lens = _LEN
     varint = _varint
-    tails: dict[tuple[str, str, str], tuple[bytes, bytes, _Nesting, int]] = {}
+    tails: dict[tuple[str, str, str], tuple[bytes, bytes, _Nesting, int, list[int]]] = {}
     nests: dict[str, _Nesting] = {}
     high: dict[int, bytes] = {}
     seq_tail = _SEQ_TAIL
@@ -588,13 +588,23 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
                         + (_f_uint(_TE_CATEGORY_IIDS, cats(s.category)) if s.category else b""))
             te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, row.uuid)
             tail = tails[key] = (te_tag + varint(len(te_begin)) + te_begin + seq_tail,
-                                 te_tag + varint(len(te_end)) + te_end + seq_tail, nest, row.uuid)
+                                 te_tag + varint(len(te_end)) + te_end + seq_tail, nest, row.uuid, nest.stack)
         start = s.start_ns + off
         end = start + s.dur_ns
-        if not tail[2].fits(start, end):
+        # Inlined _Nesting.fits (this loop is the exporter's hot path).
+        nest = tail[2]
+        st = tail[4]
+        if start < nest.last_start:
             deferred.setdefault(tail[3], []).append((start, end, si))
             continue
-        if (s.args and include_args) or si in roles or start < 16384:
+        while st and st[-1] <= start:
+            st.pop()
+        if st and end > st[-1]:
+            deferred.setdefault(tail[3], []).append((start, end, si))
+            continue
+        st.append(end)
+        nest.last_start = start
+        if (s.args and include_args) or (roles and si in roles) or start < 16384:
             _emit_span_slow(sink, tail[3], s, off, roles.get(si), names, cats, arg_names, o)
             continue
         h = start >> 14
@@ -640,6 +650,10 @@ def _emit_span_slow(sink: _Sink, track_uuid: int, s: Span, off: int, role: Any, 
 def _emit_samples(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int) -> None:
     """PerfSample packets with interned function names, mappings, frames and callstacks.
 
+    Perfetto imports them into ``perf_sample`` (with ``stack_profile_callsite`` /
+    ``stack_profile_frame``) and shows them on the thread with a flame graph. Frame names carry
+    the line (``work:20``) so lines stay apart; the mapping is the source file or module.
+
     Interned ids are offset per part so several parts never clash on one sequence.
     """
     base = (pi + 1) << 32
@@ -676,7 +690,9 @@ def _emit_samples(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: i
         if row is None:
             row = lay.sample_threads[(pi, s.thread_id)] = lay.thread(lay.tracks[0], None, part.thread_name(s.thread_id))
             sink.packet(_descriptor(row))
-        body = _f_uint(2, row.pid) + _f_uint(3, row.tid) + _f_uint(4, base + s.stack_id + 1)
+        # timebase_count: the CPU-clock ns since the thread's previous sample, i.e. the weight.
+        body = (_f_uint(2, row.pid) + _f_uint(3, row.tid) + _f_uint(4, base + s.stack_id + 1)
+                + _f_uint(6, max(s.weight_ns, 0)))
         sink.packet(_f_uint(_P_TIMESTAMP, _ts(s.t_ns + off)) + _f_bytes(_P_PERF_SAMPLE, body) + _SEQ_TAIL)
 
 

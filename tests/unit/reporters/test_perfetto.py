@@ -1,0 +1,397 @@
+"""Reporters ``perfetto`` / ``chrome``: structure checked with Perfetto's official protos, files
+written through ``omniprof.report`` (atomic, never overwriting), and the layout as plain data.
+
+The import by Perfetto's real trace processor is in ``test_perfetto_trace_processor.py``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+import omniprof
+from omniprof.core.fileio import OutputError
+from omniprof.core.results import (
+    BackendResult,
+    ClockInfo,
+    CounterSeries,
+    Frame,
+    Instant,
+    ProfileResult,
+    RunMetadata,
+    Span,
+    StackSample,
+    ThreadInfo,
+    Track,
+)
+from omniprof.errors import InvalidArgumentError, ReporterError
+from omniprof.reporters.perfetto import (
+    ChromeTraceReporter,
+    PerfettoOptions,
+    PerfettoReporter,
+    expected_counts,
+    layout,
+    write_chrome_json,
+    write_proto,
+)
+from omniprof.testing.conformance import ReporterConformance
+from omniprof.testing.fakes import make_result
+
+pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+                         reason="the perfetto package (pip install perfetto) ships Perfetto's official protos")
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "perfetto_make_result.textproto"
+
+
+def proto_bytes(result: ProfileResult, **opts) -> bytes:
+    buf = io.BytesIO()
+    write_proto(result, buf, PerfettoOptions(**opts))
+    return buf.getvalue()
+
+
+def decode(data: bytes):
+    trace = pb.Trace()
+    trace.ParseFromString(data)
+    return list(trace.packet)
+
+
+def json_doc(result: ProfileResult, **opts) -> tuple[str, dict]:
+    buf = io.BytesIO()
+    write_chrome_json(result, buf, PerfettoOptions(format="json", compress=False, **opts))
+    text = buf.getvalue().decode("utf-8")
+    return text, json.loads(text, parse_float=Decimal)  # Decimal: the text keeps ns exactly, floats would not
+
+
+def slices_from_packets(packets) -> list[tuple[str, str, int, int]]:
+    """(name, track name, ts, dur) of every slice, matching BEGIN/END per track as a reader does:
+    events sorted by timestamp (stable), an END closes the innermost open slice of its track."""
+    names: dict[int, str] = {}
+    tracks: dict[int, str] = {}
+    events = []
+    for i, p in enumerate(packets):
+        for n in p.interned_data.event_names:
+            names[n.iid] = n.name
+        if p.HasField("track_descriptor"):
+            d = p.track_descriptor
+            tracks[d.uuid] = d.thread.thread_name if d.HasField("thread") else (d.process.process_name or d.name)
+        if p.HasField("track_event"):
+            events.append((p.timestamp, i, p.track_event))
+    events.sort(key=lambda e: (e[0], e[1]))
+    open_: dict[int, list] = {}
+    out = []
+    for ts, _, te in events:
+        if te.type == te.TYPE_SLICE_BEGIN:
+            open_.setdefault(te.track_uuid, []).append((names[te.name_iid], ts))
+        elif te.type == te.TYPE_SLICE_END:
+            name, start = open_[te.track_uuid].pop()
+            out.append((name, tracks[te.track_uuid], start, ts - start))
+        elif te.type == te.TYPE_INSTANT:
+            out.append((names[te.name_iid], tracks[te.track_uuid], ts, 0))
+    assert all(not v for v in open_.values()), "unbalanced SLICE_BEGIN/SLICE_END"
+    return sorted(out)
+
+
+def stress_result() -> ProfileResult:
+    """Two parts on different clocks, spans that overlap without nesting or come out of order,
+    zero-length spans at a parent's edges, timestamps at varint boundaries, a span on an
+    undeclared track, and a sampled thread without an OS id."""
+    edges = [2**14 - 1, 2**14, 2**21 - 1, 2**21, 2**28, 2**35 - 1, 2**35, 2**42, 2**49 + 3, 2**56 + 1, 2**62]
+    a = BackendResult(
+        backend="cpu", clock=ClockInfo("perf_counter_ns", 0), start_ns=0, end_ns=2**62,
+        tracks=(Track("thread:1", "Main", "thread", pid=77, tid=77), Track("edge", "Edges", "other", "edges")),
+        spans=(Span("outer", "thread:1", 1_000, 1_000, "annotation"),
+               Span("child_at_start", "thread:1", 1_000, 0),
+               Span("child", "thread:1", 1_500, 500),
+               Span("child_at_end", "thread:1", 2_000, 0),
+               Span("overlap", "thread:1", 1_800, 700),           # crosses outer's end: a lane
+               Span("late_but_early", "thread:1", 500, 100),       # out of order: a lane
+               Span("ghost", "nowhere", 3_000, 10),
+               *(Span(f"edge{i}", "edge", t, 1) for i, t in enumerate(edges))),
+        threads=(ThreadInfo(5, "worker"),),
+        frames=(Frame("main", "m.py", 1), Frame("leaf", "m.py", 9)),
+        stacks=((0, 1),),
+        samples=(StackSample(1_200, 5, 0, 1_000),),
+    )
+    b = BackendResult(
+        backend="xla", clock=ClockInfo("device", 10_000_000), start_ns=0, end_ns=5_000,
+        tracks=(Track("device:0:stream:1", "Stream 1", "stream", device=0),),
+        spans=(Span("k1", "device:0:stream:1", 100, 50, "kernel", flow_ids=(9,)),
+               Span("k2", "device:0:stream:1", 200, 50, "kernel", flow_ids=(9,)),
+               Span("k3", "device:0:stream:1", 300, 50, "kernel", flow_ids=(9,))),
+        counters=(CounterSeries("memory_used", "bytes", "device:0:stream:1", (0, 100), (1.0, 2.5)),),
+        instants=(Instant("marker", "device:0:stream:1", 120),),
+    )
+    return ProfileResult(metadata=RunMetadata(host="h", pid=77), parts=(a, b))
+
+
+def expected_slices(result: ProfileResult) -> list[tuple[str, int, int]]:
+    out = []
+    for p in result.parts:
+        out += [(s.name, s.start_ns + p.clock.offset_ns, s.dur_ns) for s in p.spans]
+        out += [(i.name, i.t_ns + p.clock.offset_ns, 0) for i in p.instants]
+    return sorted(out)
+
+
+# -- structure, checked with the official protos ------------------------------------------------
+@pytest.mark.parametrize("make", [make_result, stress_result], ids=["one_of_each", "stress"])
+def test_every_span_and_instant_reads_back_exactly(make):
+    """Decoded with Perfetto's protos, the slices are exactly the result's spans and instants (ns times)."""
+    result = make()
+    got = slices_from_packets(decode(proto_bytes(result)))
+    assert sorted((n, ts, dur) for n, _, ts, dur in got) == expected_slices(result)
+
+
+def test_sequence_flags_and_interned_ids_are_consistent():
+    """The sequence starts cleared; every event needs incremental state; every iid is defined before use."""
+    packets = decode(proto_bytes(stress_result()))
+    first = packets[0]
+    assert first.trusted_packet_sequence_id == 1
+    assert first.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    assert first.first_packet_on_sequence
+    defined: dict[str, set[int]] = {k: set() for k in ("names", "cats", "args", "functions", "frames", "callstacks",
+                                                       "mappings", "paths")}
+    for p in packets[1:]:
+        idata = p.interned_data
+        if p.HasField("interned_data") or p.HasField("track_event") or p.HasField("perf_sample"):
+            assert p.trusted_packet_sequence_id == 1
+            assert p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+        defined["names"] |= {x.iid for x in idata.event_names}
+        defined["cats"] |= {x.iid for x in idata.event_categories}
+        defined["args"] |= {x.iid for x in idata.debug_annotation_names}
+        defined["functions"] |= {x.iid for x in idata.function_names}
+        defined["paths"] |= {x.iid for x in idata.mapping_paths}
+        for m in idata.mappings:
+            assert set(m.path_string_ids) <= defined["paths"]
+            defined["mappings"].add(m.iid)
+        for f in idata.frames:
+            assert f.function_name_id in defined["functions"] and f.mapping_id in defined["mappings"]
+            defined["frames"].add(f.iid)
+        for c in idata.callstacks:
+            assert set(c.frame_ids) <= defined["frames"]
+            defined["callstacks"].add(c.iid)
+        if p.HasField("track_event"):
+            te = p.track_event
+            if te.type in (te.TYPE_SLICE_BEGIN, te.TYPE_INSTANT):
+                assert te.name_iid in defined["names"]
+            assert set(te.category_iids) <= defined["cats"]
+            assert {a.name_iid for a in te.debug_annotations} <= defined["args"]
+        if p.HasField("perf_sample"):
+            assert p.perf_sample.callstack_iid in defined["callstacks"]
+
+
+def test_tracks_are_declared_once_with_processes_threads_and_counters():
+    """Every track_uuid used is declared once; threads carry pid/tid/name, counters a unit."""
+    packets = decode(proto_bytes(make_result()))
+    descriptors = [p.track_descriptor for p in packets if p.HasField("track_descriptor")]
+    uuids = [d.uuid for d in descriptors]
+    assert len(uuids) == len(set(uuids))
+    used = {p.track_event.track_uuid for p in packets if p.HasField("track_event")}
+    assert used <= set(uuids)
+    by = {d.uuid: d for d in descriptors}
+    procs = {d.process.pid: d.process.process_name for d in descriptors if d.HasField("process")}
+    assert procs[4242] == "python prog.py (testhost)"
+    threads = [(d.thread.pid, d.thread.tid, d.thread.thread_name) for d in descriptors if d.HasField("thread")]
+    assert (4242, 4242, "MainThread") in threads
+    stream = next(d for d in descriptors if d.name == "GPU 0 stream 7")
+    assert by[stream.parent_uuid].process.process_name == "gpu0"
+    counter = next(d for d in descriptors if d.HasField("counter"))
+    assert counter.name == "gpu_utilization" and counter.counter.unit_name == "percent"
+    assert by[counter.parent_uuid].process.process_name == "gpu0"
+
+
+def test_counter_values_flows_and_samples_are_written():
+    """Counter values are doubles on the counter track; a 3-span flow is 2 links; samples name their callstack."""
+    packets = decode(proto_bytes(stress_result()))
+    counters = [(p.timestamp, p.track_event.double_counter_value) for p in packets
+                if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_COUNTER]
+    assert counters == [(10_000_000, 1.0), (10_000_100, 2.5)]
+    begins = [p.track_event for p in packets
+              if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
+    flows = {te.flow_ids[0] for te in begins if te.flow_ids} | {te.terminating_flow_ids[0] for te in begins
+                                                                if te.terminating_flow_ids}
+    assert len(flows) == 1
+    assert sum(len(te.flow_ids) for te in begins) == 2 and sum(len(te.terminating_flow_ids) for te in begins) == 1
+    samples = [p for p in packets if p.HasField("perf_sample")]
+    assert [(p.timestamp, p.perf_sample.timebase_count) for p in samples] == [(1_200, 1_000)]
+
+
+def test_overlapping_and_unordered_spans_move_to_lanes():
+    """A span crossing its sibling's end and one out of order go to '(lane 2)', never dropped."""
+    got = slices_from_packets(decode(proto_bytes(stress_result())))
+    lanes = {n for n, track, _, _ in got if track.endswith("(lane 2)")}
+    assert lanes == {"overlap", "late_but_early"}
+
+
+def test_options_leave_out_what_they_say():
+    """include_args/counters/samples/flows/instants=False remove exactly that data."""
+    full = decode(proto_bytes(stress_result()))
+    bare = decode(proto_bytes(stress_result(), include_args=False, include_counters=False, include_samples=False,
+                              include_flows=False, include_instants=False))
+
+    def kinds(packets):
+        te = [p.track_event for p in packets if p.HasField("track_event")]
+        return {"args": sum(len(t.debug_annotations) for t in te),
+                "counters": sum(t.type == t.TYPE_COUNTER for t in te),
+                "instants": sum(t.type == t.TYPE_INSTANT for t in te),
+                "flows": sum(len(t.flow_ids) + len(t.terminating_flow_ids) for t in te),
+                "samples": sum(p.HasField("perf_sample") for p in packets)}
+
+    assert all(v > 0 for k, v in kinds(full).items() if k != "args")
+    assert kinds(bare) == {"args": 0, "counters": 0, "instants": 0, "flows": 0, "samples": 0}
+    assert kinds(decode(proto_bytes(make_result())))["args"] > 0
+
+
+def test_output_is_streamed_in_bounded_chunks():
+    """The writer hands the file many bounded writes, never one buffer of the whole trace."""
+    spans = tuple(Span(f"s{i % 7}", "t", 1_000_000 + i * 10, 5) for i in range(20_000))
+    result = ProfileResult(parts=(BackendResult(backend="x", tracks=(Track("t", "T"),), spans=spans),))
+
+    class Recorder(io.BytesIO):
+        sizes: list[int] = []
+
+        def write(self, b):
+            self.sizes.append(len(b))
+            return super().write(b)
+
+    rec = Recorder()
+    write_proto(result, rec, PerfettoOptions(chunk_bytes=4096))
+    assert len(rec.sizes) > 50
+    assert max(rec.sizes) < 3 * 4096
+    assert len(slices_from_packets(decode(rec.getvalue()))) == 20_000
+
+
+def test_golden_one_of_each(request):
+    """The protobuf of make_result() matches the reviewed golden text (OMNIPROF_REGEN_GOLDEN=1 rewrites it)."""
+    from google.protobuf import text_format
+
+    text = "".join(text_format.MessageToString(p) + "---\n" for p in decode(proto_bytes(make_result())))
+    if os.environ.get("OMNIPROF_REGEN_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(text, encoding="utf-8")
+    assert text == GOLDEN.read_text(encoding="utf-8")
+
+
+# -- layout (plain data) ------------------------------------------------------------------------
+def test_layout_maps_tracks_threads_and_counters():
+    """Host threads share the run's process; devices get their own; sampled threads reuse thread tracks."""
+    lay = layout(make_result())
+    main = lay.span_tracks[(0, "thread:1")]
+    stream = lay.span_tracks[(0, "gpu:0:stream:7")]
+    assert (main.kind, main.pid, main.tid, main.name) == ("thread", 4242, 4242, "MainThread")
+    assert stream.kind == "named" and stream.pid != 4242
+    assert lay.sample_threads[(0, 1)] is main
+    counter = lay.counter_tracks[(0, 0)]
+    assert counter.kind == "counter" and counter.pid == stream.pid and counter.unit == "percent"
+
+
+def test_expected_counts_follow_options():
+    """expected_counts() counts spans, instants, counter values, flow links and samples."""
+    c = expected_counts(stress_result())
+    assert c == {"slices": 22, "spans": 21, "instants": 1, "counter_values": 2, "flows": 2, "samples": 1}
+    assert expected_counts(stress_result(), PerfettoOptions(include_flows=False))["flows"] == 0
+
+
+# -- Chrome JSON ----------------------------------------------------------------------------------
+def test_chrome_json_shape():
+    """traceEvents only of ph X/i/C/s/f/M, ts/dur in µs with 3 decimals, int pid/tid, no displayTimeUnit."""
+    text, doc = json_doc(stress_result())
+    assert "displayTimeUnit" not in doc and "displayTimeUnit" not in text
+    events = doc["traceEvents"]
+    assert {e["ph"] for e in events} == {"X", "i", "C", "s", "f", "M"}
+    assert all(isinstance(e["pid"], int) for e in events)
+    assert all(isinstance(e["tid"], int) for e in events if e["ph"] != "C")
+    assert re.findall(r'"ts":(\d+\.\d{3})[,}]', text) and not re.findall(r'"ts":(\d+|\d+\.\d{1,2}|\d+\.\d{4,})[,}]', text)
+    spans = sorted((e["name"], int(e["ts"] * 1000), int(e["dur"] * 1000)) for e in events if e["ph"] == "X")
+    assert spans == sorted(x for x in expected_slices(stress_result()) if x[0] != "marker")
+    names = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert {"Main", "Stream 1", "Main (lane 2)", "worker"} <= names
+
+
+def test_chrome_json_is_gzipped_by_default_and_reporter_names_match():
+    """chrome writes trace.json.gz (gzip); perfetto(format=json) is the same file."""
+    r = make_result()
+    a, b = io.BytesIO(), io.BytesIO()
+    ChromeTraceReporter().report(r, a)
+    PerfettoReporter(PerfettoOptions(format="json")).report(r, b)
+    assert a.getvalue() == b.getvalue()
+    assert json.loads(gzip.decompress(a.getvalue()))["traceEvents"]
+    assert ChromeTraceReporter().default_filename == "trace.json.gz"
+    assert PerfettoReporter().default_filename == "trace.perfetto-trace"
+    assert PerfettoReporter(PerfettoOptions(format="json", compress=False)).default_filename == "trace.json"
+
+
+def test_bad_options_are_clear_errors():
+    """An unknown format names the allowed values."""
+    with pytest.raises(InvalidArgumentError, match="'format' must be one of proto, json"):
+        PerfettoOptions(format="xml")
+    with pytest.raises(InvalidArgumentError, match="include_args"):
+        omniprof.report(make_result(), "perfetto", io.BytesIO(), options={"include_args": "yes"})
+
+
+# -- files: atomic, never overwritten, clear errors ----------------------------------------------
+def test_report_writes_default_names_without_overwriting(tmp_path):
+    """report() into a directory writes trace.perfetto-trace, then trace-1.perfetto-trace; never overwrites."""
+    r = make_result()
+    first = omniprof.report(r, "perfetto", tmp_path)
+    second = omniprof.report(r, "perfetto", tmp_path)
+    third = omniprof.report(r, "chrome", tmp_path)
+    assert first.name == "trace.perfetto-trace" and second.name == "trace-1.perfetto-trace"
+    assert third.name == "trace.json.gz"
+    assert first.read_bytes() == second.read_bytes()
+    kept = tmp_path / "mine.perfetto-trace"
+    kept.write_bytes(b"precious")
+    out = omniprof.report(r, "perfetto", kept, overwrite=False)
+    assert kept.read_bytes() == b"precious" and out != kept and out.stat().st_size > 0
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_unwritable_destination_is_a_one_line_error(tmp_path):
+    """A destination under a regular file fails with one line naming the path and the reason."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OutputError) as err:
+        omniprof.report(make_result(), "perfetto", blocker / "sub" / "trace.perfetto-trace")
+    msg = str(err.value)
+    assert "\n" not in msg and "not a directory" in msg and "trace.perfetto-trace" in msg
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full to produce a real ENOSPC")
+def test_disk_full_is_a_one_line_error():
+    """Writing to a full device (/dev/full: ENOSPC) fails with 'the disk is full'."""
+    with open("/dev/full", "wb", buffering=0) as fh, pytest.raises(OutputError, match="the disk is full") as err:
+        omniprof.report(make_result(), "perfetto", fh)
+    assert "\n" not in str(err.value)
+
+
+def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    """A reporter that fails midway (after writing some bytes) leaves neither target nor temp file."""
+    spans = tuple(Span("s", "t", 1_000_000 + i, 1) for i in range(5000)) + (Span("s", "t", 9_000_000, 1, args={"k": 1}),)
+    bad = ProfileResult(parts=(BackendResult(backend="x", spans=spans),))
+    target = tmp_path / "t.perfetto-trace"
+
+    def explode(*a):
+        raise RuntimeError("midway")
+
+    monkeypatch.setattr("omniprof.reporters.perfetto._debug_annotations", explode)
+    with pytest.raises(ReporterError, match="midway"):
+        omniprof.report(bad, "perfetto", target, options={"chunk_bytes": 4096})
+    assert list(tmp_path.iterdir()) == []
+
+
+class TestPerfettoConformance(ReporterConformance):
+    """The shared reporter checks, for ``perfetto``."""
+
+    reporter_cls = PerfettoReporter
+
+
+class TestChromeConformance(ReporterConformance):
+    """The shared reporter checks, for ``chrome``."""
+
+    reporter_cls = ChromeTraceReporter
