@@ -52,6 +52,7 @@ _SEQ_CLEARED = 1   # TracePacket.SequenceFlags.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS = 2     # TracePacket.SequenceFlags.SEQ_NEEDS_INCREMENTAL_STATE
 _PID_BASE = 10_000_000  # synthetic pids/tids start here: above Linux's pid_max (2**22)
 _U64 = (1 << 64) - 1
+EMPTY_STACK = "<no frames>"  # the frame name shown for a sample whose stack was empty
 
 
 # -- options ------------------------------------------------------------------------------------
@@ -309,22 +310,24 @@ def _assign_lanes(deferred: list[tuple[int, int, Any]], lay: Layout, base: Track
             yield lay.lane(base, len(lanes) + 1), item
 
 
-def _flow_roles(part: BackendResult, pi: int, ids: dict[tuple[int, int], int]) -> dict[int, tuple[list[int], list[int]]]:
-    """span index -> (flow ids it continues, flow ids it terminates), global ids; only flows
-    linking two or more spans (in start order: all but the last continue, the last terminates)."""
+def _flow_roles(part: BackendResult, links: list[int]) -> dict[int, tuple[list[int], list[int]]]:
+    """span index -> (ids of links leaving it, ids of links arriving at it).
+
+    Spans sharing a ``Flow`` id are chained in start order; each consecutive pair is one link with
+    its own trace-wide id (``links`` is the shared id counter), so a chain of k spans shows as k-1
+    arrows in both formats. A flow id on one span alone links nothing and writes nothing.
+    """
     members: dict[int, list[tuple[int, int]]] = {}
     for si, s in enumerate(part.spans):
         for f in s.flow_ids:
             members.setdefault(f, []).append((s.start_ns, si))
     roles: dict[int, tuple[list[int], list[int]]] = {}
-    for f, spans in members.items():
-        if len(spans) < 2:
-            continue
+    for spans in members.values():
         spans.sort()
-        gid = ids.setdefault((pi, f), len(ids) + 1)
-        for k, (_, si) in enumerate(spans):
-            out, term = roles.setdefault(si, ([], []))
-            (term if k == len(spans) - 1 else out).append(gid)
+        for (_, a), (_, b) in zip(spans, spans[1:]):
+            links[0] += 1
+            roles.setdefault(a, ([], []))[0].append(links[0])
+            roles.setdefault(b, ([], []))[1].append(links[0])
     return roles
 
 
@@ -504,13 +507,13 @@ def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions |
     names = _Interner(sink, _I_NAMES)
     cats = _Interner(sink, _I_CATEGORIES)
     arg_names = _Interner(sink, _I_ARG_NAMES)
-    flow_ids: dict[tuple[int, int], int] = {}
+    links = [0]
     for row in lay.tracks:
         sink.packet(_descriptor(row))
     n_tracks = len(lay.tracks)
     for pi, part in enumerate(result.parts):
         off = part.clock.offset_ns
-        roles = _flow_roles(part, pi, flow_ids) if o.include_flows else {}
+        roles = _flow_roles(part, links) if o.include_flows else {}
         deferred: dict[int, list[tuple[int, int, Any]]] = {}
         _emit_spans(sink, lay, pi, part, off, roles, names, cats, arg_names, o, deferred)
         for base_uuid, items in deferred.items():
@@ -676,9 +679,20 @@ def _emit_samples(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: i
             sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
             interned.clear()
     valid_frames = set(frame_ids)
+    empty_frame = 0
     for sid in used:
-        frames = [f for f in part.stacks[sid] if f in valid_frames]
-        body = _f_uint(1, base + sid + 1) + b"".join(_f_uint(2, base + f + 1) for f in frames)
+        frames = [base + f + 1 for f in part.stacks[sid] if f in valid_frames]
+        if not frames:
+            # Perfetto rejects an empty callstack (stackprofile_empty_callstack): stand in a
+            # pseudo-frame so the sample (and its weight) stays visible.
+            if not empty_frame:
+                empty_frame = base + len(part.frames) + 1
+                interned += _f_bytes(_I_MAPPING_PATHS, _f_uint(1, empty_frame) + _f_str(2, "omniprof"))
+                interned += _f_bytes(_I_MAPPINGS, _f_uint(1, empty_frame) + _f_uint(7, empty_frame))
+                interned += _f_bytes(_I_FUNCTIONS, _f_uint(1, empty_frame) + _f_str(2, EMPTY_STACK))
+                interned += _f_bytes(_I_FRAMES, _f_uint(1, empty_frame) + _f_uint(2, empty_frame) + _f_uint(3, empty_frame))
+            frames = [empty_frame]
+        body = _f_uint(1, base + sid + 1) + b"".join(_f_uint(2, f) for f in frames)
         interned += _f_bytes(_I_CALLSTACKS, body)
         if len(interned) > (1 << 16):
             sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
@@ -759,10 +773,10 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
     for row in lay.tracks:
         _json_meta(row, emit)
     n_tracks = len(lay.tracks)
-    flow_ids: dict[tuple[int, int], int] = {}
+    links = [0]
     for pi, part in enumerate(result.parts):
         off = part.clock.offset_ns
-        roles = _flow_roles(part, pi, flow_ids) if o.include_flows else {}
+        roles = _flow_roles(part, links) if o.include_flows else {}
         nests: dict[int, _Nesting] = {}
         deferred: dict[int, list[tuple[int, int, Any]]] = {}
         names: dict[str, str] = {}
@@ -827,7 +841,7 @@ def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: Perfet
     args = f',"args":{dumps(s.args)}' if o.include_args and s.args else ""
     emit(f'{{"ph":"X",{head},"ts":{_us(start)},"dur":{_us(s.dur_ns)},"pid":{row.pid},"tid":{row.tid}{args}}}')
     if role:
-        # Flow events bind to the enclosing slice ("bp":"e") at the slice's start.
+        # One s/f pair per link, each bound to the enclosing slice ("bp":"e") at the slice's start.
         for f in role[0]:
             emit(f'{{"ph":"s","id":{f},"name":"flow","cat":"flow","ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
         for f in role[1]:
@@ -847,8 +861,8 @@ def _json_samples(result: ProfileResult, lay: Layout, pi: int, part: BackendResu
         text = labels.get(s.stack_id)
         if text is None:
             frames = part.stacks[s.stack_id] if 0 <= s.stack_id < len(part.stacks) else ()
-            names = [part.frames[f].name for f in frames if 0 <= f < len(part.frames)]
-            text = labels[s.stack_id] = (f'"name":{dumps(names[-1] if names else "<unknown>")},'
+            names = [part.frames[f].name for f in frames if 0 <= f < len(part.frames)] or [EMPTY_STACK]
+            text = labels[s.stack_id] = (f'"name":{dumps(names[-1])},'
                                          f'"args":{{"stack":{dumps(names)}')
         emit(f'{{"ph":"i","s":"t","cat":"sample",{text},"weight_ns":{s.weight_ns}}},'
              f'"ts":{_us(s.t_ns + off)},"pid":{row.pid},"tid":{row.tid}}}')
