@@ -85,6 +85,17 @@ def _parser() -> _Parser:
     report.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE")
     report.add_argument("-o", "--outdir", default=None)
     _plugin_args(report)
+
+    view = sub.add_parser("view", help="open a trace in Perfetto (--perfetto FILE) or an XProf logdir in a browser",
+                          usage="omniprof view [--perfetto] PATH [--host HOST] [--port PORT] [--once] [--timeout-s S]")
+    view.add_argument("path", help="a trace file (with --perfetto) or an XProf logdir")
+    view.add_argument("--perfetto", action="store_true",
+                      help="serve the file for ui.perfetto.dev (a .perfetto-trace, Chrome JSON or any Perfetto trace)")
+    view.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    view.add_argument("--port", type=int, default=None,
+                      help="port (default 9001, the port ui.perfetto.dev may fetch from; 0 picks a free one)")
+    view.add_argument("--once", action="store_true", help="stop after the trace was fetched once")
+    view.add_argument("--timeout-s", type=float, default=None, help="stop after this many seconds")
     return p
 
 
@@ -111,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_plugins(ns)
         if ns.command == "report":
             return _cmd_report(ns)
+        if ns.command == "view":
+            return _cmd_view(ns)
         _parser().print_help()
         return 2
     except (UsageError, InvalidArgumentError, ConfigError, PluginLoadError) as e:
@@ -228,6 +241,62 @@ def _cmd_report(ns: argparse.Namespace) -> int:
         reg.reporter(name)  # fail early on unknown names
     result = read_any(ns.file)
     return _emit_reports(result, reporters, ropts, ns.outdir, reg)
+
+
+def _cmd_view(ns: argparse.Namespace) -> int:
+    if ns.timeout_s is not None and ns.timeout_s <= 0:
+        raise UsageError(f"omniprof view: --timeout-s must be > 0 (got {ns.timeout_s})")
+    if ns.perfetto:
+        return _view_perfetto(ns)
+    try:
+        from omniprof.reporters import tensorboard
+    except ImportError:
+        tensorboard = None  # type: ignore[assignment]
+    serve_logdir = getattr(tensorboard, "serve_logdir", None)
+    if serve_logdir is None:
+        raise UsageError(f"omniprof view {ns.path}: serving an XProf logdir needs the tensorboard reporter, which this "
+                         f"installation lacks. To open a trace file in Perfetto: omniprof view --perfetto FILE")
+    return int(serve_logdir(ns.path, host=ns.host, port=ns.port, timeout_s=ns.timeout_s) or 0)
+
+
+def _view_perfetto(ns: argparse.Namespace) -> int:
+    """Serve one trace file on 127.0.0.1 for ui.perfetto.dev and print the link that opens it."""
+    import time
+
+    from omniprof.core.serve import TraceFileServer
+
+    path = Path(ns.path)
+    if not path.is_file():
+        what = "a directory" if path.is_dir() else "not found"
+        raise UsageError(f"omniprof view --perfetto: {str(path)!r} is {what}; give a trace file "
+                         f"(e.g. trace.perfetto-trace written by -r perfetto)")
+    server = TraceFileServer(path, host=ns.host, port=9001 if ns.port is None else ns.port)
+    with server:
+        print(f"omniprof: serving {path} at {server.url} (only this file)", file=sys.stderr)
+        print(f"Open in Perfetto: {server.link}", flush=True)
+        if ns.host != "127.0.0.1" or server.port != 9001:
+            print("omniprof: note: ui.perfetto.dev fetches traces only from 127.0.0.1:9001; another address or "
+                  "port works for other viewers, or open the file with Perfetto's 'Open trace file'", file=sys.stderr)
+        print("omniprof: press Ctrl-C to stop" + (" (stops after the first fetch)" if ns.once else ""), file=sys.stderr)
+        deadline = None if ns.timeout_s is None else time.monotonic() + ns.timeout_s
+        try:
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                step = 0.25 if left is None else min(0.25, left)
+                if not ns.once:
+                    time.sleep(step)
+                elif server.wait_fetched(step):
+                    print("omniprof: the trace was fetched; stopping", file=sys.stderr)
+                    return 0
+        except KeyboardInterrupt:
+            print("omniprof: stopped", file=sys.stderr)
+            return 0
+    if ns.once:
+        print(f"omniprof: error: nobody fetched the trace within {ns.timeout_s:g} s", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:

@@ -536,3 +536,17 @@ def test_proto_and_json_hold_the_same_events(engine, name, tmp_path_factory):
 
     proto, js = load(engine, name, "proto", tmp_path_factory), load(engine, name, "json", tmp_path_factory)
     assert total(proto, "proto") == total(js, "json") > 0
+
+
+def test_cli_report_writes_perfetto_and_chrome(tmp_path, capsys):
+    """`omniprof report run.json -r perfetto,chrome -o DIR` writes both files, options via -R."""
+    from omniprof.cli import main
+
+    saved = make_result().save(tmp_path / "run.json")
+    out = tmp_path / "out"
+    assert main(["report", str(saved), "-r", "perfetto,chrome", "-o", str(out),
+                 "-R", "perfetto.include_samples=false"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["trace.json.gz", "trace.perfetto-trace"]
+    packets = decode((out / "trace.perfetto-trace").read_bytes())
+    assert not any(p.HasField("perf_sample") for p in packets)
+    assert "perfetto report written to" in capsys.readouterr().err
