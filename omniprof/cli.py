@@ -201,6 +201,13 @@ def _emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, 
     from omniprof.core.reporting import make_reporter, report
 
     status = 0
+    if outdir is not None:
+        from omniprof.core.fileio import output_error
+
+        try:  # -o names a directory: create it, so file reporters write inside it, not a file called OUTDIR
+            Path(outdir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise output_error(outdir, e) from e
     for name in reporters:
         try:
             rep = make_reporter(name, ropts.get(name), registry)
