@@ -52,6 +52,7 @@ _SEQ_CLEARED = 1   # TracePacket.SequenceFlags.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS = 2     # TracePacket.SequenceFlags.SEQ_NEEDS_INCREMENTAL_STATE
 _PID_BASE = 10_000_000  # synthetic pids/tids start here: above Linux's pid_max (2**22)
 _U64 = (1 << 64) - 1
+_INF = float("inf")
 EMPTY_STACK = "<no frames>"  # the frame name shown for a sample whose stack was empty
 
 
@@ -563,19 +564,18 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
                 deferred: dict[int, list[tuple[int, int, Any]]]) -> None:
     """The hot loop: two packets (SLICE_BEGIN, SLICE_END) per span, most bytes precomputed.
 
-    For each (track, name, category) the TrackEvent bytes after the timestamp are built once.
-    A timestamp varint is its two low groups from a table plus the cached varint of ``t >> 14``.
+    For each (track, name, category) the TrackEvent bytes after the timestamp are built once. A
+    timestamp varint is its two low groups from a table plus the cached varint of ``t >> 14``.
+    The nesting check of :class:`_Nesting` is inlined: a per-track stack of open ends with an
+    infinite sentinel at the bottom, and the track's last start in a one-element list.
     """
-    parts = sink.parts
-    ap = parts.append
+    ap = sink.parts.append
     low = _LOW14
     lens = _LEN
     varint = _varint
-    tails: dict[tuple[str, str, str], tuple[bytes, bytes, _Nesting, int, list[int]]] = {}
-    nests: dict[str, _Nesting] = {}
+    tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], int, int]] = {}
+    per_track: dict[str, tuple[list[int], list[int]]] = {}
     high: dict[int, bytes] = {}
-    seq_tail = _SEQ_TAIL
-    te_tag = _TE_TAG
     include_args = o.include_args
     limit = sink.limit // 64 + 1
     count = 0
@@ -583,31 +583,22 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
         key = (s.track, s.name, s.category)
         tail = tails.get(key)
         if tail is None:
-            row = _row_for(lay, pi, s.track)
-            nest = nests.get(s.track)
-            if nest is None:
-                nest = nests[s.track] = _Nesting()
-            te_begin = (_f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(s.name))
-                        + (_f_uint(_TE_CATEGORY_IIDS, cats(s.category)) if s.category else b""))
-            te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, row.uuid)
-            tail = tails[key] = (te_tag + varint(len(te_begin)) + te_begin + seq_tail,
-                                 te_tag + varint(len(te_end)) + te_end + seq_tail, nest, row.uuid, nest.stack)
+            tail = tails[key] = _span_tail(lay, pi, s, names, cats, per_track)
         start = s.start_ns + off
         end = start + s.dur_ns
-        # Inlined _Nesting.fits (this loop is the exporter's hot path).
-        nest = tail[2]
-        st = tail[4]
-        if start < nest.last_start:
+        st = tail[2]
+        last = tail[4]
+        if start < last[0]:
             deferred.setdefault(tail[3], []).append((start, end, si))
             continue
-        while st and st[-1] <= start:
+        while st[-1] <= start:
             st.pop()
-        if st and end > st[-1]:
+        if end > st[-1]:
             deferred.setdefault(tail[3], []).append((start, end, si))
             continue
         st.append(end)
-        nest.last_start = start
-        if (s.args and include_args) or (roles and si in roles) or start < 16384:
+        last[0] = start
+        if (include_args and s.args) or (roles and si in roles) or start < 16384:
             _emit_span_slow(sink, tail[3], s, off, roles.get(si), names, cats, arg_names, o)
             continue
         h = start >> 14
@@ -616,20 +607,36 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
             if len(high) > 4096:
                 high.clear()
             hb = high[h] = varint(h)
-        b1 = tail[0]
-        p1 = 1 + 2 + len(hb) + len(b1)
-        h = end >> 14
-        he = high.get(h)
-        if he is None:
-            he = high[h] = varint(h)
-        b2 = tail[1]
-        p2 = 1 + 2 + len(he) + len(b2)
-        ap(b"\x0a%b\x40%b%b%b\x0a%b\x40%b%b%b" % (lens[p1], low[start & 16383], hb, b1,
-                                                 lens[p2], low[end & 16383], he, b2))
+        if end >> 14 == h:  # most spans are shorter than 16 µs: same high part
+            he = hb
+        else:
+            h = end >> 14
+            he = high.get(h)
+            if he is None:
+                he = high[h] = varint(h)
+        ap(b"\x0a%b\x40%b%b%b\x0a%b\x40%b%b%b" % (lens[tail[5] + len(hb)], low[start & 16383], hb, tail[0],
+                                                 lens[tail[6] + len(he)], low[end & 16383], he, tail[1]))
         count += 1
         if count >= limit:
             count = 0
             sink.flush()
+
+
+def _span_tail(lay: Layout, pi: int, s: Span, names: _Interner, cats: _Interner,
+               per_track: dict[str, tuple[list[int], list[int]]]) -> tuple[bytes, bytes, list[int], int, list[int], int, int]:
+    """Precomputed bytes of a (track, name, category): (begin tail, end tail, open-ends stack,
+    track uuid, [last start], begin packet length less the timestamp's high part, same for end)."""
+    row = _row_for(lay, pi, s.track)
+    state = per_track.get(s.track)
+    if state is None:
+        state = per_track[s.track] = ([_INF], [-(1 << 63)])
+    te_begin = (_f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(s.name))
+                + (_f_uint(_TE_CATEGORY_IIDS, cats(s.category)) if s.category else b""))
+    te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, row.uuid)
+    b1 = _TE_TAG + _varint(len(te_begin)) + te_begin + _SEQ_TAIL
+    b2 = _TE_TAG + _varint(len(te_end)) + te_end + _SEQ_TAIL
+    # packet = 0x40 tag (1) + two low timestamp bytes (2) + high part + tail
+    return b1, b2, state[0], row.uuid, state[1], 3 + len(b1), 3 + len(b2)
 
 
 def _emit_span_slow(sink: _Sink, track_uuid: int, s: Span, off: int, role: Any, names: _Interner,
