@@ -25,6 +25,7 @@ taken: it needs the network.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import importlib.util
@@ -139,6 +140,15 @@ def import_problems(tp: Any) -> list[dict[str, Any]]:
 
 
 # -- the WebAssembly engine ---------------------------------------------------------------------
+_IDLE: dict[Engine, Any] = {}  # engine -> a started, reset engine process waiting for the next trace
+
+
+@atexit.register
+def _close_idle() -> None:
+    while _IDLE:
+        _IDLE.popitem()[1].close()
+
+
 def _wasm_trace_processor_class() -> type:
     from perfetto.common.exceptions import PerfettoException
     from perfetto.trace_processor import TraceProcessor
@@ -173,23 +183,28 @@ def _wasm_trace_processor_class() -> type:
             return " | ".join(ln.strip()[:300] for ln in lines[-8:]) or f"exit status {self.proc.poll()}"
 
         def close(self) -> None:
+            # The engine holds nothing worth a graceful exit (and tearing the heap down is slow).
             with contextlib.suppress(OSError):
                 if self.proc.stdin:
                     self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.proc.kill()
+            self.proc.wait()
             if self.proc.stdout:
                 self.proc.stdout.close()
             self._stderr.close()
 
     class _WasmRpc(TraceProcessorRpc):
-        """The RPC client, plus trace loading (append + finalize) over the same stream."""
+        """The RPC client, plus trace loading (append + finalize) over the same stream.
+
+        Starting the engine (Node.js + compiling ~11 MB of WebAssembly) costs seconds, so on close
+        a healthy engine is reset (TPM_RESET_TRACE_PROCESSOR, as the UI does before a new trace)
+        and kept for the next trace; at exit it is killed.
+        """
 
         def __init__(self, engine: Engine, protos: Any) -> None:
-            super().__init__(_PipeTransport(engine), protos)
+            idle = _IDLE.pop(engine, None)
+            super().__init__(idle if idle is not None and idle.proc.poll() is None else _PipeTransport(engine), protos)
+            self._engine = engine
             self._closed = False
 
         def _call(self, request: Any) -> Any:
@@ -213,9 +228,20 @@ def _wasm_trace_processor_class() -> type:
             self._call(req)
 
         def close(self) -> None:
-            if not self._closed:
-                self._closed = True
-                self.transport.close()
+            if self._closed:
+                return
+            self._closed = True
+            if self._engine not in _IDLE and self.transport.proc.poll() is None:
+                try:
+                    req = self.protos.TraceProcessorRpc()
+                    req.request = self.protos.TraceProcessorRpc.TPM_RESET_TRACE_PROCESSOR
+                    self._call(req)
+                except (ConnectionError, PerfettoException, ValueError):
+                    pass
+                else:
+                    _IDLE[self._engine] = self.transport
+                    return
+            self.transport.close()
 
     class WasmTraceProcessor(TraceProcessor):
         """``TraceProcessor`` whose backend is the WebAssembly engine under Node.js."""

@@ -430,7 +430,46 @@ def kineto_result() -> ProfileResult:
     return read_any(path)
 
 
-RESULTS = {"one_of_each": make_result, "stress": stress_result, "cpu_real": cpu_result, "kineto_gpu": kineto_result}
+def backend_result(name: str, workload) -> ProfileResult:
+    """A real session of backend ``name`` (skipped while this installation lacks that backend)."""
+    from omniprof.core.registry import get_registry
+    from omniprof.errors import BackendUnavailableError, PluginError
+
+    try:
+        cls = get_registry().backend(name)
+        cls.probe()
+    except BackendUnavailableError as e:
+        pytest.skip(f"backend {name!r} unavailable: {e}")
+    except PluginError as e:
+        pytest.skip(f"backend {name!r} is not installed here: {e}")
+    with omniprof.Profiler(backend=name) as prof:
+        workload()
+    return prof.result
+
+
+def xla_result() -> ProfileResult:
+    def work():
+        import jax
+        import jax.numpy as jnp
+
+        x = jnp.ones((128, 128))
+        jax.jit(lambda a: (a @ a).sum())(x).block_until_ready()
+
+    return backend_result("xla", work)
+
+
+def torch_result() -> ProfileResult:
+    def work():
+        import torch
+
+        x = torch.ones(128, 128)
+        (x @ x).sum().item()
+
+    return backend_result("torch", work)
+
+
+RESULTS = {"one_of_each": make_result, "stress": stress_result, "cpu_real": cpu_result, "kineto_gpu": kineto_result,
+           "xla_real": xla_result, "torch_real": torch_result}
 _made: dict[str, ProfileResult] = {}
 _loaded: dict[tuple[str, str], dict] = {}
 
