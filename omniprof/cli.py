@@ -218,6 +218,8 @@ def _emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, 
                 path = report(result, name, Path(outdir) if outdir else None, options=ropts.get(name),
                               registry=registry, overwrite=False)
                 print(f"omniprof: {name} report written to {path}", file=sys.stderr)
+                if getattr(rep, "name", "") in ("perfetto", "chrome"):
+                    print(f"omniprof: open it with: omniprof view --perfetto {path}", file=sys.stderr)
         except OmniprofError as e:
             print(f"omniprof: error: {e}", file=sys.stderr)
             status = 1

@@ -295,10 +295,15 @@ class _Nesting:
         return True
 
 
-def _assign_lanes(deferred: list[tuple[int, int, Any]], lay: Layout, base: TrackRow) -> Iterator[tuple[TrackRow, Any]]:
-    """Place spans that did not fit ``base`` onto overflow lanes 2, 3, ... (sorted, nested)."""
+def _assign_lanes(deferred: list[tuple[int, int, Any]], lay: Layout, base: TrackRow,
+                  lane_state: dict[int, list[_Nesting]]) -> Iterator[tuple[TrackRow, Any]]:
+    """Place spans that did not fit ``base`` onto overflow lanes 2, 3, ... (sorted, nested).
+
+    ``lane_state`` keeps each lane's nesting across parts, so parts sharing a track never
+    overlap on a lane either.
+    """
     deferred.sort(key=lambda x: (x[0], -x[1]))
-    lanes: list[_Nesting] = []
+    lanes = lane_state.setdefault(base.uuid, [])
     for start, end, item in deferred:
         for i, n in enumerate(lanes):
             if n.fits(start, end):
@@ -509,6 +514,8 @@ def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions |
     cats = _Interner(sink, _I_CATEGORIES)
     arg_names = _Interner(sink, _I_ARG_NAMES)
     links = [0]
+    track_state: dict[int, tuple[list[Any], list[int]]] = {}
+    lane_state: dict[int, list[_Nesting]] = {}
     for row in lay.tracks:
         sink.packet(_descriptor(row))
     n_tracks = len(lay.tracks)
@@ -516,10 +523,10 @@ def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions |
         off = part.clock.offset_ns
         roles = _flow_roles(part, links) if o.include_flows else {}
         deferred: dict[int, list[tuple[int, int, Any]]] = {}
-        _emit_spans(sink, lay, pi, part, off, roles, names, cats, arg_names, o, deferred)
+        _emit_spans(sink, lay, pi, part, off, roles, names, cats, arg_names, o, deferred, track_state)
         for base_uuid, items in deferred.items():
             base = lay.tracks[base_uuid - 1]
-            for row, si in _assign_lanes(items, lay, base):
+            for row, si in _assign_lanes(items, lay, base, lane_state):
                 s = part.spans[si]
                 _emit_span_slow(sink, row.uuid, s, off, roles.get(si), names, cats, arg_names, o)
         if o.include_instants:
@@ -561,7 +568,7 @@ def _row_for(lay: Layout, pi: int, track_id: str) -> TrackRow:
 
 def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int, roles: dict[int, Any],
                 names: _Interner, cats: _Interner, arg_names: _Interner, o: PerfettoOptions,
-                deferred: dict[int, list[tuple[int, int, Any]]]) -> None:
+                deferred: dict[int, list[tuple[int, int, Any]]], track_state: dict[int, tuple[list[Any], list[int]]]) -> None:
     """The hot loop: two packets (SLICE_BEGIN, SLICE_END) per span, most bytes precomputed.
 
     For each (track, name, category) the TrackEvent bytes after the timestamp are built once. A
@@ -574,7 +581,6 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
     lens = _LEN
     varint = _varint
     tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], int, int]] = {}
-    per_track: dict[str, tuple[list[int], list[int]]] = {}
     high: dict[int, bytes] = {}
     include_args = o.include_args
     limit = sink.limit // 64 + 1
@@ -583,7 +589,7 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
         key = (s.track, s.name, s.category)
         tail = tails.get(key)
         if tail is None:
-            tail = tails[key] = _span_tail(lay, pi, s, names, cats, per_track)
+            tail = tails[key] = _span_tail(lay, pi, s, names, cats, track_state)
         start = s.start_ns + off
         end = start + s.dur_ns
         st = tail[2]
@@ -623,13 +629,13 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
 
 
 def _span_tail(lay: Layout, pi: int, s: Span, names: _Interner, cats: _Interner,
-               per_track: dict[str, tuple[list[int], list[int]]]) -> tuple[bytes, bytes, list[int], int, list[int], int, int]:
+               track_state: dict[int, tuple[list[Any], list[int]]]) -> tuple[bytes, bytes, list[Any], int, list[int], int, int]:
     """Precomputed bytes of a (track, name, category): (begin tail, end tail, open-ends stack,
     track uuid, [last start], begin packet length less the timestamp's high part, same for end)."""
     row = _row_for(lay, pi, s.track)
-    state = per_track.get(s.track)
+    state = track_state.get(row.uuid)  # by Perfetto track: parts sharing a thread share its nesting
     if state is None:
-        state = per_track[s.track] = ([_INF], [-(1 << 63)])
+        state = track_state[row.uuid] = ([_INF], [-(1 << 63)])
     te_begin = (_f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(s.name))
                 + (_f_uint(_TE_CATEGORY_IIDS, cats(s.category)) if s.category else b""))
     te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, row.uuid)
@@ -781,10 +787,11 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
         _json_meta(row, emit)
     n_tracks = len(lay.tracks)
     links = [0]
+    nests: dict[int, _Nesting] = {}
+    lane_state: dict[int, list[_Nesting]] = {}
     for pi, part in enumerate(result.parts):
         off = part.clock.offset_ns
         roles = _flow_roles(part, links) if o.include_flows else {}
-        nests: dict[int, _Nesting] = {}
         deferred: dict[int, list[tuple[int, int, Any]]] = {}
         names: dict[str, str] = {}
         for si, s in enumerate(part.spans):
@@ -799,7 +806,7 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
                 continue
             _json_span(emit, row, s, off, roles.get(si), o, names, dumps)
         for base_uuid, items in deferred.items():
-            for row, si in _assign_lanes(items, lay, lay.tracks[base_uuid - 1]):
+            for row, si in _assign_lanes(items, lay, lay.tracks[base_uuid - 1], lane_state):
                 _json_span(emit, row, part.spans[si], off, roles.get(si), o, names, dumps)
         if o.include_instants:
             for ins in part.instants:

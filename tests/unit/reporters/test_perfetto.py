@@ -99,7 +99,7 @@ def slices_from_packets(packets) -> list[tuple[str, str, int, int]]:
 
 
 def stress_result() -> ProfileResult:
-    """Two parts on different clocks, spans that overlap without nesting or come out of order,
+    """Parts on different clocks (two sharing one OS thread), spans that overlap without nesting or come out of order,
     zero-length spans at a parent's edges, timestamps at varint boundaries, a span on an
     undeclared track, and a sampled thread without an OS id."""
     edges = [2**14 - 1, 2**14, 2**21 - 1, 2**21, 2**28, 2**35 - 1, 2**35, 2**42, 2**49 + 3, 2**56 + 1, 2**62]
@@ -128,7 +128,10 @@ def stress_result() -> ProfileResult:
         counters=(CounterSeries("memory_used", "bytes", "device:0:stream:1", (0, 100), (1.0, 2.5)),),
         instants=(Instant("marker", "device:0:stream:1", 120),),
     )
-    return ProfileResult(metadata=RunMetadata(host="h", pid=77), parts=(a, b))
+    c = BackendResult(  # a third backend on the same OS thread as part a: they share its Perfetto track
+        backend="torch", tracks=(Track("thread:77", "Main", "thread", pid=77, tid=77),),
+        spans=(Span("torch_op", "thread:77", 1_200, 1_000, "cpu_op"),))
+    return ProfileResult(metadata=RunMetadata(host="h", pid=77), parts=(a, b, c))
 
 
 def expected_slices(result: ProfileResult) -> list[tuple[str, int, int]]:
@@ -224,8 +227,8 @@ def test_counter_values_flows_and_samples_are_written():
 def test_overlapping_and_unordered_spans_move_to_lanes():
     """A span crossing its sibling's end and one out of order go to '(lane 2)', never dropped."""
     got = slices_from_packets(decode(proto_bytes(stress_result())))
-    lanes = {n for n, track, _, _ in got if track.endswith("(lane 2)")}
-    assert lanes == {"overlap", "late_but_early"}
+    lanes = {n: track for n, track, _, _ in got if "(lane " in track}
+    assert lanes == {"overlap": "Main (lane 2)", "late_but_early": "Main (lane 2)", "torch_op": "Main (lane 3)"}
 
 
 def test_options_leave_out_what_they_say():
@@ -293,7 +296,7 @@ def test_layout_maps_tracks_threads_and_counters():
 def test_expected_counts_follow_options():
     """expected_counts() counts spans, instants, counter values, flow links and samples."""
     c = expected_counts(stress_result())
-    assert c == {"slices": 22, "spans": 21, "instants": 1, "counter_values": 2, "flows": 2, "samples": 1}
+    assert c == {"slices": 23, "spans": 22, "instants": 1, "counter_values": 2, "flows": 2, "samples": 1}
     assert expected_counts(stress_result(), PerfettoOptions(include_flows=False))["flows"] == 0
 
 
@@ -311,6 +314,17 @@ def test_chrome_json_shape():
     assert spans == sorted(x for x in expected_slices(stress_result()) if x[0] != "marker")
     names = {e["args"]["name"] for e in events if e["ph"] == "M"}
     assert {"Main", "Stream 1", "Main (lane 2)", "worker"} <= names
+
+
+def test_chrome_events_are_plain_dicts_of_every_event():
+    """chrome_events() gives the JSON's events as dicts: one per span, instant, counter value, flow end, sample."""
+    from omniprof.reporters.perfetto import chrome_events
+
+    events = list(chrome_events(stress_result()))
+    c = expected_counts(stress_result())
+    by = {ph: sum(e["ph"] == ph for e in events) for ph in "XiCsf"}
+    assert by == {"X": c["spans"], "i": c["instants"] + c["samples"], "C": c["counter_values"],
+                  "s": c["flows"], "f": c["flows"]}
 
 
 def test_chrome_json_is_gzipped_by_default_and_reporter_names_match():
@@ -588,4 +602,5 @@ def test_cli_report_writes_perfetto_and_chrome(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["trace.json.gz", "trace.perfetto-trace"]
     packets = decode((out / "trace.perfetto-trace").read_bytes())
     assert not any(p.HasField("perf_sample") for p in packets)
-    assert "perfetto report written to" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "perfetto report written to" in err and "omniprof view --perfetto" in err
