@@ -25,6 +25,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import attrs
+
 import omniprof
 from omniprof.core.results import BackendResult, ClockInfo, CounterSeries, ProfileResult, Span, Track
 from omniprof.reporters.perfetto import expected_counts
@@ -55,6 +57,15 @@ def make(n_spans: int, *, threads: int = 8, names: int = 200) -> ProfileResult:
     part = BackendResult(backend="bench", clock=ClockInfo(), start_ns=t0, end_ns=t0 + per_thread * 300,
                          tracks=tracks, spans=tuple(spans), counters=counters)
     return ProfileResult(metadata=omniprof.core.results.RunMetadata(host="bench", pid=1000), parts=(part,))
+
+
+def with_args(result: ProfileResult) -> ProfileResult:
+    """The same spans, each with four args (as XLA ops carry hlo_op, hlo_module, flops, program_id)."""
+    part = result.parts[0]
+    spans = tuple(Span(s.name, s.track, s.start_ns, s.dur_ns, s.category,
+                       {"hlo_op": s.name, "hlo_module": "jit_train_step", "flops": i % 4096, "program_id": 7})
+                  for i, s in enumerate(part.spans))
+    return result.evolve(parts=(attrs.evolve(part, spans=spans),))
 
 
 def events(result: ProfileResult) -> int:
@@ -144,6 +155,16 @@ def main() -> int:
               f"(target >= 1,000,000: {verdict})")
         print(f"bytes per event: protobuf {ps / n:.1f}, Chrome JSON {js / n:.1f} ({js / ps:.1f}x the protobuf), "
               f".json.gz {gs / n:.1f}; protobuf export is {jw / pw:.1f}x faster than JSON, {gw / pw:.1f}x than .json.gz")
+
+        args_n = max(ns.spans // 5, 1000)
+        argful = with_args(make(args_n))
+        wall, cpu, size = timed_export(argful, {"format": "proto"}, outdir, 1)
+        jwall, jcpu, jsize = timed_export(argful, {"format": "json", "compress": False}, outdir, 1)
+        na = events(argful)
+        print(f"with 4 args per span ({args_n:,} spans): protobuf {na / wall:,.0f} events/s wall, {na / cpu:,.0f} CPU, "
+              f"{size / na:.1f} B/event; Chrome JSON {na / jwall:,.0f} events/s wall, {na / jcpu:,.0f} CPU, "
+              f"{jsize / na:.1f} B/event")
+        del argful
 
         print("\npeak memory of the export (tracemalloc, above the result itself):")
         small = make(max(ns.spans // 10, 1000))

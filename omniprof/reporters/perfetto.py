@@ -475,8 +475,26 @@ def _debug_value(value: Any) -> bytes:
     return _f_str(6, str(value))
 
 
-def _debug_annotations(args: Mapping[str, Any], arg_names: _Interner) -> bytes:
-    return b"".join(_f_bytes(_TE_DEBUG, _f_uint(1, arg_names(str(k))) + _debug_value(x)) for k, x in args.items())
+def _debug_annotations(args: Mapping[str, Any], arg_names: _Interner, cache: dict[Any, bytes] | None = None) -> bytes:
+    """TrackEvent.debug_annotations for ``args`` (names interned).
+
+    ``cache`` maps (name, type, value) of scalar args to their encoded annotation: the same
+    ``hlo_module`` or ``device`` repeats on every span, so most args are encoded once.
+    """
+    if cache is None:
+        return b"".join(_f_bytes(_TE_DEBUG, _f_uint(1, arg_names(str(k))) + _debug_value(x)) for k, x in args.items())
+    out = []
+    for k, x in args.items():
+        key = (k, x.__class__, x) if isinstance(x, (str, int, float, bool)) or x is None else None
+        enc = cache.get(key) if key is not None else None
+        if enc is None:
+            enc = _f_bytes(_TE_DEBUG, _f_uint(1, arg_names(str(k))) + _debug_value(x))
+            if key is not None:
+                if len(cache) > 65536:
+                    cache.clear()
+                cache[key] = enc
+        out.append(enc)
+    return b"".join(out)
 
 
 def _descriptor(row: TrackRow) -> bytes:
@@ -580,8 +598,11 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
     low = _LOW14
     lens = _LEN
     varint = _varint
-    tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], int, int]] = {}
+    tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], int, int, bytes]] = {}
     high: dict[int, bytes] = {}
+    arg_cache: dict[Any, bytes] = {}
+    te_tag = _TE_TAG
+    seq_tail = _SEQ_TAIL
     include_args = o.include_args
     limit = sink.limit // 64 + 1
     count = 0
@@ -590,22 +611,21 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
         tail = tails.get(key)
         if tail is None:
             tail = tails[key] = _span_tail(lay, pi, s, names, cats, track_state)
+        b1, b2, st, uuid, last, l1, l2, te_begin = tail
         start = s.start_ns + off
         end = start + s.dur_ns
-        st = tail[2]
-        last = tail[4]
         if start < last[0]:
-            deferred.setdefault(tail[3], []).append((start, end, si))
+            deferred.setdefault(uuid, []).append((start, end, si))
             continue
         while st[-1] <= start:
             st.pop()
         if end > st[-1]:
-            deferred.setdefault(tail[3], []).append((start, end, si))
+            deferred.setdefault(uuid, []).append((start, end, si))
             continue
         st.append(end)
         last[0] = start
-        if (include_args and s.args) or (roles and si in roles) or start < 16384:
-            _emit_span_slow(sink, tail[3], s, off, roles.get(si), names, cats, arg_names, o)
+        if (roles and si in roles) or start < 16384:
+            _emit_span_slow(sink, uuid, s, off, roles.get(si), names, cats, arg_names, o)
             continue
         h = start >> 14
         hb = high.get(h)
@@ -620,8 +640,15 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
             he = high.get(h)
             if he is None:
                 he = high[h] = varint(h)
-        ap(b"\x0a%b\x40%b%b%b\x0a%b\x40%b%b%b" % (lens[tail[5] + len(hb)], low[start & 16383], hb, tail[0],
-                                                 lens[tail[6] + len(he)], low[end & 16383], he, tail[1]))
+        if include_args and s.args:
+            te = te_begin + _debug_annotations(s.args, arg_names, arg_cache)
+            b1 = b"%b%b%b%b" % (te_tag, varint(len(te)), te, seq_tail)
+            l1 = 3 + len(b1)
+            ap(b"\x0a%b\x40%b%b%b\x0a%b\x40%b%b%b" % (varint(l1 + len(hb)), low[start & 16383], hb, b1,
+                                                     lens[l2 + len(he)], low[end & 16383], he, b2))
+        else:
+            ap(b"\x0a%b\x40%b%b%b\x0a%b\x40%b%b%b" % (lens[l1 + len(hb)], low[start & 16383], hb, b1,
+                                                     lens[l2 + len(he)], low[end & 16383], he, b2))
         count += 1
         if count >= limit:
             count = 0
@@ -629,9 +656,10 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
 
 
 def _span_tail(lay: Layout, pi: int, s: Span, names: _Interner, cats: _Interner,
-               track_state: dict[int, tuple[list[Any], list[int]]]) -> tuple[bytes, bytes, list[Any], int, list[int], int, int]:
+               track_state: dict[int, tuple[list[Any], list[int]]]) -> tuple[bytes, bytes, list[Any], int, list[int], int, int, bytes]:
     """Precomputed bytes of a (track, name, category): (begin tail, end tail, open-ends stack,
-    track uuid, [last start], begin packet length less the timestamp's high part, same for end)."""
+    track uuid, [last start], begin packet length less the timestamp's high part, same for end,
+    the begin TrackEvent's own fields)."""
     row = _row_for(lay, pi, s.track)
     state = track_state.get(row.uuid)  # by Perfetto track: parts sharing a thread share its nesting
     if state is None:
@@ -642,7 +670,7 @@ def _span_tail(lay: Layout, pi: int, s: Span, names: _Interner, cats: _Interner,
     b1 = _TE_TAG + _varint(len(te_begin)) + te_begin + _SEQ_TAIL
     b2 = _TE_TAG + _varint(len(te_end)) + te_end + _SEQ_TAIL
     # packet = 0x40 tag (1) + two low timestamp bytes (2) + high part + tail
-    return b1, b2, state[0], row.uuid, state[1], 3 + len(b1), 3 + len(b2)
+    return b1, b2, state[0], row.uuid, state[1], 3 + len(b1), 3 + len(b2), te_begin
 
 
 def _emit_span_slow(sink: _Sink, track_uuid: int, s: Span, off: int, role: Any, names: _Interner,

@@ -604,3 +604,28 @@ def test_cli_report_writes_perfetto_and_chrome(tmp_path, capsys):
     assert not any(p.HasField("perf_sample") for p in packets)
     err = capsys.readouterr().err
     assert "perfetto report written to" in err and "omniprof view --perfetto" in err
+
+
+def test_args_keep_their_types_and_values():
+    """Args become debug annotations of the right type, even when equal values differ in type (True vs 1)."""
+    vals = [True, 1, 1.0, "1", None, [1, "a"], {"k": 2.5}, 2**70, float("nan")]
+    spans = tuple(Span("s", "t", 1_000_000 + 10 * i, 5, args={"v": v}) for i, v in enumerate(vals * 2))
+    packets = decode(proto_bytes(ProfileResult(parts=(BackendResult(backend="x", tracks=(Track("t", "T"),),
+                                                                    spans=spans),))))
+    anns = [p.track_event.debug_annotations[0] for p in packets
+            if p.HasField("track_event") and p.track_event.debug_annotations]
+    got = [a.WhichOneof("value") for a in anns]
+    want = ["bool_value", "int_value", "double_value", "string_value", "legacy_json_value", None, None,
+            "string_value", "string_value"]
+    assert got == want * 2
+    assert [x.int_value for x in anns[5].array_values] == [1, 0] and anns[5].array_values[1].string_value == "a"
+    assert anns[6].dict_entries[0].name == "k" and anns[6].dict_entries[0].double_value == 2.5
+    assert anns[7].string_value == str(2**70)
+
+
+def test_saved_and_reloaded_result_gives_the_same_trace(tmp_path):
+    """A result read back from its JSON (omniprof report run.json) gives byte-identical traces."""
+    r = stress_result()
+    again = omniprof.load(r.save(tmp_path / "run.json.gz"))
+    assert proto_bytes(again) == proto_bytes(r)
+    assert json_doc(again)[0] == json_doc(r)[0]
