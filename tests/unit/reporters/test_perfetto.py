@@ -375,6 +375,17 @@ def test_unwritable_destination_is_a_one_line_error(tmp_path):
     assert "\n" not in msg and "not a directory" in msg and "trace.perfetto-trace" in msg
 
 
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="needs sysfs, where even root may not create files")
+def test_permission_denied_is_a_one_line_error():
+    """A directory that refuses new files (sysfs) fails with one line, and nothing is left behind."""
+    with pytest.raises(OutputError) as err:
+        omniprof.report(make_result(), "perfetto", "/sys/omniprof-test.perfetto-trace")
+    msg = str(err.value)
+    assert "\n" not in msg and "omniprof-test.perfetto-trace" in msg
+    assert "permission denied" in msg or "read-only" in msg or "not permitted" in msg
+    assert not os.path.exists("/sys/omniprof-test.perfetto-trace")
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full to produce a real ENOSPC")
 def test_disk_full_is_a_one_line_error():
     """Writing to a full device (/dev/full: ENOSPC) fails with 'the disk is full'."""
