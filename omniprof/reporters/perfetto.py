@@ -237,8 +237,12 @@ def layout(result: ProfileResult) -> Layout:
     host_pid = result.metadata.pid or None
     host = lay.process(_host_process_name(result), host_pid)
     for pi, part in enumerate(result.parts):
+        counter_owners: dict[str, TrackRow] = {}
         for t in part.tracks:
-            lay.span_tracks[(pi, t.id)] = _track_row(lay, result, host, t)
+            if t.kind == "counter":  # a counter-only track: its series go under its process, no slice track
+                counter_owners[t.id] = _track_process(lay, result, host, t)
+            else:
+                lay.span_tracks[(pi, t.id)] = _track_row(lay, result, host, t)
         natives = {t.tid: lay.span_tracks[(pi, t.id)] for t in part.tracks
                    if t.kind == "thread" and t.tid is not None and (t.pid in (None, host_pid))}
         for th in part.threads:
@@ -248,7 +252,8 @@ def layout(result: ProfileResult) -> Layout:
             lay.sample_threads[(pi, th.thread_id)] = row
         for ci, series in enumerate(part.counters):
             owner = lay.span_tracks.get((pi, series.track))
-            proc = lay.tracks[owner.parent_uuid - 1] if owner is not None and owner.parent_uuid else host
+            proc = counter_owners.get(series.track) or (
+                lay.tracks[owner.parent_uuid - 1] if owner is not None and owner.parent_uuid else host)
             lay.counter_tracks[(pi, ci)] = lay.counter(proc, series.name, series.unit)
     return lay
 
@@ -257,18 +262,23 @@ def _device_process_name(t: Track) -> str:
     return f"/device:{t.device}" if t.device is not None else "other"
 
 
-def _track_row(lay: Layout, result: ProfileResult, host: TrackRow, t: Track) -> TrackRow:
+def _track_process(lay: Layout, result: ProfileResult, host: TrackRow, t: Track) -> TrackRow:
+    """The process row a track belongs to: the run's process for its host threads (and for
+    counter tracks of no device), a process per other pid, per device, or per named process."""
     host_pid = result.metadata.pid or None
-    if t.kind == "thread":
+    if t.kind in ("thread", "counter") and t.device is None:
         if t.pid is None or t.pid == host_pid:
-            proc = host if not t.process or t.pid == host_pid else lay.process(t.process, t.pid)
-        else:
-            proc = lay.process(t.process or f"process {t.pid}", t.pid)
-        return lay.thread(proc, t.tid, t.name)
+            return host
+        return lay.process(t.process or f"process {t.pid}", t.pid)
     if t.kind == "process":
-        proc = lay.process(t.process or t.name, t.pid)
-        return lay.named(proc, t.name)
-    proc = lay.process(t.process or _device_process_name(t), t.pid)
+        return lay.process(t.process or t.name, t.pid)
+    return lay.process(t.process or _device_process_name(t), t.pid)
+
+
+def _track_row(lay: Layout, result: ProfileResult, host: TrackRow, t: Track) -> TrackRow:
+    proc = _track_process(lay, result, host, t)
+    if t.kind == "thread" and t.device is None:
+        return lay.thread(proc, t.tid, t.name)
     return lay.named(proc, t.name)
 
 

@@ -121,11 +121,13 @@ def stress_result() -> ProfileResult:
     )
     b = BackendResult(
         backend="xla", clock=ClockInfo("device", 10_000_000), start_ns=0, end_ns=5_000,
-        tracks=(Track("device:0:stream:1", "Stream 1", "stream", device=0),),
+        tracks=(Track("device:0:stream:1", "Stream 1", "stream", device=0),
+                Track("counter:power", "GPU power", "counter", device=0)),
         spans=(Span("k1", "device:0:stream:1", 100, 50, "kernel", flow_ids=(9,)),
                Span("k2", "device:0:stream:1", 200, 50, "kernel", flow_ids=(9,)),
                Span("k3", "device:0:stream:1", 300, 50, "kernel", flow_ids=(9,))),
-        counters=(CounterSeries("memory_used", "bytes", "device:0:stream:1", (0, 100), (1.0, 2.5)),),
+        counters=(CounterSeries("memory_used", "bytes", "device:0:stream:1", (0, 100), (1.0, 2.5)),
+                  CounterSeries("power", "mW", "counter:power", (50,), (71_000.0,))),
         instants=(Instant("marker", "device:0:stream:1", 120),),
     )
     c = BackendResult(  # a third backend on the same OS thread as part a: they share its Perfetto track
@@ -214,7 +216,11 @@ def test_counter_values_flows_and_samples_are_written():
     packets = decode(proto_bytes(stress_result()))
     counters = [(p.timestamp, p.track_event.double_counter_value) for p in packets
                 if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_COUNTER]
-    assert counters == [(10_000_000, 1.0), (10_000_100, 2.5)]
+    assert counters == [(10_000_000, 1.0), (10_000_100, 2.5), (10_000_050, 71_000.0)]
+    descriptors = {p.track_descriptor.uuid: p.track_descriptor for p in packets if p.HasField("track_descriptor")}
+    power = next(d for d in descriptors.values() if d.name == "power")
+    assert power.counter.unit_name == "mW" and descriptors[power.parent_uuid].process.process_name == "/device:0"
+    assert not any(d.name == "GPU power" for d in descriptors.values())  # a counter-only track is no slice track
     begins = [p.track_event for p in packets
               if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
     outgoing = [f for te in begins for f in te.flow_ids]
@@ -296,7 +302,7 @@ def test_layout_maps_tracks_threads_and_counters():
 def test_expected_counts_follow_options():
     """expected_counts() counts spans, instants, counter values, flow links and samples."""
     c = expected_counts(stress_result())
-    assert c == {"slices": 23, "spans": 22, "instants": 1, "counter_values": 2, "flows": 2, "samples": 1}
+    assert c == {"slices": 23, "spans": 22, "instants": 1, "counter_values": 3, "flows": 2, "samples": 1}
     assert expected_counts(stress_result(), PerfettoOptions(include_flows=False))["flows"] == 0
 
 
