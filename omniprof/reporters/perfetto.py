@@ -326,22 +326,29 @@ def _assign_lanes(deferred: list[tuple[int, int, Any]], lay: Layout, base: Track
             yield lay.lane(base, len(lanes) + 1), item
 
 
-def _flow_roles(part: BackendResult, links: list[int]) -> dict[int, tuple[list[int], list[int]]]:
+def _flow_roles(part: BackendResult, links: list[int],
+                labels: dict[int, str] | None = None) -> dict[int, tuple[list[int], list[int]]]:
     """span index -> (ids of links leaving it, ids of links arriving at it).
 
     Spans sharing a ``Flow`` id are chained in start order; each consecutive pair is one link with
     its own trace-wide id (``links`` is the shared id counter), so a chain of k spans shows as k-1
     arrows in both formats. A flow id on one span alone links nothing and writes nothing.
+    ``labels`` (JSON only) gets each link's ``"name":..,"cat":..`` from the part's ``Flow`` entries.
     """
+    named = {f.flow_id: f for f in part.flows} if labels is not None else {}
     members: dict[int, list[tuple[int, int]]] = {}
     for si, s in enumerate(part.spans):
         for f in s.flow_ids:
             members.setdefault(f, []).append((s.start_ns, si))
     roles: dict[int, tuple[list[int], list[int]]] = {}
-    for spans in members.values():
+    for fid, spans in members.items():
         spans.sort()
         for (_, a), (_, b) in zip(spans, spans[1:]):
             links[0] += 1
+            if labels is not None:
+                flow = named.get(fid)
+                labels[links[0]] = (f'"name":{json.dumps(flow.name if flow and flow.name else "flow")},'
+                                    f'"cat":{json.dumps(flow.category if flow and flow.category else "flow")}')
             roles.setdefault(a, ([], []))[0].append(links[0])
             roles.setdefault(b, ([], []))[1].append(links[0])
     return roles
@@ -825,11 +832,12 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
         _json_meta(row, emit)
     n_tracks = len(lay.tracks)
     links = [0]
+    labels: dict[int, str] = {}
     nests: dict[int, _Nesting] = {}
     lane_state: dict[int, list[_Nesting]] = {}
     for pi, part in enumerate(result.parts):
         off = part.clock.offset_ns
-        roles = _flow_roles(part, links) if o.include_flows else {}
+        roles = _flow_roles(part, links, labels) if o.include_flows else {}
         deferred: dict[int, list[tuple[int, int, Any]]] = {}
         names: dict[str, str] = {}
         for si, s in enumerate(part.spans):
@@ -842,10 +850,10 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
             if not n.fits(start, end):
                 deferred.setdefault(row.uuid, []).append((start, end, si))
                 continue
-            _json_span(emit, row, s, off, roles.get(si), o, names, dumps)
+            _json_span(emit, row, s, off, roles.get(si), o, names, dumps, labels)
         for base_uuid, items in deferred.items():
             for row, si in _assign_lanes(items, lay, lay.tracks[base_uuid - 1], lane_state):
-                _json_span(emit, row, part.spans[si], off, roles.get(si), o, names, dumps)
+                _json_span(emit, row, part.spans[si], off, roles.get(si), o, names, dumps, labels)
         if o.include_instants:
             for ins in part.instants:
                 row = _row_for(lay, pi, ins.track)
@@ -884,7 +892,7 @@ def _json_meta(row: TrackRow, emit: Any) -> None:
 
 
 def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: PerfettoOptions, names: dict[str, str],
-               dumps: Any) -> None:
+               dumps: Any, labels: dict[int, str]) -> None:
     key = s.name + "\0" + s.category
     head = names.get(key)
     if head is None:
@@ -895,9 +903,9 @@ def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: Perfet
     if role:
         # One s/f pair per link, each bound to the enclosing slice ("bp":"e") at the slice's start.
         for f in role[0]:
-            emit(f'{{"ph":"s","id":{f},"name":"flow","cat":"flow","ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
+            emit(f'{{"ph":"s","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
         for f in role[1]:
-            emit(f'{{"ph":"f","id":{f},"name":"flow","cat":"flow","ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
+            emit(f'{{"ph":"f","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
 
 
 def _json_samples(result: ProfileResult, lay: Layout, pi: int, part: BackendResult, off: int, emit: Any) -> None:

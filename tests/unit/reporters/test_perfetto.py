@@ -331,6 +331,8 @@ def test_chrome_events_are_plain_dicts_of_every_event():
     by = {ph: sum(e["ph"] == ph for e in events) for ph in "XiCsf"}
     assert by == {"X": c["spans"], "i": c["instants"] + c["samples"], "C": c["counter_values"],
                   "s": c["flows"], "f": c["flows"]}
+    one = list(chrome_events(make_result()))
+    assert {(e["name"], e["cat"]) for e in one if e["ph"] in "sf"} == {("launch", "cuda")}  # from the Flow entry
 
 
 def test_chrome_json_is_gzipped_by_default_and_reporter_names_match():
