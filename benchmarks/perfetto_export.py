@@ -7,7 +7,7 @@ Targets (issue 7):
   * Chrome JSON and Perfetto outputs of the same result hold the same event count, read back by
     Perfetto's trace processor.
 
-Run: python benchmarks/perfetto_export.py [--spans 1000000] [--readback-spans 200000] [--repeat 3]
+Run: python benchmarks/perfetto_export.py [--spans 1000000] [--readback-spans N] [--repeat 3]
 
 Each file is written through ``omniprof.report`` (atomic temp file + fsync + rename), so the
 figures include the real write. Throughput runs without tracemalloc; memory is measured in separate
@@ -127,8 +127,9 @@ def readback(result: ProfileResult, outdir: Path) -> dict[str, int] | str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spans", type=int, default=1_000_000)
-    ap.add_argument("--readback-spans", type=int, default=200_000,
-                    help="spans in the result read back by the trace processor (0: skip)")
+    ap.add_argument("--readback-spans", type=int, default=None,
+                    help="spans in the result read back by the trace processor (default: the exported result "
+                         "itself; 0: skip)")
     ap.add_argument("--repeat", type=int, default=3)
     ns = ap.parse_args()
 
@@ -172,14 +173,13 @@ def main() -> int:
             a, b = peak_export_bytes(small, fmt, outdir), peak_export_bytes(big, fmt, outdir)
             print(f"  {fmt:<6} {events(small):>10,} events: {a / 1e6:6.2f} MB   {n:>10,} events: {b / 1e6:6.2f} MB"
                   f"   ratio {b / a:.2f} for {n / events(small):.0f}x the events")
-        del big
-
-        if ns.readback_spans:
-            rb = make(ns.readback_spans)
+        if ns.readback_spans != 0:
+            rb = big if ns.readback_spans is None else make(ns.readback_spans)
+            del big
             want = events(rb)
             t = time.perf_counter()
             got = readback(rb, outdir)
-            print(f"\nread back by Perfetto's trace processor ({ns.readback_spans:,} spans, {want:,} events, "
+            print(f"\nread back by Perfetto's trace processor ({sum(len(p.spans) for p in rb.parts):,} spans, {want:,} events, "
                   f"{time.perf_counter() - t:.1f} s):")
             if isinstance(got, str):
                 print(f"  {got}")

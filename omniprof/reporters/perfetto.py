@@ -737,14 +737,19 @@ def _emit_samples(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: i
             sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
             interned.clear()
     valid_frames = set(frame_ids)
-    empty_frame = 0
+    empty_frame = base + len(part.frames) + 1
+    # A sample whose stack id is out of range gets this stack of one pseudo-frame.
+    unknown_sid = len(part.stacks)
+    if any(not 0 <= s.stack_id < len(part.stacks) for s in part.samples):
+        used.append(unknown_sid)
+    made_empty = False
     for sid in used:
-        frames = [base + f + 1 for f in part.stacks[sid] if f in valid_frames]
+        frames = [base + f + 1 for f in part.stacks[sid] if f in valid_frames] if sid != unknown_sid else []
         if not frames:
             # Perfetto rejects an empty callstack (stackprofile_empty_callstack): stand in a
             # pseudo-frame so the sample (and its weight) stays visible.
-            if not empty_frame:
-                empty_frame = base + len(part.frames) + 1
+            if not made_empty:
+                made_empty = True
                 interned += _f_bytes(_I_MAPPING_PATHS, _f_uint(1, empty_frame) + _f_str(2, "omniprof"))
                 interned += _f_bytes(_I_MAPPINGS, _f_uint(1, empty_frame) + _f_uint(7, empty_frame))
                 interned += _f_bytes(_I_FUNCTIONS, _f_uint(1, empty_frame) + _f_str(2, EMPTY_STACK))
@@ -763,7 +768,8 @@ def _emit_samples(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: i
             row = lay.sample_threads[(pi, s.thread_id)] = lay.thread(lay.tracks[0], None, part.thread_name(s.thread_id))
             sink.packet(_descriptor(row))
         # timebase_count: the CPU-clock ns since the thread's previous sample, i.e. the weight.
-        body = (_f_uint(2, row.pid) + _f_uint(3, row.tid) + _f_uint(4, base + s.stack_id + 1)
+        sid = s.stack_id if 0 <= s.stack_id < unknown_sid else unknown_sid
+        body = (_f_uint(2, row.pid) + _f_uint(3, row.tid) + _f_uint(4, base + sid + 1)
                 + _f_uint(6, max(s.weight_ns, 0)))
         sink.packet(_f_uint(_P_TIMESTAMP, _ts(s.t_ns + off)) + _f_bytes(_P_PERF_SAMPLE, body) + _SEQ_TAIL)
 

@@ -117,7 +117,7 @@ def stress_result() -> ProfileResult:
         threads=(ThreadInfo(5, "worker"),),
         frames=(Frame("main", "m.py", 1), Frame("leaf", "m.py", 9)),
         stacks=((0, 1),),
-        samples=(StackSample(1_200, 5, 0, 1_000),),
+        samples=(StackSample(1_200, 5, 0, 1_000), StackSample(1_300, 5, 99, 100)),  # 99: no such stack
     )
     b = BackendResult(
         backend="xla", clock=ClockInfo("device", 10_000_000), start_ns=0, end_ns=5_000,
@@ -227,7 +227,7 @@ def test_counter_values_flows_and_samples_are_written():
     incoming = [f for te in begins for f in te.terminating_flow_ids]
     assert sorted(outgoing) == sorted(incoming) and len(set(outgoing)) == 2  # k1 -> k2 -> k3: two links
     samples = [p for p in packets if p.HasField("perf_sample")]
-    assert [(p.timestamp, p.perf_sample.timebase_count) for p in samples] == [(1_200, 1_000)]
+    assert [(p.timestamp, p.perf_sample.timebase_count) for p in samples] == [(1_200, 1_000), (1_300, 100)]
 
 
 def test_overlapping_and_unordered_spans_move_to_lanes():
@@ -302,7 +302,7 @@ def test_layout_maps_tracks_threads_and_counters():
 def test_expected_counts_follow_options():
     """expected_counts() counts spans, instants, counter values, flow links and samples."""
     c = expected_counts(stress_result())
-    assert c == {"slices": 23, "spans": 22, "instants": 1, "counter_values": 3, "flows": 2, "samples": 1}
+    assert c == {"slices": 23, "spans": 22, "instants": 1, "counter_values": 3, "flows": 2, "samples": 2}
     assert expected_counts(stress_result(), PerfettoOptions(include_flows=False))["flows"] == 0
 
 
