@@ -12,15 +12,17 @@ How it is built:
 * **Layout first** (:func:`layout`): every result track becomes a Perfetto track with a uuid, a
   process (pid) and, for host threads, a thread (tid). Device and stream tracks become named
   tracks under a process per device; counter series get counter tracks. Tests assert on it.
-* **Lanes**: a slice track must hold properly nested slices. Spans that overlap a sibling
-  without nesting, or come out of order, are moved to an overflow lane (a child track named
-  ``"<track> (lane 2)"``), so every span is present and Perfetto reports no import error.
+* **Lanes**: a slice track must hold properly nested slices. Spans are visited in start order
+  (a part whose tracks are not listed in start order is sorted first); a span that overlaps a
+  sibling without nesting moves to an overflow lane (a child track named ``"<track> (lane 2)"``),
+  so every span is present and Perfetto reports no import error.
 * **Streaming, constant memory**: packets are encoded by hand in the protobuf wire format (field
   numbers from Perfetto's ``perfetto_trace.proto``) and written to the handle in chunks of
   ``chunk_bytes``. Event names, categories and argument names are interned (``InternedData``)
   on one packet sequence that starts with ``SEQ_INCREMENTAL_STATE_CLEARED``; every event packet
   carries ``SEQ_NEEDS_INCREMENTAL_STATE``. Memory grows with the number of distinct names and
-  tracks, never with the number of events.
+  tracks, never with the number of events (a part not in start order needs a sorted index:
+  one entry per span).
 * Timestamps are the run's reference clock: ``t + part.clock.offset_ns``, in ns (the JSON has
   microseconds with three decimals, so no precision is lost). No ``displayTimeUnit`` key is
   written (some Perfetto versions misread it).
@@ -30,8 +32,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import math
+import operator
 import struct
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
@@ -354,6 +358,30 @@ def _flow_roles(part: BackendResult, links: list[int],
     return roles
 
 
+def _in_order(spans: tuple[Span, ...]) -> Iterator[tuple[int, Span]]:
+    """(index, span) in start order (longer first on equal starts).
+
+    Most results list each track's spans in start order already: checked (at C speed when the
+    whole list is in order) in constant memory, and then used as is. Otherwise (e.g. annotations recorded as they close, children
+    before parents) the spans are visited through a sorted index, so parents still nest their
+    children instead of landing on overflow lanes; that index costs memory per span.
+    """
+    start = operator.attrgetter("start_ns")
+    if all(map(operator.le, map(start, spans), map(start, itertools.islice(spans, 1, None)))):
+        return enumerate(spans)
+    # Not in global order (tracks listed one after another, say): in order track by track is enough.
+    last: dict[str, int] = {}
+    for s in spans:
+        t = s.track
+        if s.start_ns < last.get(t, s.start_ns):
+            break
+        last[t] = s.start_ns
+    else:
+        return enumerate(spans)
+    order = sorted(range(len(spans)), key=lambda i: (spans[i].start_ns, -spans[i].dur_ns))
+    return ((i, spans[i]) for i in order)
+
+
 def expected_counts(result: ProfileResult, options: PerfettoOptions | None = None) -> dict[str, int]:
     """What a reader should find: slices (spans + instants), counter values, flows (arrows),
     samples and tracks' names. Used by tests and the benchmark to check read-back."""
@@ -623,7 +651,7 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
     include_args = o.include_args
     limit = sink.limit // 64 + 1
     count = 0
-    for si, s in enumerate(part.spans):
+    for si, s in _in_order(part.spans):
         key = (s.track, s.name, s.category)
         tail = tails.get(key)
         if tail is None:
@@ -846,7 +874,7 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
         roles = _flow_roles(part, links, labels) if o.include_flows else {}
         deferred: dict[int, list[tuple[int, int, Any]]] = {}
         names: dict[str, str] = {}
-        for si, s in enumerate(part.spans):
+        for si, s in _in_order(part.spans):
             row = _row_for(lay, pi, s.track)
             start = s.start_ns + off
             end = start + s.dur_ns

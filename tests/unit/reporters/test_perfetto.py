@@ -230,11 +230,28 @@ def test_counter_values_flows_and_samples_are_written():
     assert [(p.timestamp, p.perf_sample.timebase_count) for p in samples] == [(1_200, 1_000), (1_300, 100)]
 
 
-def test_overlapping_and_unordered_spans_move_to_lanes():
-    """A span crossing its sibling's end and one out of order go to '(lane 2)', never dropped."""
+def test_overlapping_spans_move_to_lanes():
+    """A span crossing its sibling's end goes to '(lane 2)', one of another part crossing both to
+    '(lane 3)': never dropped, never mis-nested."""
     got = slices_from_packets(decode(proto_bytes(stress_result())))
     lanes = {n: track for n, track, _, _ in got if "(lane " in track}
-    assert lanes == {"overlap": "Main (lane 2)", "late_but_early": "Main (lane 2)", "torch_op": "Main (lane 3)"}
+    assert lanes == {"overlap": "Main (lane 2)", "torch_op": "Main (lane 3)"}
+
+
+@pytest.mark.parametrize("fmt", ["proto", "json"])
+def test_spans_listed_as_they_closed_still_nest(fmt):
+    """Annotations recorded when they close (children before parents) nest on one track, no lanes."""
+    spans = (Span("inner", "t", 1_020, 10), Span("middle", "t", 1_010, 50), Span("outer", "t", 1_000, 100),
+             Span("next", "t", 1_200, 10))
+    result = ProfileResult(parts=(BackendResult(backend="x", tracks=(Track("t", "T"),), spans=spans),))
+    lay = layout(result)
+    if fmt == "proto":
+        got = slices_from_packets(decode(proto_bytes(result)))
+        assert {track for _, track, _, _ in got} == {"T"}
+    else:
+        events = [e for e in json_doc(result)[1]["traceEvents"] if e["ph"] == "X"]
+        assert {e["tid"] for e in events} == {lay.span_tracks[(0, "t")].tid}
+        assert [e["name"] for e in events] == ["outer", "middle", "inner", "next"]
 
 
 def test_options_leave_out_what_they_say():
