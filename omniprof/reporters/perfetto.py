@@ -37,6 +37,7 @@ import json
 import math
 import operator
 import struct
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
@@ -44,6 +45,7 @@ import attrs
 
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
+from omniprof.errors import DataLossWarning
 from omniprof.reporters.base import Reporter
 
 __all__ = [
@@ -388,7 +390,8 @@ def expected_counts(result: ProfileResult, options: PerfettoOptions | None = Non
     o = options or PerfettoOptions()
     spans = sum(len(p.spans) for p in result.parts)
     instants = sum(len(p.instants) for p in result.parts) if o.include_instants else 0
-    counters = sum(len(c.t_ns) for p in result.parts for c in p.counters) if o.include_counters else 0
+    counters = sum(sum(1 for v in c.values if math.isfinite(v)) for p in result.parts for c in p.counters) \
+        if o.include_counters else 0
     samples = sum(len(p.samples) for p in result.parts) if o.include_samples else 0
     flows = 0
     if o.include_flows:
@@ -605,7 +608,7 @@ def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions |
             for ci, series in enumerate(part.counters):
                 head = _f_uint(_TE_TYPE, _TYPE_COUNTER) + _f_uint(_TE_TRACK, lay.counter_tracks[(pi, ci)].uuid)
                 tag = _tag(_TE_DOUBLE_COUNTER, 1)
-                for t, val in zip(series.t_ns, series.values):
+                for t, val in _finite_points(series):
                     te = head + tag + struct.pack("<d", val)
                     sink.packet(_f_uint(_P_TIMESTAMP, _ts(t + off)) + _TE_TAG + _LEN[len(te)] + te + _SEQ_TAIL)
         if o.include_samples and part.samples:
@@ -615,6 +618,20 @@ def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions |
         sink.packet(_descriptor(row))
     sink.flush()
     return sink.written
+
+
+def _finite_points(series: Any) -> Iterator[tuple[int, float]]:
+    """The (t, value) points of a counter series that a Perfetto counter can hold.
+
+    NaN and infinities (a reading that failed) have no place on a counter track in either
+    format; they are left out with a DataLossWarning that counts them.
+    """
+    bad = sum(1 for v in series.values if not math.isfinite(v))
+    if bad:
+        warnings.warn(DataLossWarning(f"perfetto: {bad} non-finite value(s) of counter {series.name!r} are not "
+                                      f"written (a counter track holds finite numbers only)"), stacklevel=3)
+        return ((t, v) for t, v in zip(series.t_ns, series.values) if math.isfinite(v))
+    return zip(series.t_ns, series.values)
 
 
 def _ts(t: int) -> int:
@@ -898,8 +915,8 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
             for ci, series in enumerate(part.counters):
                 row = lay.counter_tracks[(pi, ci)]
                 name = dumps(row.name)
-                for t, val in zip(series.t_ns, series.values):
-                    value = repr(val) if math.isfinite(val) else "0"
+                for t, val in _finite_points(series):
+                    value = repr(val)
                     emit(f'{{"ph":"C","name":{name},"ts":{_us(t + off)},"pid":{row.pid},"args":{{"value":{value}}}}}')
         if o.include_samples and part.samples:
             _json_samples(result, lay, pi, part, off, emit)

@@ -739,3 +739,18 @@ def test_perfetto_ui_opens_the_trace(perfetto_ui, fmt, tmp_path):
     assert "Debugging stats" in report["info_text"]
     assert ui_import_errors(report["info_text"]) == []
     assert report["exceptions"] == []
+
+
+@pytest.mark.parametrize("fmt", ["proto", "json"])
+def test_non_finite_counter_values_are_left_out_with_a_warning(fmt):
+    """NaN/inf counter readings are not written (no counter can hold them) and a DataLossWarning counts them."""
+    from omniprof.errors import DataLossWarning
+
+    series = CounterSeries("power", "mW", "t", (1_000, 2_000, 3_000), (1.0, float("nan"), float("inf")))
+    result = ProfileResult(parts=(BackendResult(backend="x", tracks=(Track("t", "T"),), counters=(series,)),))
+    with pytest.warns(DataLossWarning, match="2 non-finite value"):
+        if fmt == "proto":
+            got = [p.track_event.double_counter_value for p in decode(proto_bytes(result)) if p.HasField("track_event")]
+        else:
+            got = [float(e["args"]["value"]) for e in json_doc(result)[1]["traceEvents"] if e["ph"] == "C"]
+    assert got == [1.0] and expected_counts(result)["counter_values"] == 1
