@@ -21,8 +21,9 @@ How it is built:
   ``chunk_bytes``. Event names, categories and argument names are interned (``InternedData``)
   on one packet sequence that starts with ``SEQ_INCREMENTAL_STATE_CLEARED``; every event packet
   carries ``SEQ_NEEDS_INCREMENTAL_STATE``. Memory grows with the number of distinct names and
-  tracks, never with the number of events (a part not in start order needs a sorted index:
-  one entry per span).
+  tracks, not with the number of events; only spans that need bookkeeping cost memory each:
+  spans carrying flow ids (to chain them), spans moved to lanes, and, for a part not listed in
+  start order, the sorted index.
 * Timestamps are the run's reference clock: ``t + part.clock.offset_ns``, in ns (the JSON has
   microseconds with three decimals, so no precision is lost). No ``displayTimeUnit`` key is
   written (some Perfetto versions misread it).
