@@ -88,9 +88,9 @@ def find_engine() -> Engine:
 
 
 def _is_binary(path: str) -> bool:
-    # get.perfetto.dev's `trace_processor` is a Python script that downloads the binary: skip it.
+    # get.perfetto.dev's `trace_processor` is a Python script that downloads the binary: skip scripts.
     with contextlib.suppress(OSError), open(path, "rb") as fh:
-        return fh.read(4) == b"\x7fELF"
+        return fh.read(2) != b"#!"
     return False
 
 

@@ -754,3 +754,22 @@ def test_non_finite_counter_values_are_left_out_with_a_warning(fmt):
         else:
             got = [float(e["args"]["value"]) for e in json_doc(result)[1]["traceEvents"] if e["ph"] == "C"]
     assert got == [1.0] and expected_counts(result)["counter_values"] == 1
+
+
+def test_find_engine_prefers_a_native_binary_and_skips_download_scripts(tmp_path, monkeypatch):
+    """$OMNIPROF_TRACE_PROCESSOR wins; a `trace_processor` wrapper script on PATH is not taken for the binary."""
+    from omniprof.testing.trace_processor import TraceProcessorUnavailable, find_engine
+
+    script = tmp_path / "trace_processor"
+    script.write_text("#!/usr/bin/env python3\nprint('would download')\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    try:
+        assert find_engine().kind != "native"
+    except TraceProcessorUnavailable as e:
+        assert "trace_processor_shell" in str(e)
+    monkeypatch.setenv("OMNIPROF_TRACE_PROCESSOR", str(script))
+    assert find_engine().kind == "native" and find_engine().path == str(script)
+    monkeypatch.setenv("OMNIPROF_TRACE_PROCESSOR", str(tmp_path / "missing"))
+    with pytest.raises(TraceProcessorUnavailable, match="not an executable"):
+        find_engine()
