@@ -773,3 +773,15 @@ def test_find_engine_prefers_a_native_binary_and_skips_download_scripts(tmp_path
     monkeypatch.setenv("OMNIPROF_TRACE_PROCESSOR", str(tmp_path / "missing"))
     with pytest.raises(TraceProcessorUnavailable, match="not an executable"):
         find_engine()
+
+
+def test_visit_order_keeps_per_track_order_and_sorts_only_when_needed():
+    """Tracks listed one after another keep their order; a track out of order gets the part sorted."""
+    from omniprof.reporters.perfetto import _in_order
+
+    blocks = tuple(Span("s", f"t{k}", 1_000 + i, 1) for k in range(3) for i in range(5))
+    assert [i for i, _ in _in_order(blocks)] == list(range(15))
+    interleaved_back = (Span("a", "t1", 10, 1), Span("b", "t2", 5, 1), Span("c", "t1", 20, 1), Span("d", "t2", 6, 1))
+    assert [i for i, _ in _in_order(interleaved_back)] == [0, 1, 2, 3]  # each track still in order
+    closed_first = (Span("child", "t", 20, 5), Span("parent", "t", 10, 50), Span("twin", "t", 10, 60))
+    assert [s.name for _, s in _in_order(closed_first)] == ["twin", "parent", "child"]
