@@ -673,11 +673,11 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
     The nesting check of :class:`_Nesting` is inlined: a per-track stack of open ends with an
     infinite sentinel at the bottom, and the track's last start in a one-element list.
     """
-    ap = sink.parts.append
+    ext = sink.parts.extend
     low = _LOW14
     lens = _LEN
     varint = _varint
-    tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], int, int, bytes]] = {}
+    tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], list[bytes], list[bytes], bytes]] = {}
     high: dict[int, bytes] = {}
     arg_cache: dict[Any, bytes] = {}
     te_tag = _TE_TAG
@@ -690,7 +690,7 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
         tail = tails.get(key)
         if tail is None:
             tail = tails[key] = _span_tail(lay, pi, s, names, cats, track_state)
-        b1, b2, st, uuid, last, l1, l2, te_begin = tail
+        b1, b2, st, uuid, last, pre1, pre2, te_begin = tail
         start = s.start_ns + off
         end = start + s.dur_ns
         if start < last[0]:
@@ -719,15 +719,14 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
             he = high.get(h)
             if he is None:
                 he = high[h] = varint(h)
+        # The pieces go to the sink as they are: one b"".join per chunk does the copying.
         if include_args and s.args:
             te = te_begin + _debug_annotations(s.args, arg_names, arg_cache)
             b1 = b"%b%b%b%b" % (te_tag, varint(len(te)), te, seq_tail)
-            l1 = 3 + len(b1)
-            ap(b"\x0a%b\x40%b%b%b\x0a%b\x40%b%b%b" % (varint(l1 + len(hb)), low[start & 16383], hb, b1,
-                                                     lens[l2 + len(he)], low[end & 16383], he, b2))
+            ext((b"\x0a%b\x40" % varint(3 + len(hb) + len(b1)), low[start & 16383], hb, b1,
+                 pre2[len(he)], low[end & 16383], he, b2))
         else:
-            ap(b"\x0a%b\x40%b%b%b\x0a%b\x40%b%b%b" % (lens[l1 + len(hb)], low[start & 16383], hb, b1,
-                                                     lens[l2 + len(he)], low[end & 16383], he, b2))
+            ext((pre1[len(hb)], low[start & 16383], hb, b1, pre2[len(he)], low[end & 16383], he, b2))
         count += 1
         if count >= limit:
             count = 0
@@ -735,10 +734,10 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
 
 
 def _span_tail(lay: Layout, pi: int, s: Span, names: _Interner, cats: _Interner,
-               track_state: dict[int, tuple[list[Any], list[int]]]) -> tuple[bytes, bytes, list[Any], int, list[int], int, int, bytes]:
+               track_state: dict[int, tuple[list[Any], list[int]]]) -> tuple[bytes, bytes, list[Any], int, list[int], list[bytes], list[bytes], bytes]:
     """Precomputed bytes of a (track, name, category): (begin tail, end tail, open-ends stack,
-    track uuid, [last start], begin packet length less the timestamp's high part, same for end,
-    the begin TrackEvent's own fields)."""
+    track uuid, [last start], begin packet header by high-part length, same for end, the begin
+    TrackEvent's own fields)."""
     row = _row_for(lay, pi, s.track)
     state = track_state.get(row.uuid)  # by Perfetto track: parts sharing a thread share its nesting
     if state is None:
@@ -748,8 +747,11 @@ def _span_tail(lay: Layout, pi: int, s: Span, names: _Interner, cats: _Interner,
     te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, row.uuid)
     b1 = _TE_TAG + _varint(len(te_begin)) + te_begin + _SEQ_TAIL
     b2 = _TE_TAG + _varint(len(te_end)) + te_end + _SEQ_TAIL
-    # packet = 0x40 tag (1) + two low timestamp bytes (2) + high part + tail
-    return b1, b2, state[0], row.uuid, state[1], 3 + len(b1), 3 + len(b2), te_begin
+    # packet = 0x40 tag (1) + two low timestamp bytes (2) + high part + tail; the packet's own
+    # header (0x0a, its length, the timestamp tag) by the length of the high part (1..9 bytes)
+    pre1 = [b"\x0a%b\x40" % _varint(3 + n + len(b1)) for n in range(10)]
+    pre2 = [b"\x0a%b\x40" % _varint(3 + n + len(b2)) for n in range(10)]
+    return b1, b2, state[0], row.uuid, state[1], pre1, pre2, te_begin
 
 
 def _emit_span_slow(sink: _Sink, track_uuid: int, s: Span, off: int, role: Any, names: _Interner,
