@@ -675,7 +675,6 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
     """
     ext = sink.parts.extend
     low = _LOW14
-    lens = _LEN
     varint = _varint
     tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], list[bytes], list[bytes], bytes]] = {}
     high: dict[int, bytes] = {}
