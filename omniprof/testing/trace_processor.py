@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import glob
 import importlib.util
 import os
@@ -154,6 +155,7 @@ def _close_idle() -> None:
         _IDLE.popitem()[1].close()
 
 
+@functools.lru_cache(maxsize=None)
 def _wasm_trace_processor_class() -> type:
     from perfetto.common.exceptions import PerfettoException
     from perfetto.trace_processor import TraceProcessor
