@@ -178,10 +178,18 @@ def _parser() -> _Parser:
     collect.add_argument("--attempts", type=int, default=3, help="tracing attempts before giving up")
     collect.add_argument("-v", "--verbose", action="store_true", help="let the profiler libraries log")
     _plugin_args(collect)
-    view = sub.add_parser("view", help="open an XProf logdir in XProf's web UI (binds 127.0.0.1)")
-    view.add_argument("path", help="an XProf logdir (holds plugins/profile/<run>/<host>.xplane.pb)")
-    view.add_argument("--port", type=int, default=6006, help="port (default 6006; 0 picks a free one)")
+    view = sub.add_parser("view", help="open a trace file in ui.perfetto.dev (--perfetto FILE) or an XProf logdir "
+                          "in XProf's web UI; binds 127.0.0.1",
+                          usage="omniprof view [--perfetto] PATH [--host HOST] [--port PORT] [--once] [--timeout-s S]")
+    view.add_argument("path", help="a trace file (with --perfetto) or an XProf logdir")
+    view.add_argument("--perfetto", action="store_true",
+                      help="serve the file for ui.perfetto.dev (a .perfetto-trace, Chrome JSON or any Perfetto trace)")
     view.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    view.add_argument("--port", type=int, default=None,
+                      help="port (default 9001 for --perfetto, the port ui.perfetto.dev fetches from; 6006 for XProf; "
+                           "0 picks a free one)")
+    view.add_argument("--once", action="store_true", help="--perfetto: stop after the trace was fetched once")
+    view.add_argument("--timeout-s", type=float, default=None, help="--perfetto: stop after this many seconds")
     view.add_argument("-v", "--verbose", action="store_true", help="let XProf log every request")
     return p
 
@@ -357,6 +365,8 @@ def _emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, 
                 path = report(result, name, Path(outdir) if outdir else None, options=ropts.get(name),
                               registry=registry, overwrite=False)
                 print(f"omniprof: {name} report written to {path}", file=sys.stderr)
+                if getattr(rep, "name", "") in ("perfetto", "chrome"):
+                    print(f"omniprof: open it with: omniprof view --perfetto {path}", file=sys.stderr)
         except OmniprofError as e:
             print(f"omniprof: error: {e}", file=sys.stderr)
             status = 1
@@ -433,6 +443,14 @@ def _cmd_collect(ns: argparse.Namespace) -> int:
     status = _emit_reports(got.result, reporters, {}, ns.outdir, reg) if reporters else 0
     return status
 def _cmd_view(ns: argparse.Namespace) -> int:
+    if ns.timeout_s is not None and ns.timeout_s <= 0:
+        raise UsageError(f"omniprof view: --timeout-s must be > 0 (got {ns.timeout_s})")
+    if ns.perfetto:
+        return _view_perfetto(ns)
+    return _view_logdir(ns)
+
+
+def _view_logdir(ns: argparse.Namespace) -> int:
     from omniprof.reporters.tensorboard import serve_logdir, xplane_files
 
     path = Path(ns.path)
@@ -447,9 +465,49 @@ def _cmd_view(ns: argparse.Namespace) -> int:
         print(f"omniprof: XProf serving {path} at {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
 
     try:
-        serve_logdir(path, ns.host, ns.port, verbose=ns.verbose, on_ready=ready)
+        serve_logdir(path, ns.host, 6006 if ns.port is None else ns.port, verbose=ns.verbose, on_ready=ready)
     except KeyboardInterrupt:
         print("omniprof: XProf stopped", file=sys.stderr)
+    return 0
+
+
+def _view_perfetto(ns: argparse.Namespace) -> int:
+    """Serve one trace file on 127.0.0.1 for ui.perfetto.dev and print the link that opens it."""
+    import time
+
+    from omniprof.core.serve import TraceFileServer
+
+    path = Path(ns.path)
+    if not path.is_file():
+        what = "a directory" if path.is_dir() else "not found"
+        raise UsageError(f"omniprof view --perfetto: {str(path)!r} is {what}; give a trace file "
+                         f"(e.g. trace.perfetto-trace written by -r perfetto)")
+    server = TraceFileServer(path, host=ns.host, port=9001 if ns.port is None else ns.port)
+    with server:
+        print(f"omniprof: serving {path} at {server.url} (only this file)", file=sys.stderr)
+        print(f"Open in Perfetto: {server.link}", flush=True)
+        if ns.host != "127.0.0.1" or server.port != 9001:
+            print("omniprof: note: ui.perfetto.dev fetches traces only from 127.0.0.1:9001; another address or "
+                  "port works for other viewers, or open the file with Perfetto's 'Open trace file'", file=sys.stderr)
+        print("omniprof: press Ctrl-C to stop" + (" (stops after the first fetch)" if ns.once else ""), file=sys.stderr)
+        deadline = None if ns.timeout_s is None else time.monotonic() + ns.timeout_s
+        try:
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                step = 0.25 if left is None else min(0.25, left)
+                if not ns.once:
+                    time.sleep(step)
+                elif server.wait_fetched(step):
+                    print("omniprof: the trace was fetched; stopping", file=sys.stderr)
+                    return 0
+        except KeyboardInterrupt:
+            print("omniprof: stopped", file=sys.stderr)
+            return 0
+    if ns.once:
+        print(f"omniprof: error: nobody fetched the trace within {ns.timeout_s:g} s", file=sys.stderr)
+        return 1
     return 0
 
 
