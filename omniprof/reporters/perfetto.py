@@ -46,7 +46,7 @@ import attrs
 
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
-from omniprof.errors import DataLossWarning
+from omniprof.errors import DataLossWarning, OmniprofWarning
 from omniprof.reporters.base import Reporter
 
 __all__ = [
@@ -58,6 +58,12 @@ SEQ_ID = 1
 _SEQ_CLEARED = 1   # TracePacket.SequenceFlags.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS = 2     # TracePacket.SequenceFlags.SEQ_NEEDS_INCREMENTAL_STATE
 _PID_BASE = 10_000_000  # synthetic pids/tids start here: above Linux's pid_max (2**22)
+
+# Practical sizes past which ui.perfetto.dev, running in a browser, usually cannot open a trace:
+# the browser gives the page about 2 GB, and the trace processor's in-memory form of a trace is
+# 2-4x its protobuf size (perfetto.dev/docs/visualization/large-traces); JSON traces of ~900 MB
+# crashed the UI (google/perfetto#99). Uncompressed bytes.
+UI_LIMIT_BYTES = {"proto": 1 << 30, "json": 512 << 20}
 _U64 = (1 << 64) - 1
 _INF = float("inf")
 EMPTY_STACK = "<no frames>"  # the frame name shown for a sample whose stack was empty
@@ -127,9 +133,15 @@ class PerfettoReporter(Reporter):
 
     def report(self, result: ProfileResult, dest: IO[bytes]) -> None:  # type: ignore[override]
         if self.options.format == "proto":
-            write_proto(result, dest, self.options)
+            written = write_proto(result, dest, self.options)
         else:
-            write_chrome_json(result, dest, self.options)
+            written = write_chrome_json(result, dest, self.options)
+        fmt = self.options.format
+        if written > UI_LIMIT_BYTES[fmt]:
+            warnings.warn(f"{self.name}: the trace is {written / 2**20:,.0f} MiB ({fmt}), more than ui.perfetto.dev "
+                          f"can usually open in a browser (~{UI_LIMIT_BYTES[fmt] >> 20} MiB). Open it with a native "
+                          f"trace processor (trace_processor --httpd FILE, then ui.perfetto.dev), or record less "
+                          f"(a schedule with fewer active steps, include_samples=false)", OmniprofWarning, stacklevel=2)
 
 
 class ChromeTraceReporter(PerfettoReporter):

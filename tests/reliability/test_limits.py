@@ -136,3 +136,23 @@ def test_empty_xplane_file_is_an_error_not_an_empty_trace(tmp_path, tally):
     with pytest.raises(omniprof.errors.TraceReadError, match="empty file"):
         omniprof.core.readers.read_any(tmp_path)
     tally.check("limits: empty xplane file", "TraceReadError")
+
+
+@pytest.mark.parametrize("reporter, fmt", [("perfetto", "proto"), ("chrome", "json")])
+def test_perfetto_trace_past_browser_limit_is_reported(tmp_path, monkeypatch, reporter, fmt, tally):
+    """A Perfetto or Chrome trace larger than ui.perfetto.dev can open in a browser is still
+    written whole, and the user is told its size and how to open it instead. (The limit, about
+    1 GiB / 512 MiB, is lowered here so that a small trace crosses it.)"""
+    from omniprof.reporters import perfetto
+    from omniprof.testing.fakes import make_result
+
+    result = make_result()
+    monkeypatch.setitem(perfetto.UI_LIMIT_BYTES, fmt, 100)
+    with pytest.warns(omniprof.errors.OmniprofWarning, match="more than ui.perfetto.dev can usually open.*trace_processor"):
+        path = omniprof.report(result, reporter, tmp_path)
+    monkeypatch.setitem(perfetto.UI_LIMIT_BYTES, fmt, 1 << 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = omniprof.report(result, reporter, tmp_path / "below")
+    assert path.read_bytes() == again.read_bytes()  # nothing cut: the same bytes as below the limit
+    tally.check("limits: Perfetto browser size", reporter)

@@ -14,6 +14,7 @@ import re
 from decimal import Decimal
 from pathlib import Path
 
+import attrs
 import pytest
 
 import omniprof
@@ -662,6 +663,10 @@ def test_args_keep_their_types_and_values():
 def test_saved_and_reloaded_result_gives_the_same_trace(tmp_path):
     """A result read back from its JSON (omniprof report run.json) gives byte-identical traces."""
     r = stress_result()
+    # A saved file must be consistent to load (a stack id pointing nowhere is a TraceReadError):
+    # keep the stress result's other oddities, drop its dangling sample.
+    cpu = r.parts[0]
+    r = r.evolve(parts=(attrs.evolve(cpu, samples=cpu.samples[:1]), *r.parts[1:]))
     again = omniprof.load(r.save(tmp_path / "run.json.gz"))
     assert proto_bytes(again) == proto_bytes(r)
     assert json_doc(again)[0] == json_doc(r)[0]
