@@ -367,15 +367,18 @@ class Profiler:
                                message="checkpoint taken while recording: the run did not finish (killed or crashed)")
             result = ProfileResult(metadata=self._metadata(self.clock.now_ns()), parts=tuple(parts), partial=True,
                                    errors=(*self._errors, note))
-            try:
-                path = result.save(self.session_dir / PARTIAL_FILENAME)
-            except OSError:
-                return None
-            self.checkpoints += 1
-            self.checkpoint_max_ns = max(self.checkpoint_max_ns, time.perf_counter_ns() - t0)
-            return path
+            path = self.session_dir / PARTIAL_FILENAME
         finally:
             self._lock.release()
+        # Written outside the lock (fsync can take a while on a busy disk); stop() joins the
+        # checkpoint thread before saving the final result, so no checkpoint outlives it.
+        try:
+            result.save(path)
+        except OSError:
+            return None
+        self.checkpoints += 1
+        self.checkpoint_max_ns = max(self.checkpoint_max_ns, time.perf_counter_ns() - t0)
+        return path
 
     def _save(self) -> None:
         """Stop every recording backend (each even if another fails), build and publish the result."""

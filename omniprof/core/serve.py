@@ -23,7 +23,8 @@ __all__ = ["TraceFileServer", "perfetto_link", "PERFETTO_ORIGIN", "LOOPBACK", "c
 
 #: The address every omniprof server binds unless the user names another one.
 LOOPBACK = "127.0.0.1"
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
 
 
 def is_loopback(host: str) -> bool:

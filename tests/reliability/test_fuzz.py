@@ -300,7 +300,8 @@ def command_lines(draw: st.DrawFn) -> list[str]:
 
 
 FILES = {"ok.py": "x = sum(range(1000))\n", "fail.py": "raise ValueError('target failed')\n",
-         "bad.json": '{"schema_version": 1, "parts": [', "omniprof.toml": 'backend = "cpu"\nrepeats = 2\n[options]\nhost_tracer_level = 7\n'}
+         "bad.json": '{"schema_version": 1, "parts": [',
+         "omniprof.toml": 'backend = "cpu"\nrepeats = 2\n[options]\nhost_tracer_level = 7\n'}
 
 
 @FUZZ
@@ -569,3 +570,25 @@ def test_kineto_reader_fuzzed(tally, tmp_path_factory, kineto_trace, data):
             return
     tally.case(f"kineto reader: {how}", "read")
     _check_loaded(result)
+
+
+def test_xplane_stat_without_metadata_is_counted(tmp_path, tally):
+    """An event stat whose metadata the xplane lacks (found by the fuzzer: it crashed the reader)
+    is left out and counted as an undecodable stat, and the event is still read."""
+    pytest.importorskip("jax")
+    from omniprof.backends.xla._runtime import import_profiler_bindings
+
+    _, pd = import_profiler_bindings()
+    text = '''
+    planes { id: 1 name: "/host:CPU"
+      lines { id: 1 name: "python" timestamp_ns: 1000
+        events { metadata_id: 1 offset_ps: 1000 duration_ps: 5000 stats { metadata_id: 7 uint64_value: 3 } } }
+      event_metadata { key: 1 value { id: 1 name: "work" } } }
+    '''
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(pd.ProfileData.text_proto_to_serialized_xspace(text))
+    with pytest.warns(omniprof.errors.DataLossWarning, match="undecodable"):
+        result = read_any(path)
+    assert [s.name for s in result.parts[0].spans] == ["work"]
+    assert [(x.kind, x.count) for x in result.losses] == [("undecodable_stats", 1)]
+    tally.check("xplane reader: stat without metadata", "counted")

@@ -36,7 +36,13 @@ from omniprof.backends.xla.reader import OMNIPROF_MARK, part_from_files, run_too
 from omniprof.core import validators as v
 from omniprof.core.fileio import atomic_write_bytes, hostname
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
-from omniprof.errors import BackendError, BackendUnavailableError, DataLossWarning, InvalidArgumentError, OmniprofWarning
+from omniprof.errors import (
+    BackendError,
+    BackendUnavailableError,
+    DataLossWarning,
+    InvalidArgumentError,
+    OmniprofWarning,
+)
 
 __all__ = ["XlaBackend", "XlaOptions", "jax_profile_options", "write_perfetto_trace", "serve_perfetto"]
 

@@ -76,20 +76,22 @@ class XPlaneContent:
 def _stats(obj: Any, counter: list[int]) -> dict[str, Any]:
     """An event's or plane's stats; binary stats jaxlib cannot decode end the list and are counted."""
     try:
-        return dict(obj.stats)  # the common case, in C
+        out: dict[Any, Any] = dict(obj.stats)  # the common case, in C
     except UnicodeDecodeError:
-        pass
-    out: dict[str, Any] = {}
-    it = iter(obj.stats)
-    while True:
-        try:
-            k, v = next(it)
-        except StopIteration:
-            break
-        except UnicodeDecodeError:
-            counter[0] += 1
-            break
-        out[k] = v
+        out = {}
+        it = iter(obj.stats)
+        while True:
+            try:
+                k, v = next(it)
+            except StopIteration:
+                break
+            except UnicodeDecodeError:
+                counter[0] += 1
+                break
+            out[k] = v
+    if None in out:  # a stat whose metadata the file lacks (a damaged xplane): counted, left out
+        counter[0] += 1
+        del out[None]
     return out
 
 
