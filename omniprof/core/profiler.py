@@ -306,6 +306,9 @@ class Profiler:
     def _start_all(self) -> None:
         if not self._backends:
             self._prepare_all()
+        # platform.platform() spawns `uname -p` once per process; do it before sampling starts, not
+        # inside the first checkpoint: a Popen finalised while a stack sampler runs can re-enter it.
+        platform.platform()
         self._t0_unix_ns = time.time_ns()
         self._t0_ns = self.clock.now_ns()
         failures: list[tuple[str, BaseException]] = []
