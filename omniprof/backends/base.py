@@ -39,6 +39,8 @@ class BackendContext:
             ``<logdir>/plugins/profile/<run>/``), or None when the user gave no logdir.
         run_name: this session's unique run name.
         verbose: let native libraries log to the terminal.
+        step_num: returns the Profiler's current step number (None when no Profiler drives the
+            backend), so a backend started mid-schedule can label the step that is beginning.
     """
 
     profile_options: ProfileOptions = attrs.field(factory=ProfileOptions)
@@ -46,6 +48,7 @@ class BackendContext:
     session_dir: Path | None = None
     run_name: str = ""
     verbose: bool = False
+    step_num: Any = None
 
 
 class Backend(abc.ABC):
