@@ -84,9 +84,14 @@ _DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset", "sync"})
 
 
 def _set_quiet_env() -> None:
-    # Read by libkineto when the profiler first initialises; 4 keeps only errors (USDT lines are
-    # printed whatever the level, hence the fd capture below).
+    # KINETO_LOG_LEVEL is read by libkineto when the profiler first initialises; 4 keeps only errors
+    # (USDT lines are printed whatever the level, hence the fd capture below). TORCH_CPP_LOG_LEVEL is
+    # read once, when torch is imported: it helps only if this backend is torch's first importer
+    # (``omniprof run -b torch script.py``), and then hides c10's profiler warnings such as
+    # "Memory block of unknown size was allocated before the profiling started".
     os.environ.setdefault("KINETO_LOG_LEVEL", "4")
+    if "torch" not in sys.modules:
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
 @contextlib.contextmanager

@@ -220,8 +220,7 @@ class _JsonStream:
                 near_end = e.pos >= len(self.buf) - _LOOKAHEAD or e.msg.startswith("Unterminated string")
                 if near_end and self._read():
                     continue
-                if self.eof and (e.pos >= len(self.buf) - 1 or e.msg.startswith("Unterminated string")
-                                 or e.msg.startswith("Expecting")) and _only_partial(self.buf, e.pos):
+                if self.eof and (e.pos >= len(self.buf.rstrip()) or e.msg.startswith("Unterminated string")):
                     raise self.error("the file ends inside a JSON value: it is truncated", e.pos) from None
                 raise self.error(f"invalid JSON: {e.msg}", e.pos) from None
             except RecursionError:
@@ -230,11 +229,6 @@ class _JsonStream:
                 continue  # a number may continue in the next chunk
             self.pos = end
             return value
-
-
-def _only_partial(buf: str, pos: int) -> bool:
-    # Truncation: nothing but the tail of one value follows the error position.
-    return "\n" not in buf[pos:].rstrip() or len(buf) - pos < 4096
 
 
 def _open_text(path: Path) -> IO[str]:
