@@ -83,6 +83,16 @@ _HOST_KEEP_LEVEL1 = frozenset({"annotation", "step"})
 _DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset", "sync"})
 
 
+def _warn(message: str, category: type[Warning] = BackendOptionWarning) -> None:
+    """Warn, attributed to the first caller outside omniprof (the user's line that started profiling)."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("omniprof."):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
+
+
 def _set_quiet_env() -> None:
     # KINETO_LOG_LEVEL is read by libkineto when the profiler first initialises; 4 keeps only errors
     # (USDT lines are printed whatever the level, hence the fd capture below). TORCH_CPP_LOG_LEVEL is
@@ -223,10 +233,9 @@ class TorchBackend(Backend):
             dev_acts, device_names = _device_activities(torch, ProfilerActivity)
             activities += dev_acts
             if not dev_acts:
-                warnings.warn(
+                _warn(
                     "backend 'torch': device_tracer_level=1 but torch sees no CUDA, XPU or MTIA device here; only "
-                    "host activity is recorded. Set device_tracer_level=0 to say so and silence this warning",
-                    BackendOptionWarning, stacklevel=3)
+                    "host activity is recorded. Set device_tracer_level=0 to say so and silence this warning")
         level3 = host >= 3
 
         def pick(value: bool | None, default: bool) -> bool:
@@ -239,14 +248,20 @@ class TorchBackend(Backend):
             "with_flops": pick(opts.record_flops, level3),
             "with_modules": pick(opts.record_modules, level3),
         }
+        if settings["with_flops"] and not settings["record_shapes"] and host >= 2:
+            # torch needs shapes to count FLOPs; only an explicit record_shapes=False is worth a warning.
+            if opts.record_shapes is False:
+                _warn("backend 'torch': record_shapes=False cannot be honoured with FLOPs on: torch needs input "
+                              "shapes to count FLOPs, so shapes are recorded. Set record_flops=False as well to drop "
+                              "them")
+            settings["record_shapes"] = True
         if host < 2:
             ignored = [k for k, name in (("record_shapes", "record_shapes"), ("profile_memory", "record_memory"),
                                          ("with_flops", "record_flops"), ("with_modules", "record_modules"))
                        if getattr(opts, name)]
             if ignored:
-                warnings.warn(f"backend 'torch': {', '.join(ignored)} need CPU ops, which host_tracer_level={host} "
-                              f"does not record; they have no effect. Use host_tracer_level=2 or more",
-                              BackendOptionWarning, stacklevel=3)
+                _warn(f"backend 'torch': {', '.join(ignored)} need CPU ops, which host_tracer_level={host} "
+                              f"does not record; they have no effect. Use host_tracer_level=2 or more")
             for k in ("record_shapes", "profile_memory", "with_flops", "with_modules"):
                 settings[k] = False
             if host == 0:
@@ -256,8 +271,8 @@ class TorchBackend(Backend):
         self._settings = {**settings, "activities": [a if isinstance(a, str) else str(a) for a in activities],
                           "devices": device_names}
         if not activities:
-            warnings.warn(f"backend 'torch': host_tracer_level={host} and no device activity: nothing will be "
-                          f"recorded", BackendOptionWarning, stacklevel=3)
+            _warn(f"backend 'torch': host_tracer_level={host} and no device activity: nothing will be "
+                          f"recorded")
             self._state = "warmup"
             return
         self._action = ProfilerAction.WARMUP
@@ -325,8 +340,8 @@ class TorchBackend(Backend):
             losses.append(Loss(self.name, "buffer_full", 1, "sessions",
                                "Kineto stopped device activity collection early (CUPTI buffer full); "
                                "device events after that point are missing"))
-            warnings.warn("backend 'torch': Kineto stopped collecting device activity early (buffer full); the "
-                          "result says so in its losses", DataLossWarning, stacklevel=2)
+            _warn("backend 'torch': Kineto stopped collecting device activity early (buffer full); the "
+                  "result says so in its losses", DataLossWarning)
         path, keep = self._trace_path()
         from omniprof.backends.torch import kineto
 
