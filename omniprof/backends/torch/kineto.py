@@ -616,7 +616,7 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
     Self CPU time is the span's time minus its direct children (ops and annotations nested on the
     same thread). Device time is the time of the GPU work (kernels, memcpy, memset) whose launch
     (a runtime call with its correlation id) ran inside the op; "self" counts launches made
-    directly by the op, not by its children. Memory is the sum of the ``[memory]`` events' bytes
+    directly by the op, not by its children; None when the trace has no GPU work. Memory is the sum of the ``[memory]`` events' bytes
     inside the op (allocations minus frees), CPU and device apart.
 
     Returns None when there are no op or annotation spans.
@@ -698,7 +698,9 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
     out = []
     for row in rows.values():
         name, calls, total, self_ns, _, tdev, sdev, flops, tcm, scm, tdm, sdm = row
-        out.append((name, calls, total, self_ns, total // calls if calls else 0, tdev, sdev, flops,
+        has_device = bool(device_by_corr)  # no GPU work in the trace: device columns are unknown, not 0
+        out.append((name, calls, total, self_ns, total // calls if calls else 0, tdev if has_device else None,
+                    sdev if has_device else None, flops,
                     tcm if has_memory else None, scm if has_memory else None,
                     tdm if has_memory else None, sdm if has_memory else None))
     out.sort(key=lambda r: (-r[2], r[0]))

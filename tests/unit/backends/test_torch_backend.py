@@ -109,7 +109,9 @@ def test_host_level_2_records_ops_without_shapes():
     ops = [s for s in part.spans if s.category == "cpu_op"]
     assert any(s.name == "aten::addmm" for s in ops)
     assert not any("input_shapes" in s.args or "flops" in s.args for s in ops)
-    assert part.table("op_stats").column("self_cpu_memory_bytes")[0] is None
+    table = part.table("op_stats")
+    assert table.column("self_cpu_memory_bytes")[0] is None
+    assert set(table.column("total_device_ns")) == {None}  # no GPU work: unknown, not zero
 
 
 def test_host_level_3_records_shapes_flops_and_memory():
