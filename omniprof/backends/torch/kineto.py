@@ -81,6 +81,7 @@ CHUNK_CHARS = 1 << 20
 _LOOKAHEAD = 1 << 16
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _WS = re.compile(r"[ \t\n\r]*")
+_PROFILER_MARKERS = frozenset({"Iteration Start: PyTorch Profiler", "Record Window End"})
 _MEMCPY_KIND = re.compile(r"\b([HDPA]to[HDPA])\b")
 
 
@@ -463,10 +464,10 @@ class _Builder:
                     vals.append(value)
             self._extend(t, t)
             return
-        if not isinstance(pid, int) or ev.get("s") == "g" and name in ("Iteration Start: PyTorch Profiler",
-                                                                        "Record Window End"):
-            # The profiler's own markers (global scope, string pids): session bounds, not data.
-            self._extend(t, t) if name == "Record Window End" else None
+        if name in _PROFILER_MARKERS and ev.get("s") == "g":
+            # The profiler's own global markers: session bounds, not data.
+            if name == "Record Window End":
+                self._extend(t, t)
             return
         track = self._host_track(pid, tid)
         self.instants.append(Instant(self._s(str(name)), track, t, ev.get("cat") or "",

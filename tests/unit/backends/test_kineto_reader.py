@@ -255,6 +255,16 @@ def test_bad_events_are_counted_not_silent(tmp_path):
     assert [s.name for s in part.spans] == ["ok"]
 
 
+def test_instants_are_kept_profiler_markers_are_bounds(tmp_path):
+    """Instant events become Instants (string pids too); Kineto's global markers only set bounds."""
+    events = [_x("a", "cpu_op", 10, 1),
+              {"ph": "i", "s": "t", "name": "mark", "cat": "x", "pid": "Main", "tid": "t1", "ts": 12, "args": {"k": 1}},
+              {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 30}]
+    part = read_trace(_write(tmp_path, events)).parts[0]
+    assert [(i.name, i.t_ns, i.args) for i in part.instants] == [("mark", 12_000, {"k": 1})]
+    assert part.end_ns == 30_000
+
+
 def test_unknown_categories_are_kept(tmp_path):
     """A category the reader does not know stays a span under its own name, args kept."""
     part = read_trace(_write(tmp_path, [_x("thing", "new_cat", 1, 2, foo="bar", **{"Ev Idx": 3})])).parts[0]
