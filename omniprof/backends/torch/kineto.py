@@ -276,6 +276,7 @@ class _Builder:
         self.thread_names: dict[tuple[Any, Any], str] = {}
         self._strings: dict[str, str] = {}
         self._args_cache: dict[tuple, dict[str, Any]] = {}
+        self._lists: dict[tuple, list] = {}
         self.host_corr: set[int] = set()
         self.device_corr: set[int] = set()
         self.corr_spans: list[int] = []         # indices of spans carrying a correlation id
@@ -397,9 +398,9 @@ class _Builder:
         if ours == "cpu_op":
             span_args = self._op_args(name, args)
         elif ours == "kernel":
-            span_args = _kernel_args(args)
+            span_args = _kernel_args(args, self._lists)
         elif ours in ("memcpy", "memset"):
-            span_args = _copy_args(name, args)
+            span_args = _copy_args(name, args, self._lists)
         elif ours == "runtime":
             span_args = {k: v for k, v in (("correlation_id", corr), ("cbid", args.get("cbid"))) if v is not None}
         elif ours == "annotation":
@@ -575,28 +576,48 @@ class _Builder:
         return tracks, self.spans, flows, counters, losses, meta
 
 
-def _kernel_args(a: dict[str, Any]) -> dict[str, Any]:
+def _arg(value: Any, shared_lists: dict[tuple, list]) -> Any:
+    """A decoded arg as plain JSON; small lists of ints (grid, block) are shared, not copied."""
+    t = type(value)
+    if t is int or t is str or value is None or t is bool:
+        return value
+    if t is _Num:
+        return float(value)
+    if t is list and len(value) <= 4 and all(type(x) is int for x in value):
+        key = tuple(value)
+        shared = shared_lists.get(key)
+        if shared is None:
+            if len(shared_lists) < 100_000:
+                shared_lists[key] = value
+            return value
+        return shared
+    return json_safe(_plain(value))
+
+
+_KERNEL_KEYS = (("grid", "grid"), ("block", "block"), ("registers_per_thread", "registers per thread"),
+                ("static_shared_memory_bytes", "shared memory"), ("static_shared_memory_bytes", "static shared memory"),
+                ("dynamic_shared_memory_bytes", "dynamic shared memory"),
+                ("occupancy_pct", "est. achieved occupancy %"), ("blocks_per_sm", "blocks per SM"),
+                ("warps_per_sm", "warps per SM"), ("device", "device"), ("stream", "stream"),
+                ("context", "context"), ("correlation_id", "correlation"), ("queued", "queued"))
+
+
+def _kernel_args(a: dict[str, Any], shared_lists: dict[tuple, list]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for ours, theirs in (("grid", "grid"), ("block", "block"), ("registers_per_thread", "registers per thread"),
-                         ("static_shared_memory_bytes", "shared memory"),
-                         ("static_shared_memory_bytes", "static shared memory"),
-                         ("dynamic_shared_memory_bytes", "dynamic shared memory"),
-                         ("occupancy_pct", "est. achieved occupancy %"), ("blocks_per_sm", "blocks per SM"),
-                         ("warps_per_sm", "warps per SM"), ("device", "device"), ("stream", "stream"),
-                         ("context", "context"), ("correlation_id", "correlation"), ("queued", "queued")):
+    for ours, theirs in _KERNEL_KEYS:
         v = a.get(theirs)
         if v is not None:
-            out[ours] = json_safe(_plain(v))
+            out[ours] = _arg(v, shared_lists)
     return out
 
 
-def _copy_args(name: str, a: dict[str, Any]) -> dict[str, Any]:
+def _copy_args(name: str, a: dict[str, Any], shared_lists: dict[tuple, list]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for ours, theirs in (("bytes", "bytes"), ("device", "device"), ("stream", "stream"),
                          ("correlation_id", "correlation"), ("context", "context")):
         v = a.get(theirs)
         if v is not None:
-            out[ours] = json_safe(_plain(v))
+            out[ours] = _arg(v, shared_lists)
     m = _MEMCPY_KIND.search(name)
     if m:
         out["kind"] = m.group(1)
