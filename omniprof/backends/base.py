@@ -11,6 +11,7 @@ group; the entry-point name must equal ``Backend.name``.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -48,7 +49,7 @@ class BackendContext:
     session_dir: Path | None = None
     run_name: str = ""
     verbose: bool = False
-    step_num: Any = None
+    step_num: Callable[[], int] | None = None
 
 
 class Backend(abc.ABC):
