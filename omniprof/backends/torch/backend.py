@@ -86,7 +86,7 @@ _DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset", "sync"})
 def _warn(message: str, category: type[Warning] = BackendOptionWarning) -> None:
     """Warn, attributed to the first caller outside omniprof (the user's line that started profiling)."""
     frame = sys._getframe(1)
-    level = 1
+    level = 2  # stacklevel 1 is this function, 2 its caller
     while frame is not None and frame.f_globals.get("__name__", "").startswith("omniprof."):
         frame = frame.f_back
         level += 1
@@ -146,11 +146,8 @@ def _capture_native_stderr(sink: list[str], enabled: bool) -> Iterator[None]:
                 os.write(2, ("\n".join(passthrough) + "\n").encode("utf-8", "replace"))
 
 
-def _device_activities(torch: Any, ProfilerActivity: Any) -> tuple[list[Any], list[str]]:
-    """Device activities torch supports here and has a device for."""
-    from torch.profiler import supported_activities
-
-    supported = supported_activities()
+def _device_activities(torch: Any, ProfilerActivity: Any, supported: Any) -> tuple[list[Any], list[str]]:
+    """Device activities torch supports here (``supported``) and has a device for."""
     acts, names = [], []
     checks = (("CUDA", lambda: torch.cuda.is_available()),
               ("XPU", lambda: hasattr(torch, "xpu") and torch.xpu.is_available()),
@@ -230,9 +227,11 @@ class TorchBackend(Backend):
         elif host == 1:
             activities.append({ProfilerActivity.CPU: ["USER_ANNOTATION"]})
         if device:
-            dev_acts, device_names = _device_activities(torch, ProfilerActivity)
+            from torch.profiler import supported_activities
+
+            dev_acts, device_names = _device_activities(torch, ProfilerActivity, supported_activities())
             activities += dev_acts
-            if not dev_acts:
+            if not device_names:
                 _warn(
                     "backend 'torch': device_tracer_level=1 but torch sees no CUDA, XPU or MTIA device here; only "
                     "host activity is recorded. Set device_tracer_level=0 to say so and silence this warning")

@@ -156,9 +156,39 @@ def test_device_level_without_device_warns():
     """device_tracer_level=1 on a machine without a torch device gives a visible warning."""
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
-    with pytest.warns(BackendOptionWarning, match="device_tracer_level=1"):
+    with pytest.warns(BackendOptionWarning, match="device_tracer_level=1") as rec:
         part = _profile(device_tracer_level=1)
     assert part.metadata["torch_options"]["devices"] == []
+    assert rec[0].filename == __file__  # attributed to the user's line that started profiling
+
+
+def test_device_activities_follow_available_devices():
+    """CUDA activity is asked for exactly when torch supports it and a CUDA device is present."""
+    from types import SimpleNamespace
+
+    from torch.profiler import ProfilerActivity
+
+    from omniprof.backends.torch.backend import _device_activities
+
+    def fake(cuda: bool):
+        return SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: cuda))
+
+    supported = {ProfilerActivity.CPU, ProfilerActivity.CUDA}
+    assert _device_activities(fake(True), ProfilerActivity, supported) == ([ProfilerActivity.CUDA], ["CUDA"])
+    assert _device_activities(fake(False), ProfilerActivity, supported) == ([], [])
+    assert _device_activities(fake(True), ProfilerActivity, {ProfilerActivity.CPU}) == ([], [])
+
+
+def test_device_buffer_full_is_a_counted_loss(monkeypatch):
+    """When Kineto reports device collection stopped early, the part has a buffer_full loss and a warning."""
+    from omniprof.backends.torch import backend as backend_mod
+    from omniprof.errors import DataLossWarning
+
+    monkeypatch.setattr(backend_mod, "_device_activities", lambda torch, act, supported: ([], ["CUDA"]))
+    monkeypatch.setattr(torch.autograd, "_is_kineto_stopped", lambda: True)
+    with pytest.warns(DataLossWarning, match="buffer full"):
+        part = _profile(device_tracer_level=1)
+    assert [(loss.kind, loss.count) for loss in part.losses] == [("buffer_full", 1)]
 
 
 def test_nothing_to_record_warns_and_gives_empty_part():
