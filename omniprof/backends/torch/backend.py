@@ -363,6 +363,8 @@ class TorchBackend(Backend):
         ref0, unix0 = self._pair
         offset = int(base) + ref0 - unix0
         meta.update(part.metadata)
+        with contextlib.suppress(Exception):
+            meta["kineto_trace_start_unix_ns"] = int(results.trace_start_ns())
         meta.update({"recorded": True, "torch_version": torch.__version__,
                      "clock_note": "Kineto's clock (Unix ns minus baseTimeNanoseconds); offset_ns maps it onto the "
                                    "run's reference clock from a (reference, time.time_ns) pair taken at start"})

@@ -231,6 +231,9 @@ def test_clock_lines_up_with_the_run():
     last = max(s.end_ns for s in ops) + part.clock.offset_ns
     slack = 50_000_000
     assert r.metadata.start_ns - slack <= first <= last <= r.metadata.end_ns + slack
+    # torch's own trace start (Unix ns) is the Kineto clock plus baseTimeNanoseconds.
+    trace_start = part.start_ns + part.metadata.get("kineto_base_time_ns", 0)
+    assert abs(trace_start - part.metadata["kineto_trace_start_unix_ns"]) < 1_000_000
 
 
 def test_logdir_keeps_kineto_trace_that_reads_back(tmp_path):
