@@ -26,7 +26,6 @@ Mapping (see ``docs/readers.md`` for the full table):
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import re
@@ -234,13 +233,13 @@ class _JsonStream:
 
 def _open_text(path: Path) -> IO[str]:
     try:
-        raw = open(path, "rb")
+        with open(path, "rb") as raw:
+            head = raw.read(2)
+        if head == b"\x1f\x8b":
+            return gzip.open(path, "rt", encoding="utf-8")
+        return open(path, encoding="utf-8")
     except OSError as e:
         raise TraceReadError(f"cannot read trace file {str(path)!r}: {e.strerror or e}") from e
-    head = raw.read(2)
-    raw.seek(0)
-    binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if head == b"\x1f\x8b" else raw
-    return io.TextIOWrapper(binary, encoding="utf-8")
 
 
 # -- building the result -------------------------------------------------------------------------

@@ -321,3 +321,17 @@ def test_cli_report_truncated_is_one_line_error(tmp_path, capsys):
     assert main(["report", str(cut)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("omniprof: error: ") and str(cut) in err and "Traceback" not in err
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    """A missing trace file raises TraceReadError naming it."""
+    with pytest.raises(TraceReadError, match="cannot read trace file .*nope.json"):
+        read_trace(tmp_path / "nope.json")
+
+
+def test_not_utf8_is_a_clear_error(tmp_path):
+    """Bytes that are not UTF-8 raise TraceReadError with the position."""
+    path = tmp_path / "bin.json"
+    path.write_bytes(b'{"traceEvents": [\xff\xfe]}')
+    with pytest.raises(TraceReadError, match="bin.json: not UTF-8 text .* at line 1"):
+        read_trace(path)
