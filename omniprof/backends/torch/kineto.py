@@ -635,7 +635,8 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
     """``op_stats`` like torch's ``key_averages().table()``: one row per op or annotation name.
 
     Self CPU time is the span's time minus its direct children (ops and annotations nested on the
-    same thread). Device time is the time of the GPU work (kernels, memcpy, memset) whose launch
+    same thread). As in torch, an op whose only child has its own name (a dispatcher re-entry such
+    as ``aten::sum`` inside ``aten::sum``) counts once, its child folded into it. Device time is the time of the GPU work (kernels, memcpy, memset) whose launch
     (a runtime call with its correlation id) ran inside the op; "self" counts launches made
     directly by the op, not by its children; None when the trace has no GPU work. Memory is the sum of the ``[memory]`` events' bytes
     inside the op (allocations minus frees), CPU and device apart.
@@ -670,27 +671,49 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
     rows: dict[str, list[Any]] = {}
     for entries in per_track.values():
         entries.sort(key=lambda e: (e[0], e[1], e[2]))
-        # stack items: [end_ns, row, child_ns, self_dev, total_dev, self_cpu_mem, total_cpu_mem, self_dev_mem,
-        #               total_dev_mem, dur_ns]
+        # An open op: [end_ns, row, child_ns, self_dev, total_dev, self_cpu_mem, total_cpu_mem, self_dev_mem,
+        #              total_dev_mem, dur_ns, flops, pending]; ``pending`` holds closed children whose rows
+        # are updated when this op closes, because torch folds a same-name only child (an op's dispatcher
+        # re-entry, e.g. aten::sum calling aten::sum) into its parent and so must we.
         stack: list[list[Any]] = []
 
-        def close(item: list[Any]) -> None:
-            _, row, child_ns, sdev, tdev, scm, tcm, sdm, tdm, dur = item
+        def add_row(item: list[Any]) -> None:
+            _, row, child_ns, sdev, tdev, scm, tcm, sdm, tdm, dur, flops, _ = item
             row[1] += 1
             row[2] += dur
             row[3] += dur - child_ns
             row[5] += tdev
             row[6] += sdev
+            if flops is not None:
+                row[7] = (row[7] or 0) + flops
             row[8] += tcm
             row[9] += scm
             row[10] += tdm
             row[11] += sdm
+
+        def close(item: list[Any]) -> None:
+            pending = item[11]
+            if len(pending) == 1 and pending[0][1] is item[1]:
+                child = pending[0]
+                item[2] = child[2]          # the grandchildren's time
+                item[3] += child[3]
+                item[5] += child[5]
+                item[7] += child[7]
+                if item[10] is None:
+                    item[10] = child[10]
+            else:
+                for child in pending:
+                    add_row(child)
+            item[11] = ()
             if stack:
                 parent = stack[-1]
-                parent[2] += dur
-                parent[4] += tdev
-                parent[6] += tcm
-                parent[8] += tdm
+                parent[2] += item[9]
+                parent[4] += item[4]
+                parent[6] += item[6]
+                parent[8] += item[8]
+                parent[11].append(item)
+            else:
+                add_row(item)
 
         for start, _negdur, kind, span, value in entries:
             while stack and stack[-1][0] <= start:
@@ -700,9 +723,8 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
                 if row is None:
                     row = rows[span.name] = [span.name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
                 f = span.args.get("flops")
-                if isinstance(f, int):
-                    row[7] = (row[7] or 0) + f
-                stack.append([span.end_ns, row, 0, 0, 0, 0, 0, 0, 0, span.dur_ns])
+                stack.append([span.end_ns, row, 0, 0, 0, 0, 0, 0, 0, span.dur_ns, f if isinstance(f, int) else None,
+                              []])
             elif stack:
                 top = stack[-1]
                 if kind == 1:

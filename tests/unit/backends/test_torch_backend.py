@@ -305,3 +305,26 @@ def test_quiet_by_default_verbose_shows_kineto():
     assert "profiler_start" in loud
     assert quiet == ""
     assert int(out.stdout.strip()) >= 1  # the captured Kineto lines are kept in the result
+
+
+def test_op_stats_match_torch_key_averages(tmp_path):
+    """Reading torch's own exported trace gives the op table torch's key_averages() gives."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    model, x = _model()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as p:
+        for _ in range(3):
+            with record_function("step"):
+                _train_step(model, x)
+    trace = tmp_path / "t.pt.trace.json"
+    p.export_chrome_trace(str(trace))
+    theirs = {e.key: e for e in p.key_averages()}
+    ours = {r["name"]: r for r in read_trace(trace).parts[0].table("op_stats").records()}
+    assert set(ours) == set(theirs)
+    for key, e in theirs.items():
+        row = ours[key]
+        assert row["calls"] == e.count, key
+        assert abs(row["total_cpu_ns"] / 1000 - e.cpu_time_total) <= 2, key   # torch keeps microseconds
+        assert abs(row["self_cpu_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
+        assert row["total_cpu_memory_bytes"] == e.cpu_memory_usage, key
+        assert row["self_cpu_memory_bytes"] == e.self_cpu_memory_usage, key
