@@ -235,6 +235,10 @@ class TorchBackend(Backend):
                 _warn(
                     "backend 'torch': device_tracer_level=1 but torch sees no CUDA, XPU or MTIA device here; only "
                     "host activity is recorded. Set device_tracer_level=0 to say so and silence this warning")
+        if po.advanced_configuration:
+            _warn(f"backend 'torch' does not use advanced_configuration "
+                  f"{', '.join(sorted(po.advanced_configuration))}: those keys configure the xla and cupti "
+                  f"backends' tracers, and torch.profiler manages its own CUPTI buffers")
         level3 = host >= 3
 
         def pick(value: bool | None, default: bool) -> bool:

@@ -211,6 +211,12 @@ def test_shapes_off_with_flops_on_warns():
     assert part.metadata["torch_options"]["record_shapes"] is True
 
 
+def test_advanced_configuration_is_not_silently_ignored():
+    """GPU advanced_configuration keys, which torch does not use, give a warning naming them."""
+    with pytest.warns(BackendOptionWarning, match="does not use advanced_configuration gpu_max_activity_api_events"):
+        _profile(advanced_configuration={"gpu_max_activity_api_events": 1024})
+
+
 def test_options_are_validated():
     """Backend options are validated: wrong types and unknown keys raise InvalidArgumentError."""
     with pytest.raises(InvalidArgumentError, match="'record_shapes' must be a bool"):
