@@ -280,7 +280,6 @@ class _Builder:
         self.device_corr: set[int] = set()
         self.corr_spans: list[int] = []         # indices of spans carrying a correlation id
         self.fwdbwd: dict[tuple[str, int], list[int]] = {}  # (track, ts) -> flow ids
-        self.fwdbwd_ids: set[int] = set()
         self.mem: list[tuple[str, int, int, bool]] = []   # (track, t_ns, bytes, on_device)
         self.mem_series: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
         self.counters: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
@@ -368,6 +367,8 @@ class _Builder:
 
     def _complete(self, ev: dict[str, Any], t0: int, dur: int) -> None:
         cat = ev.get("cat") or ""
+        if type(cat) is not str:
+            cat = str(cat)
         name = ev.get("name")
         if not isinstance(name, str):
             name = str(name)
@@ -483,7 +484,6 @@ class _Builder:
         fid += FWDBWD_FLOW_BASE if cat == "fwdbwd" else 0
         track = self._host_track(ev.get("pid"), ev.get("tid"))
         self.fwdbwd.setdefault((track, us_text_to_ns(ev["ts"])), []).append(fid)
-        self.fwdbwd_ids.add(fid)
 
     def _meta(self, ev: dict[str, Any]) -> None:
         name = ev.get("name")
