@@ -42,6 +42,7 @@ class BackendContext:
         verbose: let native libraries log to the terminal.
         step_num: returns the Profiler's current step number (None when no Profiler drives the
             backend), so a backend started mid-schedule can label the step that is beginning.
+        scheduled: the Profiler runs a schedule (so step() calls are expected from the start).
     """
 
     profile_options: ProfileOptions = attrs.field(factory=ProfileOptions)
@@ -50,6 +51,7 @@ class BackendContext:
     run_name: str = ""
     verbose: bool = False
     step_num: Callable[[], int] | None = None
+    scheduled: bool = False
 
 
 class Backend(abc.ABC):

@@ -11,7 +11,8 @@ Levels (``docs/backends/torch.md`` has the full table):
 
 Steps: each omniprof session builds one ``torch.profiler.profile`` whose schedule the backend
 drives, so ``Profiler.step()`` calls torch's own ``prof.step()`` and the trace carries torch's
-``ProfilerStep#N`` markers, numbered like omniprof's steps. WARMUP runs torch's ``prepare_trace``.
+``ProfilerStep#N`` markers, numbered like omniprof's steps (from the start with an omniprof
+schedule, else from the first ``step()``). WARMUP runs torch's ``prepare_trace``.
 
 Quiet: Kineto prints to the process's stderr from C++ (``USDT:``/``STAGE:``/``INFO:`` lines, c10
 warnings). Unless ``verbose``, the backend sets ``KINETO_LOG_LEVEL`` before torch's profiler is first
@@ -281,6 +282,10 @@ class TorchBackend(Backend):
         self._action = ProfilerAction.WARMUP
         prof = profile(activities=activities, schedule=self._schedule, acc_events=False, **settings)
         prof.step_num = self._current_step()
+        # torch records ProfilerStep#N markers when given a schedule; we always give it ours (to drive
+        # its transitions), so say when markers are wanted: with an omniprof schedule, or once the
+        # workload calls step(). A plain session then costs exactly what plain torch.profiler costs.
+        prof.record_steps = False
         with self._quiet():
             prof.start()  # NONE -> WARMUP: torch's prepare_trace
         self._prof = prof
@@ -302,6 +307,7 @@ class TorchBackend(Backend):
 
         k = self._current_step()
         self._action = ProfilerAction.RECORD
+        self._prof.record_steps = self.context.scheduled or k > 0
         self._prof.step_num = k - 1
         with self._quiet():
             self._prof.step()  # WARMUP -> RECORD: start_trace; opens ProfilerStep#k
@@ -310,6 +316,7 @@ class TorchBackend(Backend):
     def step(self, step_num: int) -> None:
         if self._prof is None or self._state != "record" or step_num == self._step:
             return
+        self._prof.record_steps = True
         self._prof.step_num = step_num - 1
         self._prof.step()  # RECORD -> RECORD: closes ProfilerStep#(n-1), opens ProfilerStep#n
         self._step = step_num

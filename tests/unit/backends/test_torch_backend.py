@@ -74,6 +74,33 @@ def test_schedule_eight_steps_two_results_with_torch_step_markers():
         assert addmm["calls"] == 4  # 2 recorded steps x 2 Linear layers
 
 
+def test_step_markers_without_schedule_start_at_first_step():
+    """Without a schedule, a session has no step markers until step() is called (plain torch has none)."""
+    model, x = _model()
+    assert not [s for s in _profile().spans if s.category == "step"]
+    with omniprof.Profiler(backend="torch", options=omniprof.ProfileOptions(**NO_DEVICE)) as prof:
+        for _ in range(3):
+            _train_step(model, x)
+            prof.step()
+    steps = [s.args["step_num"] for s in prof.result.part("torch").spans if s.category == "step"]
+    assert steps == [1, 2, 3]
+
+
+def test_schedule_marks_step_zero():
+    """With a schedule recording from step 0, step 0 carries its ProfilerStep#0 marker too."""
+    model, x = _model()
+    results = []
+    prof = omniprof.Profiler(backend="torch", options=omniprof.ProfileOptions(**NO_DEVICE),
+                             schedule=omniprof.schedule(active=2, repeat=1), on_result=results.append)
+    prof.start()
+    for _ in range(3):
+        _train_step(model, x)
+        prof.step()
+    prof.stop()
+    assert [[s.name for s in r.part("torch").spans if s.category == "step"] for r in results] == [
+        ["ProfilerStep#0", "ProfilerStep#1"]]
+
+
 def test_annotations_become_record_function_ranges(tmp_path):
     """omniprof.annotate ranges are torch record_function ranges: in the result and in the Kineto JSON."""
     model, x = _model()
@@ -99,7 +126,7 @@ def test_annotation_outside_recording_is_a_no_op():
 def test_host_level_1_records_annotations_only():
     """host_tracer_level=1 keeps annotations and steps, no ops."""
     part = _profile(host_tracer_level=1)
-    assert {s.category for s in part.spans} == {"annotation", "step"}
+    assert {s.category for s in part.spans} == {"annotation"}
     assert part.metadata["torch_options"]["activities"][0].startswith("{")
 
 
