@@ -256,27 +256,25 @@ class TorchBackend(Backend):
             # torch needs shapes to count FLOPs; only an explicit record_shapes=False is worth a warning.
             if opts.record_shapes is False:
                 _warn("backend 'torch': record_shapes=False cannot be honoured with FLOPs on: torch needs input "
-                              "shapes to count FLOPs, so shapes are recorded. Set record_flops=False as well to drop "
-                              "them")
+                      "shapes to count FLOPs, so shapes are recorded. Set record_flops=False as well to drop them")
             settings["record_shapes"] = True
         if host < 2:
-            ignored = [k for k, name in (("record_shapes", "record_shapes"), ("profile_memory", "record_memory"),
-                                         ("with_flops", "record_flops"), ("with_modules", "record_modules"))
-                       if getattr(opts, name)]
-            if ignored:
-                _warn(f"backend 'torch': {', '.join(ignored)} need CPU ops, which host_tracer_level={host} "
-                              f"does not record; they have no effect. Use host_tracer_level=2 or more")
-            for k in ("record_shapes", "profile_memory", "with_flops", "with_modules"):
+            # Shapes, memory, FLOPs, modules and Python frames hang off CPU ops, which levels 0-1 leave out.
+            asked = [name for name in ("record_shapes", "record_memory", "record_flops", "record_modules",
+                                       "record_stacks") if getattr(opts, name)]
+            if python >= 1 and opts.record_stacks is None:
+                asked.append("python_tracer_level=1")
+            if asked:
+                _warn(f"backend 'torch': {', '.join(asked)} need CPU ops, which host_tracer_level={host} does not "
+                      f"record; they have no effect. Use host_tracer_level=2 or more")
+            for k in settings:
                 settings[k] = False
-            if host == 0:
-                settings["with_stack"] = False
         if host == 1:
             self._keep = lambda cat: cat in _HOST_KEEP_LEVEL1 or cat in _DEVICE_CATEGORIES
         self._settings = {**settings, "activities": [a if isinstance(a, str) else str(a) for a in activities],
                           "devices": device_names}
         if not activities:
-            _warn(f"backend 'torch': host_tracer_level={host} and no device activity: nothing will be "
-                          f"recorded")
+            _warn(f"backend 'torch': host_tracer_level={host} and no device activity: nothing will be recorded")
             self._state = "warmup"
             return
         self._action = ProfilerAction.WARMUP

@@ -225,10 +225,13 @@ def test_nothing_to_record_warns_and_gives_empty_part():
     assert part.spans == () and part.metadata["recorded"] is False
 
 
-def test_shapes_at_level_1_warns():
-    """Asking for shapes at host_tracer_level=1 (no ops recorded) warns that it has no effect."""
-    with pytest.warns(BackendOptionWarning, match="record_shapes"):
+def test_shapes_and_python_at_level_1_warn():
+    """Shapes or Python frames at host_tracer_level=1 (no ops recorded) warn that they have no effect."""
+    with pytest.warns(BackendOptionWarning, match="record_shapes need CPU ops"):
         _profile(host_tracer_level=1, backend_options={"record_shapes": True})
+    with pytest.warns(BackendOptionWarning, match="python_tracer_level=1 need CPU ops"):
+        part = _profile(host_tracer_level=1, python_tracer_level=1)
+    assert part.metadata["torch_options"]["with_stack"] is False
 
 
 def test_shapes_off_with_flops_on_warns():
