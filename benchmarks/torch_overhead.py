@@ -13,7 +13,7 @@ alike; the medians are compared.
   builds the ProfileResult with op and kernel tables.
 * ``unprofiled``: the loop without any profiler, for scale.
 
-Run: ``python benchmarks/torch_overhead.py [--iters 150] [--repeats 21]``
+Run: ``python benchmarks/torch_overhead.py [--iters 150] [--repeats 41]``
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def run_omniprof(loop, iters: int) -> tuple[float, float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=150)
-    ap.add_argument("--repeats", type=int, default=21)
+    ap.add_argument("--repeats", type=int, default=41)
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
