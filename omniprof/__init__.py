@@ -36,4 +36,18 @@ __all__ = [
     "OmniprofError", "InvalidArgumentError", "ConfigError", "ProfilerStateError", "PluginError",
     "PluginLoadError", "PluginValidationError", "BackendUnavailableError", "BackendError", "TraceReadError",
     "OmniprofWarning", "DataLossWarning",
+    "sampler", "enable_peek", "disable_peek", "set_peek_duration",
 ]
+
+_LAZY = {"sampler": None, "enable_peek": "enable_peek", "disable_peek": "disable_peek",
+         "set_peek_duration": "set_peek_duration"}
+
+
+def __getattr__(name: str) -> object:
+    # ``omniprof.sampler`` (Julia's Profile API for the cpu backend) and peek, loaded on first use.
+    if name in _LAZY:
+        from omniprof.backends.cpu import api
+
+        attr = _LAZY[name]
+        return api if attr is None else getattr(api, attr)
+    raise AttributeError(f"module 'omniprof' has no attribute {name!r}")

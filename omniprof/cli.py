@@ -72,6 +72,8 @@ def _parser() -> _Parser:
     run.add_argument("-o", "--outdir", default=None, help="directory for file reports (default: current directory)")
     run.add_argument("--logdir", default=None, help="save each session in the XProf layout under this directory")
     run.add_argument("--label", default="", help="free text stored in the result")
+    run.add_argument("--peek", action="store_true",
+                     help="on SIGUSR1, print every thread's stack and a short profile to stderr (Linux)")
     _plugin_args(run)
     run.add_argument("-v", "--verbose", action="store_true", help="let native profiler libraries log")
 
@@ -259,6 +261,10 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
     else:
         sys.argv = list(target)
         sys.path.insert(0, str(Path(target[0]).resolve().parent))
+    if ns.peek:
+        from omniprof.backends.cpu import api as sampler_api
+
+        sampler_api.enable_peek()
     try:
         with prof:
             if is_module:
@@ -276,6 +282,8 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
         _print_user_traceback()
         exit_code = 1
     finally:
+        if ns.peek:
+            sampler_api.disable_peek()
         sys.argv = saved_argv
         if sys.path and saved_path0 is not None and sys.path[0] != saved_path0:
             sys.path.pop(0)

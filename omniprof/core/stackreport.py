@@ -384,11 +384,11 @@ def _tree_line(row: TreeRow, wo: int, wc: int, cols: int, offsets: bool) -> str:
     if row.depth <= max_indent:
         ind = _indent(row.depth)
     else:
-        # Julia's "+n": the indentation that did not fit, shown as a number.
+        # Julia's "+n" at the start: the indentation that did not fit, shown as a number.
         marker = f"+{row.depth} "
         shown = max(max_indent - len(marker), 0)
         marker = f"+{row.depth - shown} "
-        ind = _indent(shown) + marker
+        ind = marker + _indent(shown)
     count = f"{row.count:<{wc}} "
     where = frame_where(row.frame)
     if offsets and row.frame.offset is not None:
