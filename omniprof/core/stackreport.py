@@ -12,10 +12,14 @@ the time since its thread's previous sample, which also covers coalesced ticks.
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -171,35 +175,29 @@ def _canon(part: BackendResult, opts: PrintOptions) -> tuple[list[int], list[Fra
     return key_of, reps
 
 
+_GROUP_FIELDS: dict[Any, tuple[str, ...]] = {
+    "none": (), "thread": ("thread_id",), "task": ("task_id",),
+    ("thread", "task"): ("thread_id", "task_id"), ("task", "thread"): ("task_id", "thread_id"),
+}
+
+
 def _aggregate(part: BackendResult, opts: PrintOptions) -> dict[tuple[Any, int], list[int]]:
-    mode = opts.groupby
-    threads = set(opts.threads) if opts.threads is not None else None
-    tasks = set(opts.tasks) if opts.tasks is not None else None
-    agg: dict[tuple[Any, int], list[int]] = {}
-    get = agg.get
-    for s in part.samples:
-        if threads is not None and s.thread_id not in threads:
-            continue
-        if tasks is not None and s.task_id not in tasks:
-            continue
-        if mode == "none":
-            g: Any = None
-        elif mode == "thread":
-            g = (s.thread_id,)
-        elif mode == "task":
-            g = (s.task_id,)
-        elif mode == ("thread", "task"):
-            g = (s.thread_id, s.task_id)
-        else:
-            g = (s.task_id, s.thread_id)
-        k = (g, s.stack_id)
-        a = get(k)
-        if a is None:
-            agg[k] = [1, s.weight_ns]
-        else:
-            a[0] += 1
-            a[1] += s.weight_ns
-    return agg
+    """``(group key or None, stack_id) -> [samples, weight_ns]``; counting runs in C (Counter)."""
+    samples: Any = part.samples
+    if opts.threads is not None or opts.tasks is not None:
+        threads = set(opts.threads) if opts.threads is not None else None
+        tasks = set(opts.tasks) if opts.tasks is not None else None
+        samples = [s for s in samples if (threads is None or s.thread_id in threads)
+                   and (tasks is None or s.task_id in tasks)]
+    fields = _GROUP_FIELDS[opts.groupby]
+    getter = attrgetter(*fields, "stack_id")
+    counts = Counter(map(getter, samples))
+    weights: dict[Any, int] = dict.fromkeys(counts, 0)
+    for s, k in zip(samples, map(getter, samples)):
+        weights[k] += s.weight_ns
+    if not fields:
+        return {(None, sid): [c, weights[sid]] for sid, c in counts.items()}
+    return {(k[:-1], k[-1]): [c, weights[k]] for k, c in counts.items()}
 
 
 def _sort_key(opts: PrintOptions, reps: list[Frame]) -> Callable[[Any], Any]:
@@ -307,7 +305,18 @@ def build_report(result: ProfileResult | BackendResult, opts: PrintOptions | Non
     """
     if opts is None:
         opts = PrintOptions(**kwargs)
-    part = sampled_part(result)
+    # Building creates many small objects while up to millions of samples are alive: pausing the
+    # cyclic GC avoids full traversals of them (nothing here makes cycles that need it).
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(sampled_part(result), opts)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _build(part: BackendResult, opts: PrintOptions) -> list[GroupReport]:
     key_of, reps = _canon(part, opts)
     agg = _aggregate(part, opts)
     kstacks: dict[int, tuple[int, ...]] = {}
@@ -344,6 +353,7 @@ def build_report(result: ProfileResult | BackendResult, opts: PrintOptions | Non
 
 
 # -- text ---------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=65536)
 def frame_where(fr: Frame) -> str:
     """``file:line`` for Python frames, the library for native ones, '' for pseudo-frames."""
     if fr.file:
@@ -353,6 +363,7 @@ def frame_where(fr: Frame) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=65536)
 def _short_path(path: str) -> str:
     try:
         rel = os.path.relpath(path)
@@ -372,6 +383,7 @@ def _ltrunc(text: str, width: int) -> str:
     return "..." + text[len(text) - (width - 3):]
 
 
+@functools.lru_cache(maxsize=4096)
 def _indent(depth: int) -> str:
     return "".join("╎" if i % 4 == 3 else " " for i in range(depth))
 
@@ -452,6 +464,17 @@ def format_report(result: ProfileResult | BackendResult, opts: PrintOptions | No
     part = sampled_part(result)
     cols = opts.cols or shutil.get_terminal_size((120, 24)).columns
     groups = build_report(part, opts) if groups is None else groups
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _format(part, opts, groups, cols, header)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _format(part: BackendResult, opts: PrintOptions, groups: Sequence[GroupReport], cols: int, header: bool
+            ) -> list[str]:
     lines: list[str] = []
     if header:
         lines.extend(x[:cols] for x in overhead_lines(part))
