@@ -34,19 +34,19 @@ def fib(n: int) -> int:
 
 
 def w_recursive() -> None:
-    fib(25)
+    fib(33)
 
 
 def w_numeric() -> None:
     s = 0.0
-    for i in range(1, 1_500_000):
+    for i in range(1, 6_000_000):
         s += (i * 0.5) ** 0.5 / i
     del s
 
 
 def w_strings_dicts() -> None:
     d: dict[str, int] = {}
-    for i in range(250_000):
+    for i in range(2_000_000):
         k = f"key{i % 5000}:{i % 7}"
         d[k] = d.get(k, 0) + len(k.upper())
     sorted(d.items(), key=lambda kv: kv[1])
@@ -66,18 +66,18 @@ def _leaf_work() -> None:
 
 
 def w_deep_stacks() -> None:
-    for _ in range(100):
+    for _ in range(4000):
         _deep(120, _leaf_work)
 
 
 def w_generators() -> None:
     total = 0
-    for _ in range(15):
+    for _ in range(120):
         total += sum(x * x for x in range(60_000) if x % 3)
     del total
 
 
-WORKLOADS = {"recursive (fib 25)": w_recursive, "numeric loop": w_numeric, "string/dict": w_strings_dicts,
+WORKLOADS = {"recursive (fib 33)": w_recursive, "numeric loop": w_numeric, "string/dict": w_strings_dicts,
              "deep stacks (120)": w_deep_stacks, "generators": w_generators}
 
 
