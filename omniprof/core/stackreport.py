@@ -416,7 +416,7 @@ def _tree_line(row: TreeRow, wo: int, wc: int, cols: int, offsets: bool) -> str:
             text = text[:max(room, 0)] if len(text) > room else text
         else:
             text = _ltrunc(name, room)
-    return head + ind + count + text
+    return (head + ind + count + text)[:cols]
 
 
 def _group_title(g: GroupReport, grand_samples: int) -> list[str]:

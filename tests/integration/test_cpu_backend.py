@@ -94,21 +94,36 @@ def test_asyncio_tasks_are_identified():
     assert {"alpha", "beta"} <= {g.path[0][2] for g in groups}
 
 
+def _work(n: int) -> int:
+    t = 0
+    for i in range(n):
+        t += i
+    return t
+
+
 @pytest.mark.timing
 def test_two_to_one_split_and_rate():
-    """A 2:1 split between two functions is attributed within a few points; the rate is near 1 kHz."""
+    """heavy() does twice light()'s work: the attributed shares match the measured wall-time shares
+    within a band; the achieved rate never exceeds the requested one."""
 
     def heavy():
-        spin(0.002)
+        _work(30_000)
 
     def light():
-        spin(0.001)
+        _work(15_000)
 
+    truth = {"heavy": 0.0, "light": 0.0}
+    pc = time.perf_counter
     with omniprof.Profiler(backend="cpu") as prof:
-        end = time.perf_counter() + 0.6
-        while time.perf_counter() < end:
+        end = pc() + 0.8
+        while pc() < end:
+            a = pc()
             heavy()
+            b = pc()
             light()
+            c = pc()
+            truth["heavy"] += b - a
+            truth["light"] += c - b
     part = prof.result.part("cpu")
     w = {"heavy": 0, "light": 0}
     for s in part.samples:
@@ -116,9 +131,12 @@ def test_two_to_one_split_and_rate():
         if leafs:
             w[leafs[-1]] += s.weight_ns
     share = w["heavy"] / (w["heavy"] + w["light"])
-    assert abs(share - 2 / 3) < 0.08  # generous band on a loaded CI machine; benchmarks measure tighter
+    true_share = truth["heavy"] / (truth["heavy"] + truth["light"])
+    assert abs(share - true_share) < 0.08  # generous band on a loaded CI machine; benchmarks measure tighter
     over = part.summaries["overhead"]
-    assert over["engine"] == "signal" and over["achieved_rate_hz"] > 500
+    assert over["engine"] == "signal"
+    # A loaded CI machine delays timer signals (they coalesce): a generous lower band, a strict upper one.
+    assert 0.15 * over["requested_rate_hz"] < over["achieved_rate_hz"] <= 1.1 * over["requested_rate_hz"]
     assert over["sampler_time_ns"] > 0
 
 
@@ -140,6 +158,26 @@ def test_sessions_accumulate_until_clear_and_retrieve_round_trips(tmp_path):
     assert "spin" in out.getvalue()
     api.clear()
     assert len(api.fetch().t_ns) == 0
+
+
+def test_offsets_only_when_asked():
+    """Session frames carry no bytecode offset unless record_offsets=True; retrieve() keeps them."""
+
+    def two_ops_one_line(n):
+        return sum(i * i for i in range(n)) + len([str(i) for i in range(n)])
+
+    with omniprof.Profiler(backend="cpu") as plain:
+        for _ in range(20):
+            two_ops_one_line(20_000)
+    with omniprof.Profiler(backend="cpu", backend_options={"cpu": {"record_offsets": True}}) as detailed:
+        for _ in range(20):
+            two_ops_one_line(20_000)
+    assert all(f.offset is None for f in plain.result.part("cpu").frames)
+    assert any(f.offset is not None for f in detailed.result.part("cpu").frames)
+    assert any(f.offset is not None for f in api.retrieve().part("cpu").frames)
+    split = api.report_groups(detailed.result, format="flat", combine=False)[0].flat
+    merged = api.report_groups(detailed.result, format="flat")[0].flat
+    assert len([r for r in split if "two_ops" in r.frame.name]) > len([r for r in merged if "two_ops" in r.frame.name])
 
 
 def test_init_sets_defaults_and_full_buffer_is_counted():
@@ -202,6 +240,38 @@ def test_python_tracer_records_exact_calls():
     assert sum(s.name.endswith("leaf") for s in spans) == 7
     assert sum(s.name.endswith("parent") for s in spans) == 1
     assert any(s.args.get("native") and s.name == "len" for s in spans)
+    own = [s.name for s in spans if "Sampler" in s.name or "Profiler" in s.name or s.name in ("walk", "add_sink")]
+    assert not own  # omniprof's own calls are not the program's
+
+
+def test_thread_engine_samples_main_thread():
+    """engine='thread' samples the main thread from a helper thread and says so in the result."""
+    with omniprof.Profiler(backend="cpu", backend_options={"cpu": {"engine": "thread", "interval_s": 0.002}}) as prof:
+        spin(0.3)
+    part = prof.result.part("cpu")
+    assert part.summaries["overhead"]["engine"] == "thread"
+    assert any("spin" in names(part, s) for s in part.samples)
+    assert "omniprof-sampler" not in {t.name for t in part.threads}
+
+
+def test_table_reporter_groups_by_thread():
+    """The table reporter's groupby option prints one tree per thread, with the overhead line."""
+    from omniprof.reporters.table import TableOptions, TableReporter
+
+    def other():
+        spin(0.15)
+
+    t = threading.Thread(target=other, name="side")
+    with omniprof.Profiler(backend="cpu") as prof:
+        t.start()
+        spin(0.15)
+        t.join()
+    out = io.StringIO()
+    TableReporter(TableOptions(groupby="thread", format="tree", width=160)).report(prof.result, out)
+    text = out.getvalue()
+    assert "(MainThread)" in text, text
+    assert "(side)" in text, text
+    assert "Hz achieved of 1000 Hz requested" in text and "sampler self-time" in text
 
 
 def test_native_requires_pyspy_engine():

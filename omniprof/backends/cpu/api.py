@@ -107,14 +107,18 @@ def fetch() -> RawBuffer:
                      tuple(b.weights_ns), tuple(b.stack_list), b.dropped)
 
 
-def retrieve() -> ProfileResult:
+def retrieve(*, record_offsets: bool = True) -> ProfileResult:
     """Every buffered sample, frames resolved to file/function/line: a portable
-    :class:`ProfileResult` (``.save(path)``; ``omniprof.load(path)`` on any machine)."""
+    :class:`ProfileResult` (``.save(path)``; ``omniprof.load(path)`` on any machine).
+
+    With ``record_offsets`` (default) frames keep their bytecode offsets, so ``print(...,
+    combine=False)`` can tell apart operations on one line; pass False to merge them.
+    """
     import platform
     import socket
 
     b = buffer()
-    frames, stacks, samples, losses = b.export()
+    frames, stacks, samples, losses = b.export(offsets=record_offsets)
     tids = sorted({s.thread_id for s in samples})
     threads = [b.threads.get(t) for t in tids]
     from omniprof.core.results import ThreadInfo
@@ -195,7 +199,7 @@ def callers(funcname: str, result: ProfileResult | BackendResult | None = None, 
 
 
 # -- peek ---------------------------------------------------------------------------------------
-_peek = {"duration_s": 1.0, "old": None, "signum": None, "running": False}
+_peek: dict[str, Any] = {"duration_s": 1.0, "old": None, "signum": None, "running": False, "thread": None}
 
 
 def set_peek_duration(seconds: float) -> None:
@@ -228,8 +232,12 @@ def enable_peek(signum: int | None = None) -> None:
     _peek["signum"] = sig
 
 
-def disable_peek() -> None:
-    """Restore the signal handler that :func:`enable_peek` replaced."""
+def disable_peek(timeout_s: float | None = None) -> None:
+    """Restore the signal handler that :func:`enable_peek` replaced, after waiting for a peek in
+    progress to print its report (at most ``timeout_s``; default: the peek duration + 5 s)."""
+    t = _peek.get("thread")
+    if t is not None and t.is_alive():
+        t.join(peek_duration() + 5.0 if timeout_s is None else timeout_s)
     sig = _peek["signum"]
     if sig is None:
         return
@@ -245,6 +253,7 @@ def _on_peek(signum: int, frame: Any) -> None:
     _peek["running"] = True
     stacks = _format_all_stacks(frame)
     t = threading.Thread(target=_peek_run, args=(stacks, _peek["duration_s"]), name="omniprof-peek", daemon=True)
+    _peek["thread"] = t
     t.start()
 
 

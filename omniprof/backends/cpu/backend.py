@@ -56,6 +56,10 @@ class CpuOptions:
         engine: ``"auto"``, ``"signal"``, ``"thread"`` or ``"py-spy"`` (see the module docs).
         native: record native (C) frames; needs the ``py-spy`` engine (``auto`` picks it).
         max_python_events: bound of the exact call tracer (``python_tracer_level=1``).
+        record_offsets: keep each frame's bytecode offset (``Frame.offset``), so reports with
+            ``combine=False`` can tell apart operations on one line (Julia's instruction
+            pointers). Off by default: frames on one line are then one frame, which every
+            reporter expects.
     """
 
     interval_s: float = attrs.field(factory=lambda: api.default_interval_s(),
@@ -64,6 +68,7 @@ class CpuOptions:
     engine: str = attrs.field(default="auto", validator=v.one_of(*ENGINES))
     native: bool = attrs.field(default=False, validator=v.is_bool)
     max_python_events: int = attrs.field(default=2_000_000, validator=v.int_in_range(1, 2**31 - 1))
+    record_offsets: bool = attrs.field(default=False, validator=v.is_bool)
 
 
 class _SignalTrigger:
@@ -247,7 +252,8 @@ class CpuSamplerBackend(Backend):
                 self._add_pyspy(pyspy_lines, end_ns)
             ticks0, self0, dropped0 = self._base
             dropped = s.dropped - dropped0
-            frames, stacks, samples, loss = s.export(self._start_idx, dropped=dropped)
+            frames, stacks, samples, loss = s.export(self._start_idx, dropped=dropped,
+                                                     offsets=self.options.record_offsets)
             losses.extend(loss)
             self._threads.update({k: t for k, t in s.threads.items() if k in {x.thread_id for x in samples}})
             ticks = s.ticks - ticks0

@@ -150,9 +150,10 @@ class Sampler:
                 sid = self._new_stack(raw, f)
             prev = last.get(tid)
             if prev is None:
+                # First sample of this thread in this session: (re)read its name, since the OS
+                # reuses thread idents once threads end.
                 prev = self._t_begin
-                if tid not in self.threads:
-                    self._new_thread(tid)
+                self._new_thread(tid)
             w = t0 - prev
             if self._debt:
                 debt = self._debt.pop(tid, 0)
@@ -276,11 +277,12 @@ class Sampler:
         return sum(a.itemsize * len(a) for a in (self.t_ns, self.thread_ids, self.task_ids, self.stack_ids,
                                                   self.weights_ns))
 
-    def export(self, start: int = 0, end: int | None = None, *, dropped: int | None = None
+    def export(self, start: int = 0, end: int | None = None, *, dropped: int | None = None, offsets: bool = True
                ) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...], tuple[StackSample, ...], tuple[Loss, ...]]:
         """Resolve raw frames of samples ``[start, end)`` and return ``(frames, stacks, samples, losses)``.
 
-        Only stacks used by those samples are exported, renumbered densely.
+        Only stacks used by those samples are exported, renumbered densely. ``offsets=False`` merges
+        frames on one line (no ``Frame.offset``).
         """
         if self._pending:
             self._flush_pending()
@@ -300,7 +302,7 @@ class Sampler:
             sid = stack_map.get(raw_sid)
             if sid is None:
                 ids = []
-                for fr in resolve_stack(sl[raw_sid], codes, memo):
+                for fr in resolve_stack(sl[raw_sid], codes, memo, offsets):
                     fid = frame_ids.get(fr)
                     if fid is None:
                         fid = frame_ids[fr] = len(frames)

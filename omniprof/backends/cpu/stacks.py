@@ -115,27 +115,28 @@ def python_stacks(exclude: Callable[[], Iterable[int]] = tuple, main_frame: Call
     return source
 
 
-_line_cache: dict[tuple[int, int], int] = {}
+_line_cache: dict[tuple[int, int], tuple[CodeType, int]] = {}
 
 
 def line_of(code: CodeType, offset: int) -> int:
     """Source line of bytecode ``offset`` in ``code`` (``co_firstlineno`` when unknown)."""
     key = (id(code), offset)
-    line = _line_cache.get(key)
-    if line is None:
-        line = 0
-        for start, end, ln in code.co_lines():
-            if start <= offset < end:
-                line = ln or 0
-                break
-        line = line or code.co_firstlineno or 0
-        if len(_line_cache) > 200_000:
-            _line_cache.clear()
-        _line_cache[key] = line
+    hit = _line_cache.get(key)
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    line = 0
+    for start, end, ln in code.co_lines():
+        if start <= offset < end:
+            line = ln or 0
+            break
+    line = line or code.co_firstlineno or 0
+    if len(_line_cache) > 200_000:
+        _line_cache.clear()
+    _line_cache[key] = (code, line)
     return line
 
 
-def _resolve_one(key: Any, offset: int, codes: dict[int, CodeType]) -> Frame | None:
+def _resolve_one(key: Any, offset: int, codes: dict[int, CodeType], offsets: bool = True) -> Frame | None:
     if key == GC_KEY and not isinstance(key, bool):
         return Frame(name=f"<gc gen {offset}>", kind="gc")
     if isinstance(key, int):
@@ -143,7 +144,7 @@ def _resolve_one(key: Any, offset: int, codes: dict[int, CodeType]) -> Frame | N
         if code is None:
             return Frame(name="<unknown code>", line=0)
         name = getattr(code, "co_qualname", code.co_name)
-        return Frame(name=name, file=code.co_filename, line=line_of(code, offset), offset=offset)
+        return Frame(name=name, file=code.co_filename, line=line_of(code, offset), offset=offset if offsets else None)
     if isinstance(key, Frame):
         return key
     if isinstance(key, str):  # synthetic stacks: ("func", line) or ("func@file", line)
@@ -152,8 +153,10 @@ def _resolve_one(key: Any, offset: int, codes: dict[int, CodeType]) -> Frame | N
     return Frame(name=str(key), line=int(offset or 0))
 
 
-def resolve_stack(raw: RawStack, codes: dict[int, CodeType], memo: dict[tuple[Any, int], Frame]) -> list[Frame]:
-    """Root-first frames of a raw (leaf-first) stack, cut at the root cut."""
+def resolve_stack(raw: RawStack, codes: dict[int, CodeType], memo: dict[tuple[Any, int], Frame],
+                  offsets: bool = True) -> list[Frame]:
+    """Root-first frames of a raw (leaf-first) stack, cut at the root cut. With ``offsets=False``
+    frames keep no bytecode offset, so frames on one line are one frame."""
     frames: list[Frame] = []
     cut = _root_cut
     for i in range(0, len(raw), 2):
@@ -163,7 +166,7 @@ def resolve_stack(raw: RawStack, codes: dict[int, CodeType], memo: dict[tuple[An
         mk = (key, off)
         fr = memo.get(mk)
         if fr is None:
-            fr = memo[mk] = _resolve_one(key, off, codes)  # type: ignore[assignment]
+            fr = memo[mk] = _resolve_one(key, off, codes, offsets)  # type: ignore[assignment]
         frames.append(fr)  # type: ignore[arg-type]
     frames.reverse()
     return frames

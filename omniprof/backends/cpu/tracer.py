@@ -10,6 +10,7 @@ are counted as a loss, never dropped silently. Overhead is that of any determini
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from types import CodeType
@@ -19,6 +20,8 @@ from omniprof.core.clock import Clock
 from omniprof.core.results import Loss, Span
 
 __all__ = ["PythonTracer"]
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
 class PythonTracer:
@@ -34,6 +37,15 @@ class PythonTracer:
         self._prev_profile: Any = None
         self._prev_thread_profile: Any = None
         self.installed = False
+        self._own: dict[CodeType, bool] = {}
+
+    def _is_own(self, code: CodeType) -> bool:
+        """True for omniprof's own code (the Profiler starting/stopping, the sampler): its calls,
+        and what they call, are not the program's."""
+        own = self._own.get(code)
+        if own is None:
+            own = self._own[code] = code in self.ignore or code.co_filename.startswith(_PKG_DIR)
+        return own
 
     def _hook(self, frame: Any, event: str, arg: Any) -> None:
         now = self.clock.now_ns()
@@ -41,14 +53,16 @@ class PythonTracer:
         stack = self._stacks.get(tid)
         if stack is None:
             stack = self._stacks[tid] = []
-        if event == "call":
-            code = frame.f_code
-            if code in self.ignore:
-                stack.append((None, now))
+        if event == "call" or event == "c_call":
+            if stack and stack[-1][0] is None:
+                stack.append((None, now))  # inside omniprof's own sampler: not the program's calls
+            elif event == "c_call":
+                stack.append((None if self._is_own(frame.f_code) else arg, now))
             else:
-                stack.append((code, now))
-        elif event == "c_call":
-            stack.append((arg, now))
+                code = frame.f_code
+                back = frame.f_back
+                own = self._is_own(code) or (back is not None and self._is_own(back.f_code))
+                stack.append((None if own else code, now))
         elif event in ("return", "c_return", "c_exception"):
             if not stack:
                 return  # a frame entered before tracing began
