@@ -78,12 +78,22 @@ class _SignalTrigger:
         self.frame_box = frame_box
         self._old: Any = None
         sample = sampler.sample
+        own: set[int] = set()
 
         def handler(signum: int, frame: Any) -> None:
+            # A signal handled while the handler itself runs (Python checks for signals between
+            # bytecodes, the handler's included) would sample omniprof's own frames: skip it; its
+            # time goes to the next sample through the weights.
+            if frame_box[0] is not None or id(frame.f_code) in own:
+                sampler.ticks += 1
+                return
             frame_box[0] = frame
-            sample()
-            frame_box[0] = None
+            try:
+                sample()
+            finally:
+                frame_box[0] = None
 
+        own.update(id(c) for c in _own_codes(handler))
         self.handler = handler
 
     def start(self) -> None:
@@ -93,6 +103,22 @@ class _SignalTrigger:
     def stop(self) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
         signal.signal(signal.SIGALRM, self._old if self._old is not None else signal.SIG_DFL)
+
+
+def _own_codes(handler: Any) -> list[Any]:
+    """Code objects of the sampler's hot path (kept alive by their modules, so ids are stable)."""
+    from omniprof.backends.cpu import sampler as sampler_mod
+    from omniprof.backends.cpu import stacks as stacks_mod
+
+    codes = [handler.__code__]
+    for mod in (sampler_mod, stacks_mod):
+        for obj in vars(mod).values():
+            members = vars(obj).values() if isinstance(obj, type) else (obj,)
+            codes += [m.__code__ for m in members if hasattr(m, "__code__")]
+    codes += [c for c in Sampler.record.__code__.co_consts if hasattr(c, "co_code")]
+    src = python_stacks()
+    codes.append(src.__code__)
+    return codes
 
 
 class _ThreadTrigger:
@@ -248,20 +274,16 @@ class CpuSamplerBackend(Backend):
         duration_s = max(end_ns - self._start_ns, 1) / 1e9
         if self.sampler is not None:
             s = self.sampler
+            pyspy_ticks = 0
             if pyspy_lines is not None:
-                self._add_pyspy(pyspy_lines, end_ns)
+                pyspy_ticks = self._add_pyspy(pyspy_lines, end_ns)
             ticks0, self0, dropped0 = self._base
             dropped = s.dropped - dropped0
             frames, stacks, samples, loss = s.export(self._start_idx, dropped=dropped,
                                                      offsets=self.options.record_offsets)
             losses.extend(loss)
             self._threads.update({k: t for k, t in s.threads.items() if k in {x.thread_id for x in samples}})
-            ticks = s.ticks - ticks0
-            if pyspy_lines is not None:
-                per_thread: dict[Any, int] = {}
-                for t_, _, _, c in pyspy_lines:
-                    per_thread[t_] = per_thread.get(t_, 0) + c
-                ticks = max(per_thread.values(), default=0)
+            ticks = s.ticks - ticks0 if pyspy_lines is None else pyspy_ticks
             self_ns = s.self_time_ns - self0
             summary.update(ticks=ticks, samples=len(samples), samples_dropped=dropped,
                            achieved_rate_hz=ticks / duration_s, sampler_time_ns=self_ns,
@@ -318,21 +340,30 @@ class CpuSamplerBackend(Backend):
         self._remove_gc()
 
     # -- py-spy --------------------------------------------------------------------------------
-    def _add_pyspy(self, lines: list[tuple[int | None, str, list[Frame], int]], end_ns: int) -> None:
-        """Store py-spy's aggregated stacks as samples (weight one interval each, time = session end)."""
+    def _add_pyspy(self, lines: list[tuple[int | None, str, list[Frame], int]], end_ns: int) -> int:
+        """Store py-spy's aggregated stacks as samples (weight one interval each, time = session end);
+        returns the number of ticks (samples of the most-sampled thread)."""
+        per_thread: dict[int, int] = {}
         by_native = {t.native_id: t for t in threading.enumerate() if getattr(t, "native_id", None)}
         interval_ns = round(self.options.interval_s * 1e9)
         s = self.sampler
         assert s is not None
+        me = os.path.join("omniprof", "backends", "cpu", "pyspy.py")
         for native_tid, name, frames, count in lines:
             t = by_native.get(native_tid)
+            if (t.name if t is not None else name).startswith("omniprof-"):
+                continue  # omniprof's own helper threads
+            if any(fr.kind == "py" and fr.file.endswith(me) for fr in frames):
+                continue  # the main thread waiting for py-spy to attach: not the program's work
             tid = t.ident if t is not None and t.ident is not None else (native_tid or 0)
             if tid not in s.threads:
                 s.threads[tid] = ThreadInfo(tid, t.name if t is not None else (name or f"thread {native_tid}"),
                                             native_tid)
             raw: tuple[Any, ...] = tuple(x for fr in reversed(frames) for x in (fr, fr.line))
+            per_thread[tid] = per_thread.get(tid, 0) + count
             for _ in range(count):
                 s.add(end_ns, tid, raw, interval_ns)
+        return max(per_thread.values(), default=0)
 
     # -- gc (level 3) ------------------------------------------------------------------------------
     def _install_gc(self) -> None:

@@ -8,7 +8,9 @@ SIGINT at ``stop()``, when it writes its samples (``--format raw``: collapsed st
 
 Limits, all recorded in the result: py-spy's raw output has counts but no per-sample times, so
 every sample of a session carries the session's end time and a weight of one interval; thread
-ids are mapped back to Python thread idents through ``Thread.native_id``.
+ids are mapped back to Python thread idents through ``Thread.native_id``; file names are as
+py-spy prints them (relative to ``sys.path`` entries); py-spy needs up to about a second to
+attach (``ATTACH_WAIT_S``), and work done before it attached is not seen.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from omniprof.core.results import Frame
 from omniprof.errors import BackendUnavailableError
 
 __all__ = ["PySpyEngine", "find_pyspy", "parse_raw"]
+
+#: Longest wait for py-spy to report that it samples (work before that may be missed).
+ATTACH_WAIT_S = 1.0
 
 _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?::\s*(?P<name>.*))?$")
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<where>[^()]*)\)$")
@@ -50,8 +55,8 @@ def _frame(text: str) -> Frame:
     file, _, line = where.rpartition(":")
     if file and line.isdigit():
         kind = "py" if file.endswith((".py", ".pyw")) or "<frozen" in file else "native"
-        return Frame(name=name, file=file if kind == "py" else "", line=int(line),
-                     module=None if kind == "py" else os.path.basename(file), kind=kind)
+        return Frame(name=name, file=file, line=int(line), module=None if kind == "py" else os.path.basename(file),
+                     kind=kind)
     return Frame(name=name, module=where, kind="native")  # "0x7f.. (libc.so.6)"
 
 
@@ -104,8 +109,10 @@ class PySpyEngine:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         self._stderr_thread = threading.Thread(target=self._drain, name="omniprof-pyspy-stderr", daemon=True)
         self._stderr_thread.start()
-        # py-spy prints "Sampling process ..." once attached; wait for it so early work is seen.
-        deadline = time.monotonic() + 5.0
+        # py-spy prints "Sampling process ..." once it runs (with --native, seconds later, after
+        # reading symbols, though it samples before): wait for it, at most ATTACH_WAIT_S. Samples
+        # of this wait are dropped by the backend (their stacks are in this function).
+        deadline = time.monotonic() + ATTACH_WAIT_S
         while time.monotonic() < deadline and self.proc.poll() is None and b"Sampling" not in self.stderr:
             time.sleep(0.005)
         if self.proc.poll() is not None:

@@ -39,13 +39,15 @@ GC_KEY = 0
 # Applied at export, not in the hot path.
 _root_cut: frozenset[int] = frozenset()
 _root_cut_codes: tuple[CodeType, ...] = ()
+_root_cut_names: frozenset[tuple[str, str]] = frozenset()  # (function, file) for out-of-process frames
 
 
 def set_root_cut(codes: Iterable[CodeType]) -> None:
     """Cut resolved stacks at these code objects (they and their callers are left out)."""
-    global _root_cut, _root_cut_codes
+    global _root_cut, _root_cut_codes, _root_cut_names
     _root_cut_codes = tuple(codes)
     _root_cut = frozenset(id(c) for c in _root_cut_codes)
+    _root_cut_names = frozenset((c.co_name, c.co_filename) for c in _root_cut_codes)
 
 
 class CodeTable:
@@ -161,7 +163,9 @@ def resolve_stack(raw: RawStack, codes: dict[int, CodeType], memo: dict[tuple[An
     cut = _root_cut
     for i in range(0, len(raw), 2):
         key, off = raw[i], raw[i + 1]
-        if key in cut and isinstance(key, int):
+        if isinstance(key, int) and key in cut:
+            break
+        if isinstance(key, Frame) and _root_cut_names and (key.name, key.file) in _root_cut_names:
             break
         mk = (key, off)
         fr = memo.get(mk)
