@@ -423,7 +423,10 @@ def _group_title(g: GroupReport, grand_samples: int) -> list[str]:
     lines = []
     for level, (kind, ident, name) in enumerate(g.path):
         last = level == len(g.path) - 1
-        what = f"{kind.capitalize()} {ident if ident is not None else '-'}" + (f" ({name})" if name else "")
+        if ident is None:
+            what = "No task (outside any asyncio task)" if kind == "task" else "Unknown thread"
+        else:
+            what = f"{kind.capitalize()} {ident}" + (f" ({name})" if name else "")
         tail = (f"  Total snapshots: {g.samples} ({100.0 * g.samples / max(grand_samples, 1):.1f}%), "
                 f"sampled time {_fmt_ns(g.total_ns)}") if last else ""
         lines.append("  " * level + what + tail)

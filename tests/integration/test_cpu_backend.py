@@ -391,3 +391,14 @@ def test_public_api_names():
     with pytest.raises(InvalidArgumentError):
         omniprof.set_peek_duration(0)
     assert os.environ.get("OMNIPROF_NEVER_SET") is None
+
+
+def test_clear_while_recording_is_refused_and_empty_print_says_so():
+    """clear() during a cpu session raises ProfilerStateError; print() of an empty buffer says no samples."""
+    with omniprof.Profiler(backend="cpu"):
+        with pytest.raises(omniprof.ProfilerStateError, match="stop the Profiler"):
+            api.clear()
+    api.clear()
+    out = io.StringIO()
+    omniprof.sampler.print(file=out)
+    assert "No samples collected" in out.getvalue()
