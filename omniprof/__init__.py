@@ -6,6 +6,7 @@ no backend module and none of jax, torch, pynvml or xprof.
 
 from omniprof._version import __version__
 from omniprof.core.annotations import StepTraceAnnotation, TraceAnnotation, annotate, annotate_function
+from omniprof.core.fileio import OutputError
 from omniprof.core.options import ProfileOptions
 from omniprof.core.profiler import Profiler
 from omniprof.core.registry import PluginInfo, get_registry
@@ -27,27 +28,43 @@ from omniprof.errors import (
     TraceReadError,
 )
 
+_LAZY = {
+    "allocs": ("omniprof.backends.memory.api", None),
+    "take_heap_snapshot": ("omniprof.backends.memory.heapsnapshot", "take_heap_snapshot"),
+    "assemble_snapshot": ("omniprof.backends.memory.heapsnapshot", "assemble_snapshot"),
+    "load_config": ("omniprof.core.config", "load_config"),
+    "RunConfig": ("omniprof.core.config", "RunConfig"),
+    "diff": ("omniprof.core.diff", "diff"),
+    "sampler": ("omniprof.backends.cpu.api", None),
+    "enable_peek": ("omniprof.backends.cpu.api", "enable_peek"),
+    "disable_peek": ("omniprof.backends.cpu.api", "disable_peek"),
+    "set_peek_duration": ("omniprof.backends.cpu.api", "set_peek_duration"),
+}
+
+
+def __getattr__(name: str) -> object:
+    # Public names whose modules are imported on first use, so `import omniprof` stays light.
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(module)
+        value = mod if attr is None else getattr(mod, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'omniprof' has no attribute {name!r}")
+
+
 __all__ = [
     "__version__",
     "Profiler", "ProfileOptions", "ProfileResult", "BackendResult", "load", "report",
     "Schedule", "schedule", "Action",
     "annotate", "annotate_function", "TraceAnnotation", "StepTraceAnnotation",
-    "PluginInfo", "get_registry",
+    "PluginInfo", "get_registry", "allocs", "take_heap_snapshot", "assemble_snapshot",
+    "load_config", "RunConfig", "diff",
     "OmniprofError", "InvalidArgumentError", "ConfigError", "ProfilerStateError", "PluginError",
     "PluginLoadError", "PluginValidationError", "BackendUnavailableError", "BackendError", "TraceReadError",
+    "OutputError",
     "OmniprofWarning", "DataLossWarning",
     "sampler", "enable_peek", "disable_peek", "set_peek_duration",
 ]
-
-_LAZY = {"sampler": None, "enable_peek": "enable_peek", "disable_peek": "disable_peek",
-         "set_peek_duration": "set_peek_duration"}
-
-
-def __getattr__(name: str) -> object:
-    # ``omniprof.sampler`` (Julia's Profile API for the cpu backend) and peek, loaded on first use.
-    if name in _LAZY:
-        from omniprof.backends.cpu import api
-
-        attr = _LAZY[name]
-        return api if attr is None else getattr(api, attr)
-    raise AttributeError(f"module 'omniprof' has no attribute {name!r}")

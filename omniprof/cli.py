@@ -61,7 +61,7 @@ def _parser() -> _Parser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a script or module under the profiler",
-                         usage="omniprof run [options] (script.py | -m module) [args...]")
+                         usage="omniprof run [options] (script.py | -m module | pkg.mod:function) [args...]")
     run.add_argument("-b", "--backend", action="append", default=[],
                      help="backend(s) to use, comma-separated or repeated (default: cpu)")
     run.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE",
@@ -72,6 +72,11 @@ def _parser() -> _Parser:
     run.add_argument("-o", "--outdir", default=None, help="directory for file reports (default: current directory)")
     run.add_argument("--logdir", default=None, help="save each session in the XProf layout under this directory")
     run.add_argument("--label", default="", help="free text stored in the result")
+    run.add_argument("--config", default=None, metavar="FILE",
+                     help="omniprof.toml or pyproject.toml describing the run; flags given here override it")
+    run.add_argument("--profile", default=None, metavar="NAME", help="a [profiles.NAME] of the config file")
+    run.add_argument("--no-config", action="store_true",
+                     help="ignore ./omniprof.toml and [tool.omniprof] in ./pyproject.toml")
     run.add_argument("--peek", action="store_true",
                      help="on SIGUSR1, print every thread's stack and a short profile to stderr (Linux)")
     _plugin_args(run)
@@ -81,12 +86,41 @@ def _parser() -> _Parser:
     plugins.add_argument("--no-probe", action="store_true", help="do not probe backends")
     _plugin_args(plugins)
 
+    doctor = sub.add_parser("doctor", help="what this machine can profile, and how to fix what it cannot")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--no-frameworks", action="store_true", help="do not import jax and torch (faster)")
+    _plugin_args(doctor)
+
     report = sub.add_parser("report", help="re-render a saved result or a trace file")
     report.add_argument("file", help="result JSON, Kineto trace, .xplane.pb or XProf logdir")
     report.add_argument("-r", "--reporter", action="append", default=[])
     report.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE")
     report.add_argument("-o", "--outdir", default=None)
     _plugin_args(report)
+
+    config = sub.add_parser("config", help="check or show a configuration file")
+    csub = config.add_subparsers(dest="config_command", parser_class=_Parser)
+    check = csub.add_parser("check", help="validate a config file without running it (exit 1 on problems)")
+    check.add_argument("file", nargs="?", default=None, help="omniprof.toml or pyproject.toml (default: found in cwd)")
+    check.add_argument("--profile", default=None, help="check only this profile (default: base and every profile)")
+    _plugin_args(check)
+    show = csub.add_parser("show", help="print the effective configuration (file < OMNIPROF_* env < flags)")
+    show.add_argument("file", nargs="?", default=None, help="omniprof.toml or pyproject.toml (default: found in cwd)")
+    show.add_argument("--profile", default=None)
+    show.add_argument("--format", choices=("toml", "json"), default="toml")
+    _plugin_args(show)
+
+    diff = sub.add_parser("diff", help="compare two results: function, op and kernel tables")
+    diff.add_argument("a", help="baseline result (or any readable trace)")
+    diff.add_argument("b", help="new result")
+    diff.add_argument("--threshold-pct", type=float, default=10.0,
+                      help="an entry regressed when its time grew by more than this percent (default 10)")
+    diff.add_argument("--min-share-pct", type=float, default=1.0,
+                      help="judge only entries with at least this share of their table in A or B (default 1)")
+    diff.add_argument("--fail-on-regression", action="store_true", help="exit 1 when something regressed")
+    diff.add_argument("--max-rows", type=int, default=20, help="rows shown per table (default 20)")
+    diff.add_argument("--format", choices=("text", "json"), default="text")
+    _plugin_args(diff)
     return p
 
 
@@ -113,6 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_plugins(ns)
         if ns.command == "report":
             return _cmd_report(ns)
+        if ns.command == "doctor":
+            return _cmd_doctor(ns)
+        if ns.command == "config":
+            return _cmd_config(ns)
+        if ns.command == "diff":
+            return _cmd_diff(ns)
         _parser().print_help()
         return 2
     except (UsageError, InvalidArgumentError, ConfigError, PluginLoadError) as e:
@@ -165,11 +205,19 @@ def _profile_options(items: list[str], backends: list[str]) -> tuple[Any, dict[s
             per_backend.setdefault(head, {})[rest] = value
         elif key in ADVANCED_KEYS:
             adv[key] = value
-        else:
+        elif key in _TOP_LEVEL_OPTIONS:
             top[key] = value
+        else:
+            from omniprof.core.validators import unknown_key_message
+
+            raise InvalidArgumentError(unknown_key_message(key, [*_TOP_LEVEL_OPTIONS, *ADVANCED_KEYS],
+                                                           what="profile option"))
     if adv:
         top["advanced_configuration"] = {**dict(top.get("advanced_configuration") or {}), **adv}
     return ProfileOptions.from_dict(top), per_backend
+
+
+_TOP_LEVEL_OPTIONS = ("host_tracer_level", "device_tracer_level", "python_tracer_level", "advanced_configuration")
 
 
 def _reporter_options(items: list[str], reporters: list[str]) -> dict[str, dict[str, Any]]:
@@ -190,12 +238,19 @@ def _emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, 
     from omniprof.core.reporting import make_reporter, report
 
     status = 0
+    if outdir is not None:  # -o names a directory: create it, so reports go inside, not over it
+        from omniprof.core.fileio import output_error
+
+        try:
+            Path(outdir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"omniprof: error: {output_error(outdir, e)}", file=sys.stderr)
+            return 1
     for name in reporters:
         try:
             rep = make_reporter(name, ropts.get(name), registry)
-            if rep.output == "stream":
-                report(result, name, sys.stdout if outdir is None else Path(outdir), options=ropts.get(name),
-                       registry=registry)
+            if rep.output == "stream":  # text reports go to the terminal; files to the output directory
+                report(result, name, sys.stdout, options=ropts.get(name), registry=registry)
             else:
                 path = report(result, name, Path(outdir) if outdir else None, options=ropts.get(name),
                               registry=registry, overwrite=False)
@@ -204,6 +259,19 @@ def _emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, 
             print(f"omniprof: error: {e}", file=sys.stderr)
             status = 1
     return status
+
+
+def _emit_to_file(result: Any, name: str, options: dict[str, Any], path: str, registry: Any) -> int:
+    """Write one report to the file a config names (a free name beside it if it exists)."""
+    from omniprof.core.reporting import report
+
+    try:
+        written = report(result, name, path, options=options, registry=registry, overwrite=False)
+    except OmniprofError as e:
+        print(f"omniprof: error: {e}", file=sys.stderr)
+        return 1
+    print(f"omniprof: {name} report written to {written}", file=sys.stderr)
+    return 0
 
 
 def _cmd_plugins(ns: argparse.Namespace) -> int:
@@ -220,6 +288,16 @@ def _cmd_plugins(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_doctor(ns: argparse.Namespace) -> int:
+    import json
+
+    from omniprof.core.doctor import format_doctor, run_doctor
+
+    report = run_doctor(_registry(ns), frameworks=not ns.no_frameworks)
+    print(json.dumps(report.to_dict(), indent=2) if ns.json else format_doctor(report))
+    return 0
+
+
 def _cmd_report(ns: argparse.Namespace) -> int:
     from omniprof.core.readers import read_any
 
@@ -229,14 +307,15 @@ def _cmd_report(ns: argparse.Namespace) -> int:
     for name in reporters:
         reg.reporter(name)  # fail early on unknown names
     result = read_any(ns.file)
+    _make_outdir(ns.outdir)
     return _emit_reports(result, reporters, ropts, ns.outdir, reg)
 
 
 def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:
     from omniprof.core.profiler import Profiler
 
-    if not is_module and not target:
-        raise UsageError("omniprof run: give a script to run (omniprof run script.py [args]) or -m module")
+    if _wants_config(ns, target, is_module):
+        return _cmd_run_config(ns, module, target, is_module)
     reg = _registry(ns)
     backends = _csv(ns.backend, ["cpu"])
     reporters = _csv(ns.reporter, ["table"])
@@ -246,12 +325,10 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
         from omniprof.core.reporting import make_reporter
 
         make_reporter(name, ropts.get(name), reg)
-    if not is_module:
-        script = Path(target[0])
-        if not script.is_file():
-            raise UsageError(f"omniprof run: cannot open file {target[0]!r}: no such file")
     prof = Profiler(backend=backends, options=options, backend_options=per_backend, logdir=ns.logdir,
                     registry=reg, label=ns.label, verbose=ns.verbose)
+    if not is_module and not Path(target[0]).is_file():
+        raise UsageError(f"omniprof run: cannot open file {target[0]!r}: no such file")
     _cut_launcher_frames()
     exit_code = 0
     saved_argv, saved_path0 = list(sys.argv), sys.path[0] if sys.path else None
@@ -288,6 +365,7 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
         if sys.path and saved_path0 is not None and sys.path[0] != saved_path0:
             sys.path.pop(0)
     if prof.results:
+        _make_outdir(ns.outdir)
         status = _emit_reports(prof.result, reporters, ropts, ns.outdir, reg)
         if prof.session_dir is not None:
             print(f"omniprof: session saved in {prof.session_dir}", file=sys.stderr)
@@ -296,11 +374,166 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
     return exit_code
 
 
+def _make_outdir(outdir: str | None) -> None:
+    """``-o DIR`` names a directory: make it when missing (rather than writing a file called DIR)."""
+    if outdir is None:
+        return
+    from omniprof.core.fileio import output_error
+
+    try:
+        Path(outdir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(outdir, e) from e
+
+
+def _config_layers(ns: argparse.Namespace, path: str | None, cli: Any = None) -> Any:
+    from omniprof.core import config as cfgmod
+
+    _registry(ns)  # the process-wide registry; a `plugins` key in the file or on the command line replaces it
+    return cfgmod.load_config(path, getattr(ns, "profile", None) or os.environ.get(cfgmod.PROFILE_ENV) or None,
+                              cli=cli)
+
+
+def _config_path(explicit: str | None, required: bool) -> str | None:
+    from omniprof.core import config as cfgmod
+
+    path = explicit or os.environ.get(cfgmod.CONFIG_ENV)
+    if path:
+        return path
+    found = cfgmod.find_config()
+    if found is None and required:
+        raise UsageError("no configuration found: give a script (omniprof run script.py [args]) or -m module, "
+                         "or a config file (--config FILE), or create omniprof.toml (or [tool.omniprof] in "
+                         "pyproject.toml) in the current directory")
+    return str(found) if found is not None else None
+
+
+def _wants_config(ns: argparse.Namespace, target: list[str], is_module: bool) -> bool:
+    """--config/--profile/$OMNIPROF_CONFIG, nothing else to run, or a config in the current directory."""
+    from omniprof.core.config import find_config, is_function_target
+
+    if ns.config or ns.profile or os.environ.get("OMNIPROF_CONFIG") or (not is_module and not target):
+        return True
+    if not is_module and is_function_target(target[0]):
+        return True
+    return not ns.no_config and find_config() is not None
+
+
+def _cmd_run_config(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:
+    """``omniprof run`` driven by a config file; flags given on the command line override it."""
+    from omniprof.core import config as cfgmod
+
+    path = None if ns.no_config else _config_path(ns.config, required=not (target or is_module))
+    function = target[0] if target and not is_module and cfgmod.is_function_target(target[0]) else None
+    cli = cfgmod.cli_layer(backends=ns.backend, options=ns.option, reporters=ns.reporter,
+                           reporter_options=ns.reporter_option, outdir=ns.outdir, logdir=ns.logdir,
+                           label=ns.label or None, verbose=True if ns.verbose else None,
+                           script=None if is_module or not target or function else target[0],
+                           module=module if is_module else None, function=function,
+                           args=target if is_module else target[1:], plugins=ns.plugins, no_plugin=ns.no_plugin)
+    cfg = _config_layers(ns, path, cli)
+    if cfg.target is None:
+        raise UsageError(f"omniprof run: {path or 'the configuration'} names nothing to run: set script, module or "
+                         f"function there, or give a script on the command line")
+    reg = _registry(argparse.Namespace(plugins=cfg.plugins, no_plugin=list(cfg.no_plugin)))
+    from omniprof.core.reporting import make_reporter
+
+    for spec in cfg.reporters:  # validate reporters and their options before running anything
+        make_reporter(spec.name, spec.options, reg)
+    _cut_launcher_frames()
+    if ns.peek:
+        from omniprof.backends.cpu import api as sampler_api
+
+        sampler_api.enable_peek()
+    try:
+        outcome = cfgmod.execute(cfg, registry=reg)
+    finally:
+        if ns.peek:
+            sampler_api.disable_peek()
+    exit_code = outcome.exit_code
+    if outcome.error is not None:
+        if isinstance(outcome.error, KeyboardInterrupt):
+            exit_code = 130
+        else:
+            e = outcome.error
+            _print_exception(type(e), e, e.__traceback__)
+            exit_code = 1
+    status = 0
+    for result in outcome.results:
+        for spec in cfg.reporters:
+            if spec.output and not ns.outdir:  # an explicit output file from the config
+                status |= _emit_to_file(result, spec.name, dict(spec.options), spec.output, reg)
+                continue
+            dest = ns.outdir or cfg.outdir  # -o on the command line wins over the file
+            if dest:
+                _make_outdir(dest)
+            status |= _emit_reports(result, [spec.name], {spec.name: dict(spec.options)}, dest, reg)
+    if outcome.session_dir is not None:
+        print(f"omniprof: session saved in {outcome.session_dir}", file=sys.stderr)
+    if not outcome.results:
+        print("omniprof: the schedule recorded nothing (more repeats needed?)", file=sys.stderr)
+    return exit_code or status
+
+
+def _cmd_config(ns: argparse.Namespace) -> int:
+    from omniprof.core import config as cfgmod
+
+    if ns.config_command is None:
+        raise UsageError("omniprof config: give a subcommand: check or show")
+    path = _config_path(ns.file, required=True)
+    if ns.config_command == "check":
+        if Path(path).name == "plugins.toml":
+            problems = cfgmod.check_plugins_file(path)
+        else:
+            _registry(ns)
+            problems = cfgmod.check_config(path, profile=ns.profile)
+        if problems:
+            for p in problems:
+                print(p, file=sys.stderr)
+            print(f"omniprof: {len(problems)} problem(s) in {path}", file=sys.stderr)
+            return 1
+        print(f"{path}: ok")
+        return 0
+    cfg = _config_layers(ns, path)
+    data = cfg.to_dict(_registry(argparse.Namespace(plugins=cfg.plugins or ns.plugins,
+                                                    no_plugin=[*cfg.no_plugin, *ns.no_plugin])))
+    if ns.format == "json":
+        import json
+
+        print(json.dumps(data, indent=2))
+    else:
+        print(f"# effective configuration from {path}" + (f", profile {cfg.profile}" if cfg.profile else ""))
+        print(cfgmod.dump_toml(data), end="")
+    return 0
+
+
+def _cmd_diff(ns: argparse.Namespace) -> int:
+    from omniprof.core import diff as diffmod
+    from omniprof.core.readers import read_any
+
+    _registry(ns)
+    a, b = read_any(ns.a), read_any(ns.b)
+    d = diffmod.diff(a, b, threshold_pct=ns.threshold_pct, min_share_pct=ns.min_share_pct)
+    if ns.format == "json":
+        import json
+
+        print(json.dumps(d.to_dict(), indent=2))
+    else:
+        sys.stdout.write(diffmod.format_diff(d, max_rows=ns.max_rows))
+    if d.regressions:
+        print(f"omniprof: {len(d.regressions)} regression(s) past {ns.threshold_pct}%", file=sys.stderr)
+        if ns.fail_on_regression:
+            return 1
+    return 0
+
+
 def _cut_launcher_frames() -> None:
     """Make sampled stacks start at the target, not at omniprof's CLI and runpy."""
     from omniprof.backends.cpu import stacks
 
-    stacks.set_root_cut([runpy._run_code.__code__])  # type: ignore[attr-defined]
+    from omniprof.core.config import call_function
+
+    stacks.set_root_cut([runpy._run_code.__code__, call_function.__code__])  # type: ignore[attr-defined]
 
 
 def _exit_code(code: Any) -> int:
@@ -315,9 +548,13 @@ def _exit_code(code: Any) -> int:
 def _print_user_traceback() -> None:
     """Print the target's traceback as python would, without omniprof's and runpy's frames."""
     etype, value, tb = sys.exc_info()
+    _print_exception(etype, value, tb)
+
+
+def _print_exception(etype: Any, value: Any, tb: Any) -> None:
     frames = traceback.extract_tb(tb)
     pkg = str(Path(__file__).resolve().parent)
-    keep = [f for f in frames if not f.filename.startswith(pkg) and not f.filename.endswith("runpy.py")]
+    keep = [f for f in frames if not f.filename.startswith(pkg) and "runpy" not in f.filename]
     print("Traceback (most recent call last):", file=sys.stderr)
     print("".join(traceback.format_list(keep)), end="", file=sys.stderr)
     print("".join(traceback.format_exception_only(etype, value)), end="", file=sys.stderr)

@@ -252,18 +252,34 @@ class Profiler:
         if self.logdir is not None:
             self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile")
         ctx = self._context()
+        failures: list[tuple[str, BaseException, str]] = []
         for name, cls in self._classes.items():
+            backend = None
             try:
                 cls.probe()
                 backend = cls(self._backend_opts[name], context=ctx)
                 backend.prepare()
-            except PluginError:
-                self._close_all()
-                raise
             except Exception as e:
-                self._close_all()
-                raise BackendError(f"backend {name!r} failed to prepare: {type(e).__name__}: {e}", plugin=name) from e
+                # With several backends, one that cannot prepare is recorded and the others go on.
+                phase = "probe" if backend is None and isinstance(e, PluginError) else "prepare"
+                failures.append((name, e, phase))
+                self._errors.append(ErrorRecord(source=name, phase=phase, type=type(e).__name__, message=_one_line(e)))
+                if backend is not None:
+                    try:
+                        backend.close()
+                    except Exception:
+                        pass
+                continue
             self._backends[name] = backend
+        if failures and not self._backends:
+            name, e, _ = failures[0]
+            if isinstance(e, PluginError):
+                raise e
+            raise BackendError(f"backend {name!r} failed to prepare: {type(e).__name__}: {e}", plugin=name) from e
+        for name, e, phase in failures:
+            what = "is unavailable" if phase == "probe" else "failed to prepare"
+            warnings.warn(f"backend {name!r} {what} ({type(e).__name__}: {e}); the other backends go on "
+                          f"and the failure is recorded in the result", OmniprofWarning, stacklevel=_user_stacklevel())
 
     def _start_all(self) -> None:
         if not self._backends:
@@ -285,7 +301,7 @@ class Profiler:
             raise BackendError(f"backend {name!r} failed to start: {type(e).__name__}: {e}", plugin=name) from e
         for name, e in failures:
             warnings.warn(f"backend {name!r} failed to start ({type(e).__name__}: {e}); the other backends go on "
-                          f"and the failure is recorded in the result", OmniprofWarning, stacklevel=4)
+                          f"and the failure is recorded in the result", OmniprofWarning, stacklevel=_user_stacklevel())
         for name in self._recording:
             annotations.add_sink(self._backends[name])
 
@@ -355,6 +371,17 @@ class Profiler:
             backend_options={n: _opts_dict(o) for n, o in self._backend_opts.items()},
             start_unix_ns=self._t0_unix_ns, start_ns=self._t0_ns, end_ns=end_ns, label=self.label,
         )
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside omniprof's core."""
+    here = Path(__file__).resolve().parent
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and Path(frame.f_code.co_filename).resolve().parent == here:
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _opts_dict(opts: Any) -> dict[str, Any]:

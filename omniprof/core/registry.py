@@ -98,9 +98,12 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
         extra = "gpu"                         # catalogue only: the pip extra that installs its deps
         summary = "..."                       # catalogue only
     """
+    from omniprof.core.tomlpos import key_lines, line_of
+
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except OSError as e:
         raise ConfigError([f"cannot read plugins file: {e.strerror or e}"], path=str(path)) from e
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -136,7 +139,14 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
                 options = {}
             plugins.append((top, name, target if isinstance(target, str) else "", enabled is not False, options))
     if problems:
-        raise ConfigError(problems, path=str(path))
+        lines = key_lines(text)
+
+        def located(problem: str) -> str:
+            keys = problem.rpartition(" @ $.")[2].split(".") if " @ $." in problem else []
+            line = line_of(lines, keys) if keys else None
+            return f"{path}:{line}: {problem}" if line else f"{path}: {problem}"
+
+        raise ConfigError([located(p) for p in problems], path=str(path))
     return PluginsFile(path=path, plugins=tuple(plugins))
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from omniprof.core.fileio import atomic_open, output_error, unique_path
+from omniprof.core.fileio import AtomicFile, new_dir, output_error
 from omniprof.core.registry import Registry, get_registry, options_for
 from omniprof.core.results import ProfileResult
 from omniprof.errors import OmniprofError, ReporterError
@@ -26,21 +26,31 @@ def make_reporter(name: str, options: Mapping[str, Any] | None = None, registry:
 
 def report(result: ProfileResult, reporter: str = "table", dest: str | os.PathLike[str] | IO[Any] | None = None,
            *, options: Mapping[str, Any] | None = None, registry: Registry | None = None,
-           overwrite: bool = True) -> Path | None:
+           overwrite: bool = False) -> Path | None:
     """Write ``result`` with the reporter called ``reporter``.
+
+    Files are written atomically (a temporary file renamed into place), and an existing file is
+    never replaced unless ``overwrite=True``: the report goes to the first free name beside it
+    (``profile-1.pb.gz``, ...) and that path is returned.
 
     Args:
         result: a :class:`ProfileResult`.
-        reporter: a registered reporter name (``"table"``, ``"json"``, ``"perfetto"``, ...).
+        reporter: a registered reporter name (``"table"``, ``"json"``, ``"pprof"``, ...).
         dest: stream reporters: a text stream (default stdout) or a file path. File and directory
             reporters: a path; an existing directory gets the reporter's default file name inside;
-            None writes the default file name in the current directory, never overwriting another
-            run's file.
+            None writes the default file name in the current directory.
         options: the reporter's options.
-        overwrite: when False, an existing ``dest`` file is kept and a free name beside it is used.
+        overwrite: True replaces an existing ``dest`` file (atomically). False (the default) keeps
+            it and writes to a free name beside it. A directory reporter gets a new directory
+            (``dest-1`` when ``dest`` exists) unless ``overwrite=True``, which writes inside ``dest``.
 
     Returns:
         The path written, or None when written to a stream.
+
+    Raises:
+        OutputError: the output could not be written (disk full, read-only, permission denied);
+            the message is one line naming the path, the reason and the fix.
+        ReporterError: the reporter itself failed.
 
     >>> import omniprof, io
     >>> buf = io.StringIO()
@@ -58,52 +68,71 @@ def report(result: ProfileResult, reporter: str = "table", dest: str | os.PathLi
     except OmniprofError:
         raise
     except OSError as e:
-        raise output_error(getattr(e, "filename", None) or str(dest), e) from e
+        raise output_error(getattr(e, "filename", None) or _dest_name(dest), e) from e
     except Exception as e:
         raise ReporterError(f"reporter {reporter!r} failed: {type(e).__name__}: {e}", plugin=reporter) from e
 
 
-def _target(rep: Any, dest: Any, overwrite: bool) -> Path:
-    default = rep.default_filename or f"{rep.name}.out"
+def _dest_name(dest: Any) -> str:
     if dest is None:
-        return unique_path(Path.cwd() / default)
+        return "<stdout>"
+    if hasattr(dest, "write"):
+        return str(getattr(dest, "name", None) or f"<{type(dest).__name__}>")
+    return os.fspath(dest)
+
+
+def _target(rep: Any, dest: Any) -> Path:
+    default = rep.default_filename or (f"{rep.name}.txt" if rep.output == "stream" else f"{rep.name}.out")
+    if dest is None:
+        return Path.cwd() / default
     path = Path(dest)
-    if path.is_dir() and rep.output != "dir":
-        return unique_path(path / default)
-    if not overwrite or rep.output == "dir":
-        return unique_path(path)
+    # "out/" names a directory even before it exists.
+    as_dir = path.is_dir() or (isinstance(dest, str) and dest.endswith(("/", os.sep)))
+    if as_dir and rep.output != "dir":
+        return path / default
     return path
 
 
+def _to_stream(rep: Any, result: ProfileResult, stream: IO[Any]) -> None:
+    rep.report(result, stream)
+    # Surface a full disk or closed pipe here, as our one-line error, not at interpreter exit.
+    flush = getattr(stream, "flush", None)
+    if flush is not None:
+        try:
+            flush()
+        except OSError as e:
+            raise output_error(_dest_name(stream), e) from e
+
+
 def _write(rep: Any, result: ProfileResult, dest: Any, overwrite: bool) -> Path | None:
-    if rep.output == "stream":
-        if dest is None:
-            rep.report(result, sys.stdout)
-            return None
-        if hasattr(dest, "write"):
-            rep.report(result, dest)
-            return None
-        path = Path(dest)
-        if path.is_dir():
-            path = unique_path(path / (rep.default_filename or f"{rep.name}.txt"))
-        buf = io.StringIO()
-        rep.report(result, buf)
-        with atomic_open(path, "wb") as fh:
-            fh.write(buf.getvalue().encode("utf-8"))
-        return path
     if hasattr(dest, "write"):
         if rep.output == "dir":
             raise ReporterError(f"reporter {rep.name!r} writes a directory; give a path, not a stream", plugin=rep.name)
-        rep.report(result, dest)
+        _to_stream(rep, result, dest)
         return None
-    path = _target(rep, dest, overwrite)
-    if rep.output == "file":
-        with atomic_open(path, "wb") as fh:
+    if rep.output == "stream" and dest is None:
+        _to_stream(rep, result, sys.stdout)
+        return None
+    path = _target(rep, dest)
+    if rep.output == "dir":
+        out = new_dir(path) if not overwrite else _existing_or_new_dir(path)
+        rep.report(result, out)
+        return out
+    f = AtomicFile(path, "wb", overwrite=bool(overwrite))
+    with f as fh:
+        if rep.output == "stream":
+            text = io.TextIOWrapper(fh, encoding="utf-8", newline="", write_through=True)
+            rep.report(result, text)
+            text.flush()
+            text.detach()  # leave fh to AtomicFile
+        else:
             rep.report(result, fh)
-        return path
+    return f.path
+
+
+def _existing_or_new_dir(path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise output_error(path, e) from e
-    rep.report(result, path)
     return path

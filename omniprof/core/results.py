@@ -224,7 +224,8 @@ class CounterSeries:
 class Allocation:
     """One sampled allocation: size, stack, and whether it was still alive at the end.
 
-    ``count`` is how many allocations this record stands for under sampling (1 when exact).
+    ``size_bytes`` is the size of the one allocation recorded; ``count`` is how many allocations
+    it stands for under sampling (1 when exact), so ``size_bytes * count`` estimates the bytes.
     """
 
     t_ns: int
@@ -482,6 +483,8 @@ def load(path: str | os.PathLike[str]) -> ProfileResult:
 
 # -- (un)structuring: explicit, no pickle, no eval ------------------------------------------------
 def _unstructure(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return json_safe(obj)  # "nan"/"inf"/"-inf": JSON has no spelling; float() reads them back
     if attrs.has(type(obj)):
         return {a.name: _unstructure(getattr(obj, a.name)) for a in attrs.fields(type(obj))}
     if isinstance(obj, (tuple, list)):

@@ -13,16 +13,21 @@ The suites are pytest classes: every ``test_*`` method runs against your class. 
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import io
 import json
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
 
 from omniprof.backends.base import SUPPORTED_API_VERSIONS, Backend, BackendContext
+from omniprof.core.options import build_options
+from omniprof.core.profiler import Profiler
+from omniprof.core.registry import KINDS, Registry
 from omniprof.core.results import BackendResult, ProfileResult
-from omniprof.errors import BackendUnavailableError
+from omniprof.errors import BackendUnavailableError, InvalidArgumentError
 from omniprof.reporters.base import Reporter
 from omniprof.testing.fakes import make_result
 
@@ -94,6 +99,115 @@ class BackendConformance:
         b = self._make()
         b.close()
 
+    def test_probe_returns_none_or_says_why(self) -> None:
+        """probe() is a classmethod that returns None or raises BackendUnavailableError with a reason."""
+        try:
+            assert self.backend_cls.probe() is None
+        except BackendUnavailableError as e:
+            assert e.reason.strip(), "BackendUnavailableError needs a reason"
+
+    def test_options_reject_unknown_keys(self) -> None:
+        """Unknown option keys are refused with the nearest valid key, as every omniprof option is."""
+        import pytest
+
+        with pytest.raises(InvalidArgumentError, match="no_such_option_xyz"):
+            build_options(self.backend_cls.Options, {"no_such_option_xyz": 1}, owner=f"backend {self.backend_cls.name!r}")
+
+    def test_leaves_no_threads_running(self, tmp_path: Path) -> None:
+        """After stop() and close() every thread the backend started has ended."""
+        before = {t.ident for t in threading.enumerate()}
+        b = self._make(tmp_path)
+        b.prepare()
+        b.start()
+        self.workload()
+        b.stop()
+        b.close()
+        left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+        assert not left, f"threads still running after close(): {left}"
+
+    def test_counters_and_spans_reference_declared_tracks(self, tmp_path: Path) -> None:
+        """Every counter and instant names a track of the part; counter times and values pair up."""
+        b = self._make(tmp_path)
+        b.prepare()
+        b.start()
+        self.workload()
+        part = b.stop()
+        b.close()
+        track_ids = {t.id for t in part.tracks}
+        for c in part.counters:
+            assert c.track in track_ids, f"counter {c.name!r} on undeclared track {c.track!r}"
+            assert len(c.t_ns) == len(c.values)
+            assert list(c.t_ns) == sorted(c.t_ns), f"counter {c.name!r} times are not sorted"
+        for i in part.instants:
+            assert i.track in track_ids
+
+    def test_times_line_up_with_the_reference_clock(self, tmp_path: Path) -> None:
+        """Shifted by ``clock.offset_ns``, the session bounds, spans, instants and counter samples fall between
+        the reference-clock readings taken just before start() and just after stop() (5 ms slack)."""
+        from omniprof.core.timeline import merge
+
+        b = self._make(tmp_path)
+        b.prepare()
+        before = b.clock.now_ns()
+        b.start()
+        self.workload()
+        part = b.stop()
+        after = b.clock.now_ns()
+        b.close()
+        lo, hi = before - 5_000_000, after + 5_000_000
+        tl = merge(ProfileResult(parts=(part,)))
+        if part.start_ns or part.end_ns:
+            start, end = tl.parts[part.backend]
+            assert lo <= start <= end <= hi, (
+                f"session [{start}, {end}] is outside [{lo}, {hi}] on the reference clock: is clock.offset_ns right?")
+        for s in tl.spans:
+            assert lo <= s.start_ns and s.start_ns + s.dur_ns <= hi, f"span {s.name!r} outside the session"
+        for i in tl.instants:
+            assert lo <= i.t_ns <= hi, f"instant {i.name!r} outside the session"
+        for c in tl.counters:
+            assert all(lo <= t <= hi for t in c.t_ns), f"counter {c.name!r} has samples outside the session"
+
+    def test_annotation_hook_is_none_or_a_context_manager(self, tmp_path: Path) -> None:
+        """annotation() returns None or a context manager that can be entered while recording."""
+        b = self._make(tmp_path)
+        b.prepare()
+        b.start()
+        try:
+            cm = b.annotation("conformance", {"k": 1})
+            if cm is not None:
+                with cm:
+                    self.workload()
+        finally:
+            b.stop()
+            b.close()
+
+    def test_runs_under_the_profiler_through_an_entry_point(self, tmp_path: Path) -> None:
+        """Registered through an entry point, the backend runs under Profiler with a step() in the middle."""
+        reg = _registry_for("backend", self.backend_cls, tmp_path)
+        self._make()  # skips when unavailable
+        opts = self.backend_options()
+        prof = Profiler(backend=self.backend_cls.name, registry=reg, logdir=tmp_path / "logdir",
+                        backend_options={self.backend_cls.name: opts} if opts is not None else None)
+        with prof:
+            self.workload()
+            prof.step()
+            self.workload()
+        part = prof.result.part(self.backend_cls.name)
+        assert not prof.result.errors, prof.result.errors
+        assert part.backend == self.backend_cls.name
+        assert (prof.session_dir / "omniprof.result.json").is_file()
+
+
+def _registry_for(kind: str, cls: type, tmp_path: Path) -> Registry:
+    """A registry holding omniprof's own plugins and ``cls`` under its name, as an installed plugin would be."""
+    group = KINDS[kind]
+    empty = tmp_path / "empty-plugins.toml"
+    empty.write_text("", encoding="utf-8")
+    builtin = [ep for g in KINDS.values() for ep in md.entry_points(group=g)
+               if ep.dist is not None and ep.dist.metadata["Name"] == "omniprof" and ep.name != cls.name]
+    own = md.EntryPoint(name=cls.name, value=f"{cls.__module__}:{cls.__qualname__}", group=group)
+    return Registry(entry_points=[*builtin, own], plugins_file=empty)
+
 
 class ReporterConformance:
     """Checks every reporter must pass, over an empty result and a one-of-each result."""
@@ -135,3 +249,29 @@ class ReporterConformance:
             assert len(out) > 0
         else:
             assert any(p.is_file() and p.stat().st_size > 0 for p in out.rglob("*"))
+
+    def test_output_is_deterministic(self, tmp_path: Path) -> None:
+        """The same result gives the same output twice (stream and file reporters)."""
+        if self.reporter_cls.output == "dir":
+            return
+        first = self._write(make_result(), tmp_path)
+        assert self._write(make_result(), tmp_path) == first
+
+    def test_options_reject_unknown_keys(self) -> None:
+        """Unknown option keys are refused, naming the key."""
+        import pytest
+
+        with pytest.raises(InvalidArgumentError, match="no_such_option_xyz"):
+            build_options(self.reporter_cls.Options, {"no_such_option_xyz": 1},
+                          owner=f"reporter {self.reporter_cls.name!r}")
+
+    def test_runs_through_report_by_name(self, tmp_path: Path) -> None:
+        """Registered through an entry point, omniprof.report(result, name, path) writes a non-empty output."""
+        from omniprof.core.reporting import report
+
+        reg = _registry_for("reporter", self.reporter_cls, tmp_path)
+        dest = tmp_path / "report-out"
+        written = report(make_result(), self.reporter_cls.name, dest, options=self.reporter_options(), registry=reg)
+        assert written is not None and written.exists()
+        files = [written] if written.is_file() else [p for p in written.rglob("*") if p.is_file()]
+        assert files and any(p.stat().st_size > 0 for p in files)

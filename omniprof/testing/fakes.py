@@ -64,10 +64,13 @@ class FakeBackend(Backend):
 
     @attrs.frozen(kw_only=True)
     class Options:
-        """Attributes: fail_at ('', 'prepare', 'start', 'stop'), span_name."""
+        """Attributes: fail_at ('', 'prepare', 'start', 'stop'), span_name, clock_shift_ns (the fake
+        records on its own clock, ``reference - clock_shift_ns``, and reports that offset in its ClockInfo,
+        as a backend with a device clock does)."""
 
         fail_at: str = attrs.field(default="", validator=attrs.validators.in_(["", "prepare", "start", "stop"]))
         span_name: str = "work"
+        clock_shift_ns: int = 0
 
     def __init__(self, options: Any = None, *, context: Any = None) -> None:
         super().__init__(options, context=context)
@@ -84,16 +87,22 @@ class FakeBackend(Backend):
     def prepare(self) -> None:
         self._maybe_fail("prepare")
 
+    def _now(self) -> int:
+        return self.clock.now_ns() - self.options.clock_shift_ns
+
     def start(self) -> None:
         self._maybe_fail("start")
-        self._t0 = self.clock.now_ns()
+        self._t0 = self._now()
 
     def stop(self) -> BackendResult:
         self._maybe_fail("stop")
-        t1 = self.clock.now_ns()
+        t1 = self._now()
         spans = [Span(self.options.span_name, "main", self._t0, t1 - self._t0, category="fake")]
         spans += [Span(n, "main", s, e - s, category="annotation") for n, s, e in self._annotations]
-        return BackendResult(backend=self.name, clock=ClockInfo(name=self.clock.name), start_ns=self._t0, end_ns=t1,
+        return BackendResult(backend=self.name, clock=ClockInfo(name=f"{self.clock.name}-shifted" if self.options.clock_shift_ns
+                                                                else self.clock.name,
+                                                                offset_ns=self.options.clock_shift_ns),
+                             start_ns=self._t0, end_ns=t1,
                              tracks=[Track("main", "main")], spans=spans, metadata={"steps": self._steps})
 
     def close(self) -> None:
@@ -107,9 +116,9 @@ class FakeBackend(Backend):
 
         @contextlib.contextmanager
         def cm() -> Any:
-            s = self.clock.now_ns()
+            s = self._now()
             yield
-            self._annotations.append((name, s, self.clock.now_ns()))
+            self._annotations.append((name, s, self._now()))
 
         return cm()
 

@@ -60,6 +60,9 @@ class CpuOptions:
             ``combine=False`` can tell apart operations on one line (Julia's instruction
             pointers). Off by default: frames on one line are then one frame, which every
             reporter expects.
+        accumulate: keep earlier sessions' samples in the process-wide buffer (Julia's model,
+            ``omniprof.sampler.clear()`` empties it); False empties it when this session starts,
+            so ``max_samples`` is this session's own budget.
     """
 
     interval_s: float = attrs.field(factory=lambda: api.default_interval_s(),
@@ -69,6 +72,7 @@ class CpuOptions:
     native: bool = attrs.field(default=False, validator=v.is_bool)
     max_python_events: int = attrs.field(default=2_000_000, validator=v.int_in_range(1, 2**31 - 1))
     record_offsets: bool = attrs.field(default=False, validator=v.is_bool)
+    accumulate: bool = attrs.field(default=True, validator=v.is_bool)
 
 
 class _SignalTrigger:
@@ -211,6 +215,8 @@ class CpuSamplerBackend(Backend):
         self.engine = engine
         self.sampler = self._own_sampler if self._own_sampler is not None else api.buffer()
         self.sampler.max_samples = opts.max_samples
+        if not opts.accumulate:
+            self.sampler.clear()
 
     def start(self) -> None:
         if not getattr(self, "_prepared", False):

@@ -63,8 +63,8 @@ class Sampler:
         source: the stack source (may be replaced per session by :meth:`begin`).
         clock: ``now_ns()`` provider.
         max_samples: buffer capacity; when full, recording stops, every sample not taken is
-            counted in :attr:`dropped` and one :class:`DataLossWarning` is issued (once per buffer
-            fill, until :meth:`clear`). The program is never stopped.
+            counted in :attr:`dropped` and one :class:`DataLossWarning` is issued (once per
+            session). The program is never stopped.
         tasks: a callable returning ``{thread_id: task}`` (default :func:`current_tasks`).
     """
 
@@ -109,6 +109,7 @@ class Sampler:
         self._t_begin = self.clock.now_ns()
         self._last = {}
         self._debt = {}
+        self.warned = False  # a session that loses samples warns once, even if an earlier one did
         return len(self.t_ns)
 
     def __len__(self) -> int:

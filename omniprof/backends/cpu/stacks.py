@@ -25,8 +25,8 @@ from typing import Any
 
 from omniprof.core.results import Frame
 
-__all__ = ["RawStack", "StackSource", "CodeTable", "python_stacks", "walk", "resolve_stack", "set_root_cut",
-           "GC_KEY", "line_of"]
+__all__ = ["RawStack", "StackSource", "CodeTable", "python_stacks", "walk", "resolve_stack", "resolve_frame",
+           "set_root_cut", "GC_KEY", "line_of"]
 
 RawStack = tuple[Any, ...]
 StackSource = Callable[[], Iterable[tuple[int, RawStack]]]
@@ -174,3 +174,18 @@ def resolve_stack(raw: RawStack, codes: dict[int, CodeType], memo: dict[tuple[An
         frames.append(fr)  # type: ignore[arg-type]
     frames.reverse()
     return frames
+
+
+def resolve_frame(raw: Any) -> Frame:
+    """A ``(code, line_number)`` pair (or a synthetic ``("func@file", line)``) as a portable
+    :class:`Frame`. Kept for other backends that record their own ``(code, line)`` pairs."""
+    if isinstance(raw, Frame):
+        return raw
+    code, line = raw
+    if isinstance(code, CodeType):
+        name = getattr(code, "co_qualname", code.co_name)
+        return Frame(name=name, file=code.co_filename, line=int(line or code.co_firstlineno or 0))
+    if isinstance(code, str):
+        name, _, file = code.partition("@")
+        return Frame(name=name, file=file, line=int(line or 0))
+    return Frame(name=str(code), line=int(line or 0))

@@ -1,0 +1,381 @@
+/*
+ * Sampling allocation tracer for CPython (omniprof backend "memory").
+ *
+ * Installs hooks on the PYMEM_DOMAIN_MEM and PYMEM_DOMAIN_OBJ allocators (and RAW when the GIL is
+ * held). Every allocation is counted exactly (number and bytes); one in about 1/sample_rate is
+ * recorded with its size and Python stack. The choice is a Bernoulli(sample_rate) per allocation,
+ * drawn as a geometric skip count so the common path is one decrement. Frees of recorded pointers
+ * are tracked so the report knows which sampled allocations were still alive at the end.
+ *
+ * Records live in plain C arrays (allocated with the original RAW allocator) and are handed to
+ * Python by take(). Code objects in recorded stacks hold a reference until taken.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+/* 3.11 and 3.12: walk the interpreter's own frames. The public API would materialise a frame
+ * object for every level (allocating inside the allocator hook); this reads them in place. */
+#define OMNIPROF_INTERNAL_FRAMES 1
+#ifndef Py_BUILD_CORE
+#define Py_BUILD_CORE 1
+#endif
+#include <internal/pycore_frame.h>
+#endif
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    uint64_t t_ns;
+    uint64_t size;
+    uint64_t thread_id;
+    uintptr_t ptr;
+    uint32_t frame_start;
+    uint32_t nframes;
+    uint8_t domain;
+    uint8_t freed;
+} Record;
+
+typedef struct {
+    PyObject *code; /* owned reference */
+    int addr;       /* byte offset of the current instruction (line resolved in take()), or -1 - line */
+} FrameRec;
+
+static PyMemAllocatorEx orig_raw, orig_mem, orig_obj;
+static int active = 0;
+static double sample_rate = 0.01;
+static uint64_t max_records = 1000000;
+static uint32_t max_frames = 128;
+static uint64_t countdown = 1;
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+
+static Record *records = NULL;
+static uint64_t nrecords = 0, cap_records = 0;
+static FrameRec *frames = NULL;
+static uint64_t nframes_total = 0, cap_frames = 0;
+
+/* exact counters */
+static uint64_t allocs_seen = 0, bytes_seen = 0, dropped = 0, frees_of_sampled = 0;
+
+/* open-addressing map: sampled live pointer -> record index + 1 (0 = empty, tombstone = UINT64_MAX) */
+static uintptr_t *map_keys = NULL;
+static uint64_t *map_vals = NULL;
+static uint64_t map_cap = 0, map_used = 0;
+
+/* A bit filter in front of the map: nearly every free is of a pointer never sampled, and probing
+ * a large map for each costs a cache miss. The filter is 32 KiB (stays in L1): a clear bit proves
+ * "not sampled". Bits are only set; it is rebuilt from the live entries once enough pops have
+ * happened, so false positives stay near live_entries / 2^18. */
+#define FILTER_BITS 18
+static uint64_t filter[(1u << FILTER_BITS) / 64];
+static uint64_t pops_since_rebuild = 0, live_entries = 0;
+#define FILTER_SLOT(h) (((h) >> 20) & ((1u << FILTER_BITS) - 1))
+#define FILTER_TEST(slot) (filter[(slot) >> 6] & (1ULL << ((slot) & 63)))
+#define FILTER_SET(slot) (filter[(slot) >> 6] |= (1ULL << ((slot) & 63)))
+
+/* Set while we record or take: allocations made by the tracer itself are not traced. MEM and OBJ
+ * hooks run with the GIL held (RAW is not hooked), so one global flag serves every thread. */
+static int in_hook = 0;
+
+static void *raw_malloc(size_t n) { return orig_raw.malloc(orig_raw.ctx, n); }
+static void *raw_realloc(void *p, size_t n) { return orig_raw.realloc(orig_raw.ctx, p, n); }
+static void raw_free(void *p) { orig_raw.free(orig_raw.ctx, p); }
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t rng_next(void) {
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    rng_state = x;
+    return x;
+}
+
+static uint64_t draw_countdown(void) {
+    if (sample_rate >= 1.0) return 1;
+    double u = ((rng_next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0,1) */
+    double k = floor(log(u) / log1p(-sample_rate));
+    if (k > 1e18) k = 1e18;
+    return (uint64_t)k + 1;
+}
+
+static uint64_t hash_ptr(uintptr_t p) {
+    uint64_t x = (uint64_t)p >> 4;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static int map_grow(void) {
+    uint64_t ncap = map_cap ? map_cap * 2 : 1024;
+    uintptr_t *nk = raw_malloc(ncap * sizeof(uintptr_t));
+    uint64_t *nv = raw_malloc(ncap * sizeof(uint64_t));
+    if (!nk || !nv) { if (nk) raw_free(nk); if (nv) raw_free(nv); return -1; }
+    memset(nk, 0, ncap * sizeof(uintptr_t));
+    memset(nv, 0, ncap * sizeof(uint64_t));
+    uint64_t used = 0;
+    for (uint64_t i = 0; i < map_cap; i++) {
+        if (map_keys[i] && map_vals[i] && map_vals[i] != UINT64_MAX) {
+            uint64_t h = hash_ptr(map_keys[i]) & (ncap - 1);
+            while (nk[h]) h = (h + 1) & (ncap - 1);
+            nk[h] = map_keys[i];
+            nv[h] = map_vals[i];
+            used++;
+        }
+    }
+    if (map_keys) raw_free(map_keys);
+    if (map_vals) raw_free(map_vals);
+    map_keys = nk; map_vals = nv; map_cap = ncap; map_used = used;
+    return 0;
+}
+
+static void map_put(uintptr_t key, uint64_t val) {
+    if ((map_used + 1) * 2 > map_cap && map_grow() < 0) return;
+    uint64_t hv = hash_ptr(key);
+    FILTER_SET(FILTER_SLOT(hv));
+    live_entries++;
+    uint64_t h = hv & (map_cap - 1);
+    while (map_keys[h] && map_keys[h] != key) h = (h + 1) & (map_cap - 1);
+    if (!map_keys[h]) map_used++;
+    map_keys[h] = key;
+    map_vals[h] = val;
+}
+
+static void filter_rebuild(void) {
+    memset(filter, 0, sizeof(filter));
+    live_entries = pops_since_rebuild = 0;
+    for (uint64_t i = 0; i < map_cap; i++)
+        if (map_keys[i] && map_vals[i] && map_vals[i] != UINT64_MAX) FILTER_SET(FILTER_SLOT(hash_ptr(map_keys[i])));
+    pops_since_rebuild = 0;
+}
+
+/* remove key; returns record index + 1 or 0 */
+static uint64_t map_pop(uintptr_t key) {
+    if (!map_cap) return 0;
+    uint64_t hv = hash_ptr(key);
+    if (!FILTER_TEST(FILTER_SLOT(hv))) return 0;
+    uint64_t h = hv & (map_cap - 1);
+    while (map_keys[h]) {
+        if (map_keys[h] == key && map_vals[h] != UINT64_MAX) {
+            uint64_t v = map_vals[h];
+            map_vals[h] = UINT64_MAX; /* tombstone keeps probe chains intact */
+            live_entries--;
+            if (++pops_since_rebuild > 2 * live_entries + 4096) filter_rebuild();
+            return v;
+        }
+        h = (h + 1) & (map_cap - 1);
+    }
+    return 0;
+}
+
+static void note_free(void *ptr) {
+    if (!ptr || !map_cap) return;
+    uint64_t v = map_pop((uintptr_t)ptr);
+    if (v) {
+        records[v - 1].freed = 1;
+        frees_of_sampled++;
+    }
+}
+
+static int ensure_capacity(uint32_t want_frames) {
+    if (nrecords >= cap_records) {
+        uint64_t ncap = cap_records ? cap_records * 2 : 4096;
+        if (ncap > max_records) ncap = max_records;
+        Record *n = raw_realloc(records, ncap * sizeof(Record));
+        if (!n) return -1;
+        records = n; cap_records = ncap;
+    }
+    if (nframes_total + want_frames > cap_frames) {
+        uint64_t ncap = cap_frames ? cap_frames * 2 : 65536;
+        while (ncap < nframes_total + want_frames) ncap *= 2;
+        FrameRec *n = raw_realloc(frames, ncap * sizeof(FrameRec));
+        if (!n) return -1;
+        frames = n; cap_frames = ncap;
+    }
+    return 0;
+}
+
+static void record(void *ptr, size_t size, uint8_t domain) {
+    if (nrecords >= max_records) { dropped++; return; }
+    if (ensure_capacity(max_frames) < 0) { dropped++; return; }
+    in_hook = 1;
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    Record *r = &records[nrecords];
+    r->t_ns = now_ns();
+    r->size = size;
+    r->thread_id = (uint64_t)PyThread_get_thread_ident();
+    r->ptr = (uintptr_t)ptr;
+    r->frame_start = (uint32_t)nframes_total;
+    r->nframes = 0;
+    r->domain = domain;
+    r->freed = 0;
+#ifdef OMNIPROF_INTERNAL_FRAMES
+    _PyInterpreterFrame *f = ts ? ts->cframe->current_frame : NULL;
+    while (f && r->nframes < max_frames) {
+        if (!_PyFrame_IsIncomplete(f)
+#if PY_VERSION_HEX >= 0x030C0000
+            && f->owner != FRAME_OWNED_BY_CSTACK
+#endif
+        ) {
+            FrameRec *fr = &frames[nframes_total++];
+            PyCodeObject *co = f->f_code;
+            Py_INCREF(co);
+            fr->code = (PyObject *)co;
+            fr->addr = _PyInterpreterFrame_LASTI(f) * (int)sizeof(_Py_CODEUNIT);
+            r->nframes++;
+        }
+        f = f->previous;
+    }
+#else
+    PyFrameObject *f = ts ? PyThreadState_GetFrame(ts) : NULL; /* new reference */
+    while (f && r->nframes < max_frames) {
+        FrameRec *fr = &frames[nframes_total++];
+        fr->code = (PyObject *)PyFrame_GetCode(f); /* new reference, kept until take() */
+        fr->addr = -1 - PyFrame_GetLineNumber(f);
+        r->nframes++;
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    Py_XDECREF(f);
+#endif
+    nrecords++;
+    map_put((uintptr_t)ptr, nrecords);
+    in_hook = 0;
+}
+
+static inline void on_alloc(void *ptr, size_t size, uint8_t domain) {
+    if (!ptr || in_hook) return;
+    allocs_seen++;
+    bytes_seen += size;
+    if (--countdown == 0) {
+        countdown = draw_countdown();
+        if (domain == 0 && !PyGILState_Check()) return; /* RAW without the GIL: no stack to take */
+        record(ptr, size, domain);
+    }
+}
+
+#define HOOKS(NAME, ORIG, DOMAIN)                                                            \
+    static void *NAME##_malloc(void *ctx, size_t n) {                                       \
+        void *p = ORIG.malloc(ORIG.ctx, n);                                                 \
+        on_alloc(p, n, DOMAIN);                                                             \
+        return p;                                                                           \
+    }                                                                                       \
+    static void *NAME##_calloc(void *ctx, size_t ne, size_t es) {                           \
+        void *p = ORIG.calloc(ORIG.ctx, ne, es);                                            \
+        on_alloc(p, ne * es, DOMAIN);                                                       \
+        return p;                                                                           \
+    }                                                                                       \
+    static void *NAME##_realloc(void *ctx, void *old, size_t n) {                           \
+        void *p = ORIG.realloc(ORIG.ctx, old, n);                                           \
+        if (p) { if (DOMAIN != 0 || PyGILState_Check()) note_free(old); on_alloc(p, n, DOMAIN); } \
+        return p;                                                                           \
+    }                                                                                       \
+    static void NAME##_free(void *ctx, void *p) {                                           \
+        if (DOMAIN != 0 || PyGILState_Check()) note_free(p);                                \
+        ORIG.free(ORIG.ctx, p);                                                             \
+    }
+
+HOOKS(hraw, orig_raw, 0)
+HOOKS(hmem, orig_mem, 1)
+HOOKS(hobj, orig_obj, 2)
+
+static PyMemAllocatorEx hook_raw = {NULL, hraw_malloc, hraw_calloc, hraw_realloc, hraw_free};
+static PyMemAllocatorEx hook_mem = {NULL, hmem_malloc, hmem_calloc, hmem_realloc, hmem_free};
+static PyMemAllocatorEx hook_obj = {NULL, hobj_malloc, hobj_calloc, hobj_realloc, hobj_free};
+
+static void release_frames(uint64_t from, uint64_t to) {
+    for (uint64_t i = from; i < to; i++) Py_XDECREF(frames[i].code);
+}
+
+static PyObject *py_start(PyObject *self, PyObject *args) {
+    double rate;
+    unsigned long long maxrec, seed;
+    unsigned int maxfr;
+    int trace_raw;
+    if (!PyArg_ParseTuple(args, "dKIKp", &rate, &maxrec, &maxfr, &seed, &trace_raw)) return NULL;
+    if (active) { PyErr_SetString(PyExc_RuntimeError, "allocation sampler already running"); return NULL; }
+    if (!(rate > 0.0 && rate <= 1.0)) { PyErr_SetString(PyExc_ValueError, "sample_rate must be in (0, 1]"); return NULL; }
+    sample_rate = rate;
+    max_records = maxrec ? maxrec : 1;
+    max_frames = maxfr ? maxfr : 1;
+    rng_state = seed ? seed : 0x9E3779B97F4A7C15ULL;
+    countdown = draw_countdown();
+    PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &orig_raw);
+    PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &orig_mem);
+    PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &orig_obj);
+    if (trace_raw) PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &hook_raw);
+    PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &hook_mem);
+    PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &hook_obj);
+    active = trace_raw ? 2 : 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_stop(PyObject *self, PyObject *noargs) {
+    if (!active) Py_RETURN_NONE;
+    if (active == 2) PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &orig_raw);
+    PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &orig_mem);
+    PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &orig_obj);
+    active = 0;
+    Py_RETURN_NONE;
+}
+
+/* take() -> (records, stats). records: list of (t_ns, size, thread_id, freed, domain, ((code, line), ...)) root-last */
+static PyObject *py_take(PyObject *self, PyObject *noargs) {
+    int was_active = active;
+    if (was_active) { in_hook = 1; }
+    PyObject *out = PyList_New((Py_ssize_t)nrecords);
+    if (!out) { in_hook = 0; return NULL; }
+    for (uint64_t i = 0; i < nrecords; i++) {
+        Record *r = &records[i];
+        PyObject *stack = PyTuple_New(r->nframes);
+        if (!stack) { Py_DECREF(out); in_hook = 0; return NULL; }
+        for (uint32_t j = 0; j < r->nframes; j++) {
+            FrameRec *fr = &frames[r->frame_start + j];
+            int line = fr->addr < 0 ? -1 - fr->addr : PyCode_Addr2Line((PyCodeObject *)fr->code, fr->addr);
+            PyObject *pair = Py_BuildValue("(Oi)", fr->code, line);
+            if (!pair) { Py_DECREF(stack); Py_DECREF(out); in_hook = 0; return NULL; }
+            PyTuple_SET_ITEM(stack, j, pair);
+        }
+        PyObject *item = Py_BuildValue("(KKKiiN)", (unsigned long long)r->t_ns, (unsigned long long)r->size,
+                                       (unsigned long long)r->thread_id, (int)r->freed, (int)r->domain, stack);
+        if (!item) { Py_DECREF(out); in_hook = 0; return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, item);
+    }
+    PyObject *stats = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "allocations", (unsigned long long)allocs_seen,
+                                    "allocated_bytes", (unsigned long long)bytes_seen, "sampled",
+                                    (unsigned long long)nrecords, "dropped", (unsigned long long)dropped,
+                                    "frees_of_sampled", (unsigned long long)frees_of_sampled);
+    release_frames(0, nframes_total);
+    nrecords = 0;
+    nframes_total = 0;
+    allocs_seen = bytes_seen = dropped = frees_of_sampled = 0;
+    if (map_cap) { memset(map_keys, 0, map_cap * sizeof(uintptr_t)); memset(map_vals, 0, map_cap * sizeof(uint64_t)); map_used = 0; }
+    memset(filter, 0, sizeof(filter));
+    live_entries = pops_since_rebuild = 0;
+    in_hook = 0;
+    if (!stats) { Py_DECREF(out); return NULL; }
+    return Py_BuildValue("(NN)", out, stats);
+}
+
+static PyObject *py_is_active(PyObject *self, PyObject *noargs) { return PyBool_FromLong(active != 0); }
+
+static PyMethodDef methods[] = {
+    {"start", py_start, METH_VARARGS, "start(sample_rate, max_records, max_frames, seed, trace_raw)"},
+    {"stop", py_stop, METH_NOARGS, "stop(): restore the original allocators"},
+    {"take", py_take, METH_NOARGS, "take() -> (records, stats); clears the buffer"},
+    {"is_active", py_is_active, METH_NOARGS, "True while hooks are installed"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_allocsampler", "Sampling allocation tracer.", -1, methods};
+
+PyMODINIT_FUNC PyInit__allocsampler(void) { return PyModule_Create(&moduledef); }

@@ -1,0 +1,130 @@
+"""``omniprof doctor``: what this machine can profile, and why not.
+
+Reports the environment (Python, jax and its devices, the torch build, xprof, the NVIDIA
+libraries), each GPU check with its fix (:mod:`omniprof.backends.cupti.diagnostics`), and every
+registered backend's status from its own ``probe()``. Builds plain data first
+(:func:`run_doctor`), formats second (:func:`format_doctor`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata as md
+import logging
+import os
+import platform
+import sys
+import warnings
+from typing import Any
+
+import attrs
+
+__all__ = ["DoctorReport", "run_doctor", "format_doctor", "environment_facts"]
+
+
+@attrs.frozen
+class DoctorReport:
+    """Attributes: environment ((key, value) pairs), gpu (``Check`` rows), backends (``PluginInfo``)."""
+
+    environment: tuple[tuple[str, str], ...]
+    gpu: tuple[Any, ...]
+    backends: tuple[Any, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"environment": dict(self.environment), "gpu": [attrs.asdict(c) for c in self.gpu],
+                "backends": [attrs.asdict(b) for b in self.backends]}
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return "not installed"
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    loggers = [logging.getLogger(n) for n in ("jax", "jax._src.xla_bridge", "absl")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lvl in zip(loggers, levels):
+            lg.setLevel(lvl)
+
+
+def environment_facts(*, frameworks: bool = True) -> list[tuple[str, str]]:
+    """(key, value) facts. ``frameworks=False`` skips importing jax and torch (slow)."""
+    from omniprof import __version__
+
+    facts = [("omniprof", __version__), ("python", f"{platform.python_version()} ({sys.executable})"),
+             ("platform", platform.platform())]
+    if frameworks:
+        try:
+            with _quiet():
+                import jax
+
+                devs = jax.devices()
+            facts.append(("jax", f"{jax.__version__}, jaxlib {_dist_version('jaxlib')}"))
+            facts.append(("jax devices", ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in devs)))
+        except Exception as e:  # a broken jax install is a fact to report, not a crash
+            facts.append(("jax", f"unavailable ({type(e).__name__}: {e})"))
+        try:
+            with _quiet():
+                import torch
+
+                cuda = torch.version.cuda
+                build = f"CUDA {cuda}" if cuda else ("ROCm " + str(torch.version.hip) if getattr(
+                    torch.version, "hip", None) else "CPU-only")
+                facts.append(("torch", f"{torch.__version__} ({build} build), cuda available: "
+                                       f"{bool(torch.cuda.is_available())}"))
+        except Exception as e:
+            facts.append(("torch", f"unavailable ({type(e).__name__}: {e})"))
+    else:
+        facts.append(("jax", _dist_version("jax")))
+        facts.append(("torch", _dist_version("torch")))
+    facts.append(("xprof", _dist_version("xprof")))
+    facts.append(("nvidia-ml-py", _dist_version("nvidia-ml-py")))
+    facts.append(("cupti-python", _dist_version("cupti-python")))
+    if _dist_version("pynvml") != "not installed":
+        facts.append(("pynvml (deprecated shim)", _dist_version("pynvml") + "; uninstall it: nvidia-ml-py provides "
+                                                                             "the pynvml module"))
+    for var in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "NVTX_INJECTION64_PATH"):
+        if os.environ.get(var):
+            facts.append((var, os.environ[var]))
+    return facts
+
+
+def run_doctor(registry: Any = None, *, frameworks: bool = True) -> DoctorReport:
+    """Collect the environment, the GPU checks and each backend's status (never raises for a broken plugin)."""
+    from omniprof.backends.cupti import diagnostics
+    from omniprof.backends.cupti.backend import adapter_factories
+    from omniprof.core.registry import get_registry
+
+    reg = registry or get_registry()
+    f = adapter_factories()
+    gpu = diagnostics.gpu_checks(f["nvml"], f["cupti"])
+    backends = reg.infos("backend")
+    return DoctorReport(tuple(environment_facts(frameworks=frameworks)), tuple(gpu), tuple(backends))
+
+
+def format_doctor(report: DoctorReport) -> str:
+    lines = ["Environment"]
+    width = max((len(k) for k, _ in report.environment), default=0)
+    lines += [f"  {k.ljust(width)}  {v}" for k, v in report.environment]
+    lines += ["", "NVIDIA GPU checks"]
+    for c in report.gpu:
+        lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+        if not c.ok and c.hint:
+            lines.append(f"         fix: {c.hint}")
+    lines += ["", "Backends"]
+    for b in report.backends:
+        lines.append(f"  {b.name}: {b.status}" + (f" - {b.summary}" if b.status == "ok" and b.summary else ""))
+        if b.reason:
+            lines.append(f"    why: {b.reason}")
+    return "\n".join(lines)

@@ -1,0 +1,351 @@
+"""Weighted stacks from any result, shared by the ``speedscope``, ``pprof`` and ``collapsed`` reporters.
+
+A result holds three kinds of stack-shaped data, and each becomes a list of :class:`StackRecord`
+(root-first frames, a thread or track label, a vector of values):
+
+* ``samples``: stack samples; values ``(1, weight_ns)`` (sample count, wall time).
+* ``spans``: timeline spans. Spans on one track nest into call stacks; each span contributes its
+  *self* time (its duration less its children's). Spans that overlap without nesting (real traces
+  have them) go to an extra lane of the track (:func:`span_lanes`), never dropped or cut.
+* ``allocations``: sampled allocations; values ``(count, bytes, count if alive at the end
+  else 0, bytes if alive else 0)``, pprof's ``alloc_objects, alloc_space, inuse_objects,
+  inuse_space``, where ``bytes = size_bytes * count``: a record is one allocation of
+  ``size_bytes`` standing for ``count`` allocations under sampling.
+
+Everything here is plain data; the reporters only format it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from omniprof.core.results import BackendResult, Frame, ProfileResult, Span
+from omniprof.errors import DataLossWarning, InvalidArgumentError
+
+__all__ = [
+    "SOURCES", "ValueType", "StackRecord", "StackProfile", "Lane", "span_lanes", "stack_profile",
+    "pick_source", "frame_label", "time_zero_ns",
+]
+
+SOURCES = ("auto", "samples", "spans", "allocations")
+
+
+@attrs.frozen
+class ValueType:
+    """What one value of a record measures: pprof's ``(type, unit)``, e.g. ``("wall", "nanoseconds")``."""
+
+    type: str
+    unit: str
+
+
+SAMPLE_TYPES = (ValueType("samples", "count"), ValueType("wall", "nanoseconds"))
+SPAN_TYPES = (ValueType("spans", "count"), ValueType("time", "nanoseconds"))
+ALLOC_TYPES = (ValueType("alloc_objects", "count"), ValueType("alloc_space", "bytes"),
+               ValueType("inuse_objects", "count"), ValueType("inuse_space", "bytes"))
+
+
+@attrs.frozen
+class StackRecord:
+    """One weighted stack.
+
+    Attributes:
+        frames: root first.
+        thread: the thread (samples, allocations) or track lane (spans) it belongs to.
+        values: one per :attr:`StackProfile.value_types`.
+        t_ns: when (on the run's reference clock, relative to :func:`time_zero_ns`), if known.
+        labels: extra string labels (``task``).
+    """
+
+    frames: tuple[Frame, ...]
+    thread: str
+    values: tuple[int, ...]
+    t_ns: int | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
+class StackProfile:
+    """Weighted stacks of one kind of data.
+
+    Attributes:
+        source: ``"samples"``, ``"spans"`` or ``"allocations"``.
+        value_types: what each value of a record measures.
+        default_index: the value most viewers should show first.
+        records: the stacks.
+        period: pprof's period (ns between samples for samples; 1 otherwise).
+        adjustments: counts of what was changed to fit the format: ``"spans_moved_to_overlap_lane"``,
+            ``"negative_weights_set_to_zero"`` (a backend reported a sample with negative weight).
+        skipped: counts of records that could not be used (bad stack ids), also warned about.
+    """
+
+    source: str
+    value_types: tuple[ValueType, ...]
+    default_index: int
+    records: tuple[StackRecord, ...]
+    period: int = 1
+    adjustments: dict[str, int] = attrs.field(factory=dict)
+    skipped: dict[str, int] = attrs.field(factory=dict)
+
+    def totals(self) -> tuple[int, ...]:
+        out = [0] * len(self.value_types)
+        for r in self.records:
+            for i, v in enumerate(r.values):
+                out[i] += v
+        return tuple(out)
+
+
+def time_zero_ns(result: ProfileResult) -> int:
+    """The reference time that speedscope's timelines start from: the run's start, or the
+    earliest time in the result when the metadata has none."""
+    if result.metadata.start_ns:
+        return result.metadata.start_ns
+    times = [p.clock.offset_ns + t for p in result.parts for t in
+             [*(s.start_ns for s in p.spans), *(s.t_ns for s in p.samples), *(a.t_ns for a in p.allocations)]]
+    return min(times) if times else 0
+
+
+def pick_source(result: ProfileResult, source: str) -> str:
+    """``source`` itself, or for ``"auto"`` the first of samples, allocations, spans that has data
+    (samples when the result is empty)."""
+    if source not in SOURCES:
+        raise InvalidArgumentError(f"'source' must be one of {', '.join(SOURCES)} (got {source!r})")
+    if source != "auto":
+        return source
+    for name in ("samples", "allocations", "spans"):
+        if any(getattr(p, name) for p in result.parts):
+            return name
+    return "samples"
+
+
+def frame_label(frame: Frame, fmt: str = "function_file") -> str:
+    """A frame as one line of text: ``name``, ``name (file)`` or ``name (file:line)``.
+
+    Native frames show their module instead of a file; files under the working directory are
+    shown relative to it, others by their file name.
+    """
+    if fmt == "function" or frame.kind == "span":
+        return frame.name or "?"
+    where = _short_path(frame.file) if frame.file else (frame.module or "")
+    if fmt == "function_line" and frame.file and frame.line:
+        where = f"{where}:{frame.line}"
+    return f"{frame.name or '?'} ({where})" if where else (frame.name or "?")
+
+
+def _short_path(path: str) -> str:
+    # Under the working directory: relative to it; elsewhere: the file name (flame-graph boxes
+    # are narrow; the full path is in speedscope's and pprof's own file fields).
+    if not os.path.isabs(path):
+        return path
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return os.path.basename(path)
+    return rel if not rel.startswith("..") else os.path.basename(path)
+
+
+# -- spans ---------------------------------------------------------------------------------------
+@attrs.frozen
+class Lane:
+    """Properly nested spans of one track: ``track`` id, display ``name``, ``index`` (0 for the
+    track's first lane, 1.. for the overlap lanes), spans in start order with their ``depth`` and
+    ``parent`` (index into ``spans``, -1 for top level)."""
+
+    track: str
+    name: str
+    index: int
+    spans: tuple[Span, ...]
+    depth: tuple[int, ...]
+    parent: tuple[int, ...]
+
+
+def span_lanes(part: BackendResult) -> tuple[list[Lane], int]:
+    """Split each track's spans into properly nested lanes.
+
+    Spans sorted by start (longest first on ties) go to the first lane where they nest inside
+    the open span or follow it. A span that starts inside another but ends after it cannot nest
+    there; it goes to the next lane that takes it (a new one if needed). Returns the lanes and
+    how many spans went to an overlap lane.
+    """
+    names = {t.id: t.name for t in part.tracks}
+    by_track: dict[str, list[tuple[int, Span]]] = {}
+    for i, s in enumerate(part.spans):
+        by_track.setdefault(s.track, []).append((i, s))
+    lanes: list[Lane] = []
+    moved = 0
+    order = {tid: i for i, tid in enumerate(names)}
+    for track in sorted(by_track, key=lambda t: (order.get(t, len(order)), t)):
+        spans = sorted(by_track[track], key=lambda p: (p[1].start_ns, -p[1].dur_ns, p[0]))
+        open_stacks: list[list[int]] = []          # per lane: indices (into lane_spans) of open spans
+        lane_spans: list[list[Span]] = []
+        lane_depth: list[list[int]] = []
+        lane_parent: list[list[int]] = []
+        for _, s in spans:
+            for k in range(len(open_stacks) + 1):
+                if k == len(open_stacks):
+                    open_stacks.append([])
+                    lane_spans.append([])
+                    lane_depth.append([])
+                    lane_parent.append([])
+                stack = open_stacks[k]
+                while stack and lane_spans[k][stack[-1]].end_ns <= s.start_ns:
+                    stack.pop()
+                if stack and s.end_ns > lane_spans[k][stack[-1]].end_ns:
+                    continue  # overlaps the open span without nesting: try the next lane
+                if k:
+                    moved += 1
+                lane_parent[k].append(stack[-1] if stack else -1)
+                lane_depth[k].append(len(stack))
+                stack.append(len(lane_spans[k]))
+                lane_spans[k].append(s)
+                break
+        base = names.get(track, track)
+        for k in range(len(lane_spans)):
+            lanes.append(Lane(track, base if k == 0 else f"{base} (overlap {k})", k, tuple(lane_spans[k]),
+                              tuple(lane_depth[k]), tuple(lane_parent[k])))
+    return lanes, moved
+
+
+def _span_frame(s: Span) -> Frame:
+    return Frame(name=s.name, file="", line=0, module=s.category or None, kind="span")
+
+
+def _span_records(part: BackendResult, zero: int) -> tuple[list[StackRecord], int]:
+    lanes, moved = span_lanes(part)
+    out = []
+    frame_cache: dict[tuple[str, str], Frame] = {}
+    for lane in lanes:
+        child_ns = [0] * len(lane.spans)
+        for s, p in zip(lane.spans, lane.parent):
+            if p >= 0:
+                child_ns[p] += s.dur_ns
+        chains: list[tuple[Frame, ...]] = []  # parents come before children: reuse their chain
+        for i, s in enumerate(lane.spans):
+            key = (s.name, s.category)
+            frame = frame_cache.get(key)
+            if frame is None:
+                frame = frame_cache[key] = _span_frame(s)
+            p = lane.parent[i]
+            chain = (chains[p] if p >= 0 else ()) + (frame,)
+            chains.append(chain)
+            # Children on one lane never overlap each other, so this is never negative for valid
+            # data; zero-length or malformed spans are floored at 0 rather than made negative.
+            self_ns = max(0, s.dur_ns - child_ns[i])
+            out.append(StackRecord(chain, lane.name, (1, self_ns), s.start_ns + part.clock.offset_ns - zero))
+    return out, moved
+
+
+# -- samples and allocations ----------------------------------------------------------------------
+def _thread_names(part: BackendResult) -> dict[int, str]:
+    return {t.thread_id: t.name for t in part.threads}
+
+
+def _task_names(part: BackendResult) -> dict[int, str]:
+    return {t.task_id: t.name for t in part.tasks}
+
+
+def _prefix(result: ProfileResult, part: BackendResult, thread: str) -> str:
+    return f"{part.backend}: {thread}" if len(result.parts) > 1 else thread
+
+
+def stack_profile(result: ProfileResult, source: str = "auto", *, aggregate: bool = False,
+                  warn: bool = True) -> StackProfile:
+    """The weighted stacks of ``source`` (``"samples"``, ``"spans"``, ``"allocations"`` or ``"auto"``)
+    across every part of ``result``.
+
+    With ``aggregate``, samples and allocations with the same stack, thread and labels become one
+    record with summed values (what pprof and folded stacks need; much faster on long runs);
+    without it there is one record per sample, in time order (speedscope's timeline).
+    Records whose ``stack_id`` is not in the part's stack table are skipped, counted in
+    ``skipped`` and warned about (:class:`~omniprof.errors.DataLossWarning`).
+    """
+    source = pick_source(result, source)
+    zero = time_zero_ns(result)
+    records: list[StackRecord] = []
+    bad = 0
+    moved = 0
+    negative = 0
+    periods: list[int] = []
+    weights: list[int] = []
+    for part in result.parts:
+        threads = _thread_names(part)
+        n_stacks = len(part.stacks)
+        stack_cache: dict[int, tuple[Frame, ...]] = {}
+        merged: dict[tuple[Any, ...], list[Any]] = {}  # key -> [frames, thread, values, t, labels]
+
+        def add(sid: int, thread: str, values: tuple[int, ...], t: int, labels: tuple[tuple[str, str], ...]) -> None:
+            frames = stack_cache.get(sid)
+            if frames is None:
+                frames = stack_cache[sid] = part.stack_frames(sid)
+            if not aggregate:
+                records.append(StackRecord(frames, thread, values, t, labels))
+                return
+            key = (sid, thread, labels)
+            acc = merged.get(key)
+            if acc is None:
+                merged[key] = [frames, thread, list(values), t, labels]
+            else:
+                vals = acc[2]
+                for i, val in enumerate(values):
+                    vals[i] += val
+
+        if source == "samples":
+            tasks = _task_names(part)
+            over = part.summaries.get("overhead") or {}
+            interval = over.get("interval_s")
+            if isinstance(interval, (int, float)) and interval > 0:
+                periods.append(round(interval * 1e9))
+            names = {tid: _prefix(result, part, n) for tid, n in threads.items()}
+            for smp in sorted(part.samples, key=lambda x: x.t_ns):
+                if not 0 <= smp.stack_id < n_stacks:
+                    bad += 1
+                    continue
+                name = names.get(smp.thread_id) or _prefix(result, part, f"thread {smp.thread_id}")
+                labels = (("task", tasks.get(smp.task_id, f"task {smp.task_id}")),) if smp.task_id is not None else ()
+                weight = smp.weight_ns
+                if weight < 0:  # invalid from the backend; a viewer cannot draw negative time
+                    negative += 1
+                    weight = 0
+                weights.append(weight)
+                add(smp.stack_id, name, (1, weight), smp.t_ns + part.clock.offset_ns - zero, labels)
+        elif source == "allocations":
+            for a in sorted(part.allocations, key=lambda x: x.t_ns):
+                if not 0 <= a.stack_id < n_stacks:
+                    bad += 1
+                    continue
+                name = threads.get(a.thread_id, f"thread {a.thread_id}") if a.thread_id is not None else part.backend
+                live = a.alive_at_end
+                add(a.stack_id, _prefix(result, part, name),
+                    (a.count, a.size_bytes * a.count, a.count if live else 0, a.size_bytes * a.count if live else 0),
+                    a.t_ns + part.clock.offset_ns - zero, ())
+        else:
+            recs, m = _span_records(part, zero)
+            moved += m
+            records.extend(attrs.evolve(r, thread=_prefix(result, part, r.thread)) for r in recs)
+        records.extend(StackRecord(f, th, tuple(vals), t, lab) for f, th, vals, t, lab in merged.values())
+    skipped = {f"{source}_with_unknown_stack": bad} if bad else {}
+    if bad and warn:
+        warnings.warn(f"{bad} {source} refer to stacks missing from the result and were left out of the report",
+                      DataLossWarning, stacklevel=3)
+    if source == "samples":
+        types, default = SAMPLE_TYPES, 1
+        period = _median(periods) or _median(weights) or 1
+    elif source == "allocations":
+        types, default, period = ALLOC_TYPES, 3, 1
+    else:
+        types, default, period = SPAN_TYPES, 1, 1
+    adjustments = {"spans_moved_to_overlap_lane": moved} if moved else {}
+    if negative:
+        adjustments["negative_weights_set_to_zero"] = negative
+    return StackProfile(source, types, default, tuple(records), period, adjustments, skipped)
+
+
+def _median(values: Sequence[int]) -> int:
+    if not values:
+        return 0
+    ordered = sorted(values)
+    return int(ordered[len(ordered) // 2])

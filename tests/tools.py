@@ -1,0 +1,33 @@
+"""Locating the real viewers and validators the tests run (installed by .ci/system-deps).
+
+A missing tool skips the test on a developer's machine and fails it under CI (``CI=true``), where
+.ci/system-deps installs everything: a format check can never silently not run in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE_MODULES = ROOT / ".ci" / "cache" / "npm" / "node_modules"
+
+
+def require(condition: bool, what: str) -> None:
+    if condition:
+        return
+    message = f"{what} is not installed (run .ci/system-deps)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def node_package(name: str) -> Path:
+    """Path of an npm package installed by .ci/system-deps, with node on PATH."""
+    require(shutil.which("node") is not None, "node")
+    pkg = NODE_MODULES / name
+    require(pkg.is_dir(), f"npm package {name}")
+    return pkg

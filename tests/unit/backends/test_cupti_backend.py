@@ -1,0 +1,370 @@
+"""The cupti backend end to end through the Profiler, with fakes behind the NVML/CUPTI adapters."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+import omniprof
+from omniprof import BackendError, BackendUnavailableError, InvalidArgumentError, ProfileOptions
+from omniprof.backends.cupti import CuptiBackend, CuptiOptions
+from omniprof.backends.cupti.cupti_adapter import CuptiLoadError
+from omniprof.backends.cupti.diagnostics import LD_LIBRARY_PATH_HINT, PRIVILEGES_HINT, SUBSCRIBER_HINT
+from omniprof.core.kernels import kernel_stats
+from omniprof.core.options import build_options
+from omniprof.errors import BackendOptionWarning, DataLossWarning
+from omniprof.testing.conformance import BackendConformance
+from omniprof.testing.gpu_fakes import (
+    A100_DEVICE,
+    FakeCupti,
+    FakeNvml,
+    FakePmSampler,
+    records_from_kineto,
+    use_fake_gpu,
+)
+
+_ROOT = Path(__file__).resolve().parents[3]
+_CANDIDATES = (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
+DATA = next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])
+ALEXNET = DATA / "alexnet_cuda_trace.json.gz"
+needs_trace = pytest.mark.skipif(not ALEXNET.exists(), reason=f"real GPU trace not found at {ALEXNET}")
+
+SMALL = [
+    {"kind": "device", "id": 0, "name": "A100", "num_multiprocessors": 108, "num_threads_per_warp": 32,
+     "max_warps_per_multiprocessor": 64, "max_blocks_per_multiprocessor": 32,
+     "max_registers_per_multiprocessor": 65536, "max_shared_memory_per_multiprocessor": 167936,
+     "compute_capability": "8.0"},
+    {"kind": "runtime", "name": "cudaLaunchKernel", "cbid": 211, "start": 100, "end": 900, "process_id": 1,
+     "thread_id": 5, "correlation_id": 1},
+    {"kind": "kernel", "name": "gemm", "start": 1_000, "end": 6_000, "device_id": 0, "context_id": 1, "stream_id": 7,
+     "correlation_id": 1, "grid": [108, 1, 1], "block": [128, 1, 1], "registers_per_thread": 64,
+     "static_shared_memory": 4096, "dynamic_shared_memory": 0, "graph_id": 3, "graph_node_id": 17},
+    {"kind": "driver", "name": "cuLaunchKernel", "cbid": 307, "start": 200, "end": 800, "process_id": 1,
+     "thread_id": 5, "correlation_id": 2},
+    {"kind": "memcpy", "copy_kind": 2, "bytes": 4096, "start": 7_000, "end": 8_000, "device_id": 0, "stream_id": 7,
+     "correlation_id": 3, "graph_node_id": 0},
+    {"kind": "kernel", "name": "other_gpu", "start": 1_000, "end": 2_000, "device_id": 1, "context_id": 2,
+     "stream_id": 9, "correlation_id": 4, "grid": [1, 1, 1], "block": [32, 1, 1], "registers_per_thread": 8,
+     "static_shared_memory": 0, "dynamic_shared_memory": 0, "graph_id": 0, "graph_node_id": 0},
+]
+
+
+def run(options=None, backend_options=None, nvml=None, cupti=None, pm=None, work=None):
+    nvml = nvml or FakeNvml()
+    cupti = cupti if cupti is not None else FakeCupti(SMALL)
+    with use_fake_gpu(nvml=nvml, cupti=cupti, pm=pm):
+        with omniprof.Profiler(backend="cupti", options=options,
+                               backend_options={"cupti": backend_options} if backend_options else None) as prof:
+            if work:
+                work()
+    return prof.result.part("cupti"), nvml, cupti
+
+
+def test_nvml_and_cupti_records_land_on_one_timeline():
+    """A session yields NVML counter series, kernel/memcpy spans on streams and launch flows."""
+    part, nvml, cupti = run()
+    assert {c.name for c in part.counters} >= {"gpu0.gpu_utilization", "gpu0.power", "gpu0.pcie_rx"}
+    kinds = {s.category for s in part.spans}
+    assert {"kernel", "memcpy", "runtime"} <= kinds and "driver" not in {s.args.get("api") for s in part.spans}
+    gemm = next(s for s in part.spans if s.name == "gemm")
+    assert gemm.track == "device:0:stream:7" and gemm.dur_ns == 5_000 and gemm.flow_ids == (1,)
+    assert part.start_ns <= gemm.start_ns <= part.end_ns  # mapped onto the reference clock
+    assert [f.flow_id for f in part.flows] == [1]
+    assert part.table("kernel_stats") is not None
+    assert part.metadata["devices"][0]["name"] == A100_DEVICE["name"]
+    # probe() first (load, subscribe, unsubscribe), then the session
+    assert cupti.calls[:7] == ["load", "subscribe", "unsubscribe", "load", "subscribe", "system_thread_ids",
+                               "register:8388608"]
+    assert "unsubscribe" in cupti.calls and nvml.calls[-1] == "shutdown"
+
+
+def test_device_tracer_level_0_samples_nvml_only():
+    """device_tracer_level=0 never starts CUPTI (only probe() touches it): NVML series only, no spans."""
+    part, _, cupti = run(ProfileOptions(device_tracer_level=0))
+    assert part.counters and not [s for s in part.spans if s.category != "annotation"]
+    assert cupti.calls == ["load", "subscribe", "unsubscribe"]
+
+
+@pytest.mark.parametrize("level, api", [(0, set()), (1, set()), (2, {"runtime"}), (3, {"runtime", "driver"})],
+                         ids=lambda x: str(x))
+def test_host_tracer_level_selects_api_records(level, api):
+    """Level 2 adds CUDA runtime calls and 3 driver calls; 0 and 1 record none."""
+    part, _, cupti = run(ProfileOptions(host_tracer_level=level))
+    assert {k for k in ("runtime", "driver") if f"enable:{k}" in cupti.calls} == api
+    assert {s.args["api"] for s in part.spans if s.category == "runtime"} == api
+
+
+def test_annotations_and_steps_follow_host_tracer_level():
+    """omniprof.annotate ranges are recorded at host_tracer_level >= 1 and not at 0."""
+    def work():
+        with omniprof.annotate("load_batch"):
+            pass
+
+    part, *_ = run(ProfileOptions(host_tracer_level=1), work=work)
+    assert [s.name for s in part.spans if s.category == "annotation"] == ["load_batch"]
+    part0, *_ = run(ProfileOptions(host_tracer_level=0), work=work)
+    assert not [s for s in part0.spans if s.category == "annotation"]
+
+
+def test_activity_cap_drops_are_counted_and_warned():
+    """gpu_max_activity_api_events=1 keeps one device record, counts the others and warns."""
+    with pytest.warns(DataLossWarning, match="gpu_max_activity_api_events=1"):
+        part, *_ = run(ProfileOptions(advanced_configuration={"gpu_max_activity_api_events": 1}))
+    assert len([s for s in part.spans if s.category in ("kernel", "memcpy")]) == 1
+    (loss,) = part.losses
+    assert loss.count == 2 and loss.source == "cupti"  # the 2nd kernel and the memcpy of GPU 0 and 1
+
+
+def test_cupti_dropped_records_reported():
+    """Records CUPTI drops for buffer space come back as a Loss."""
+    with pytest.warns(DataLossWarning):
+        part, *_ = run(cupti=FakeCupti(SMALL, dropped=17))
+    assert [(lo.kind, lo.count) for lo in part.losses] == [("buffer_full", 17)]
+
+
+def test_chips_to_profile_limits_devices():
+    """gpu_num_chips_to_profile_per_task=1 samples and traces GPU 0 only."""
+    nvml = FakeNvml(devices=[A100_DEVICE, A100_DEVICE])
+    part, *_ = run(ProfileOptions(advanced_configuration={"gpu_num_chips_to_profile_per_task": 1}), nvml=nvml)
+    assert {c.name.split(".")[0] for c in part.counters} == {"gpu0"}
+    assert "other_gpu" not in {s.name for s in part.spans}
+    assert part.metadata["filtered_records"] == 1
+    both, *_ = run(nvml=FakeNvml(devices=[A100_DEVICE, A100_DEVICE]))
+    assert {c.name.split(".")[0] for c in both.counters} == {"gpu0", "gpu1"} and "other_gpu" in {
+        s.name for s in both.spans}
+
+
+def test_devices_option_out_of_range_is_rejected():
+    """devices=[3] on a one-GPU machine fails naming the valid indices."""
+    nvml, cupti = FakeNvml(), FakeCupti()
+    with pytest.raises(BackendError, match=r"GPU index\(es\) \[3\].*1 GPU\(s\)") as info:
+        run(backend_options={"devices": [3]}, nvml=nvml, cupti=cupti)
+    assert isinstance(info.value.__cause__, InvalidArgumentError)
+    assert not nvml.initialized and not cupti.subscribed  # released although prepare() failed
+
+
+def test_nvtx_tracking_enables_markers_and_needs_host_level(monkeypatch):
+    """gpu_enable_nvtx_tracking turns marker records on; with host_tracer_level=0 it warns instead."""
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/opt/libcupti.so")
+    nvtx = [{"kind": "marker", "id": 1, "name": "fwd", "domain": "", "flags": 2, "timestamp": 10, "thread_id": 5},
+            {"kind": "marker", "id": 1, "name": "", "domain": "", "flags": 0, "timestamp": 90, "thread_id": 5}]
+    part, _, cupti = run(ProfileOptions(advanced_configuration={"gpu_enable_nvtx_tracking": True}),
+                         cupti=FakeCupti(SMALL + nvtx))
+    assert "enable:marker" in cupti.calls
+    assert [(s.name, s.dur_ns) for s in part.spans if s.category == "nvtx"] == [("fwd", 80)]
+    with pytest.warns(BackendOptionWarning, match="needs host_tracer_level >= 1"):
+        _, _, cupti0 = run(ProfileOptions(host_tracer_level=0,
+                                          advanced_configuration={"gpu_enable_nvtx_tracking": True}))
+    assert "enable:marker" not in cupti0.calls
+
+
+def test_nvtx_without_injection_path_says_how_to_set_it(monkeypatch):
+    """NVTX tracking without NVTX_INJECTION64_PATH warns with the libcupti path to use."""
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    with pytest.warns(BackendOptionWarning, match="set NVTX_INJECTION64_PATH=.*libcupti"):
+        run(ProfileOptions(advanced_configuration={"gpu_enable_nvtx_tracking": True}))
+
+
+def test_graph_trace_enables_graph_records_or_explains_refusal():
+    """gpu_enable_cupti_activity_graph_trace enables graph records; a CUPTI refusal says what to change."""
+    graph = [{"kind": "graph", "graph_id": 3, "start": 0, "end": 50, "device_id": 0, "stream_id": 7,
+              "correlation_id": 9}]
+    opts = ProfileOptions(advanced_configuration={"gpu_enable_cupti_activity_graph_trace": True})
+    part, _, cupti = run(opts, cupti=FakeCupti(SMALL + graph))
+    assert "enable:graph" in cupti.calls
+    assert [s.name for s in part.spans if s.category == "graph"] == ["CUDA graph 3"]
+    with pytest.raises(BackendError, match="record_kernels=false") as info:
+        run(opts, cupti=FakeCupti(SMALL, enable_status={"graph": 14}))
+    assert isinstance(info.value.__cause__, InvalidArgumentError)
+
+
+def test_graph_node_mapping_adds_graph_ids():
+    """gpu_dump_graph_node_mapping puts graph and node ids in kernel args."""
+    part, *_ = run(ProfileOptions(advanced_configuration={"gpu_dump_graph_node_mapping": True}))
+    gemm = next(s for s in part.spans if s.name == "gemm")
+    assert (gemm.args["graph_id"], gemm.args["graph_node_id"]) == (3, 17)
+    plain, *_ = run()
+    assert "graph_id" not in next(s for s in plain.spans if s.name == "gemm").args
+
+
+def test_pm_sampling_series_and_configuration():
+    """PM counters become per-GPU series; interval and buffer reach CUPTI in ns and bytes; overflow is a loss."""
+    made = []
+
+    def pm(device, metrics, interval_ns, buffer_bytes):
+        s = FakePmSampler(device, metrics, interval_ns, buffer_bytes,
+                          samples=[(0, 500, [41.0, 7.0]), (500, 1000, [55.0, 9.0])], overflow=True)
+        made.append(s)
+        return s
+
+    opts = ProfileOptions(advanced_configuration={
+        "gpu_pm_sample_counters": "sm__cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg",
+        "gpu_pm_sample_interval_us": 250, "gpu_pm_sample_buffer_size_per_gpu_mb": 16})
+    with pytest.warns(DataLossWarning, match="PM sampling hardware buffer overflowed"):
+        part, *_ = run(opts, pm=pm)
+    (s,) = made
+    assert (s.interval_ns, s.buffer_bytes, s.state) == (250_000, 16 * 1024 * 1024, "closed")
+    series = {c.name: c for c in part.counters if ".pm." in c.name}
+    assert series["gpu0.pm.sm__cycles_active.avg.pct_of_peak_sustained_elapsed"].values == (41.0, 55.0)
+    assert series["gpu0.pm.dram__throughput.avg"].values == (7.0, 9.0)
+    assert [lo.kind for lo in part.losses] == ["buffer_full"]
+
+
+def test_pm_sampling_unsupported_metrics_are_rejected():
+    """A metric set CUPTI cannot sample is an InvalidArgumentError naming the counters."""
+    def pm(*a):
+        return FakePmSampler(*a, start_error=ValueError("cannot be collected in a single pass"))
+
+    opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b,c__d"})
+    with pytest.raises(BackendError, match="gpu_pm_sample_counters='a__b,c__d'.*single pass") as info:
+        run(opts, pm=pm)
+    assert isinstance(info.value.__cause__, InvalidArgumentError)
+
+
+def test_device_level_0_warns_about_ignored_gpu_keys():
+    """GPU keys that need CUPTI warn when device_tracer_level=0 turns CUPTI off."""
+    opts = ProfileOptions(device_tracer_level=0, advanced_configuration={"gpu_pm_sample_counters": "a__b"})
+    with pytest.warns(BackendOptionWarning, match="gpu_pm_sample_counters has no effect"):
+        run(opts)
+
+
+def test_python_tracer_level_is_refused_visibly():
+    """python_tracer_level=1 is not supported and says so."""
+    with pytest.warns(BackendOptionWarning, match="python_tracer_level=1"):
+        run(ProfileOptions(python_tracer_level=1))
+
+
+@pytest.mark.parametrize("cupti, match, hint", [
+    (FakeCupti(subscribe_status=39), "another CUPTI subscriber", SUBSCRIBER_HINT),
+    (FakeCupti(enable_status={"kernel": 35}), "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES", PRIVILEGES_HINT),
+    (FakeCupti(load_error=CuptiLoadError("cupti", "libcupti.so.13: cannot open shared object file")),
+     "libcupti.so could not be loaded", LD_LIBRARY_PATH_HINT),
+], ids=["subscriber", "privileges", "libcupti"])
+def test_cupti_failures_explain_the_fix(cupti, match, hint):
+    """Each CUPTI failure is a BackendUnavailableError naming the cause and the documented remedy."""
+    with pytest.raises((BackendUnavailableError, BackendError), match=match) as info:
+        run(cupti=cupti)
+    err = info.value if isinstance(info.value, BackendUnavailableError) else info.value.__cause__
+    assert isinstance(err, BackendUnavailableError) and err.hint == hint
+    assert not cupti.subscribed and not cupti.enabled  # nothing left attached
+
+
+@pytest.mark.parametrize("code, match", [(12, "no NVIDIA driver"), (9, "kernel driver is not loaded"),
+                                         (4, "no permission")])
+def test_probe_explains_nvml_failures(code, match):
+    """probe() says why NVML is unusable: no driver, driver not loaded, no permission."""
+    with use_fake_gpu(nvml=FakeNvml(init_error=code)):
+        with pytest.raises(BackendUnavailableError, match=match):
+            CuptiBackend.probe()
+
+
+def test_probe_passes_and_releases_cupti_when_all_is_well():
+    """probe() on a working (fake) GPU raises nothing and leaves no subscriber behind."""
+    cupti = FakeCupti()
+    with use_fake_gpu(nvml=FakeNvml(), cupti=cupti):
+        CuptiBackend.probe()
+    assert cupti.calls == ["load", "subscribe", "unsubscribe"] and not cupti.subscribed
+
+
+def test_probe_without_gpus():
+    """NVML with zero devices: 'found no NVIDIA GPU'."""
+    with use_fake_gpu(nvml=FakeNvml(devices=[])):
+        with pytest.raises(BackendUnavailableError, match="found no NVIDIA GPU"):
+            CuptiBackend.probe()
+
+
+def test_real_probe_here_gives_a_reason():
+    """On this machine the real probe either passes (a GPU) or names a cause with a fix."""
+    try:
+        CuptiBackend.probe()
+    except BackendUnavailableError as e:
+        assert e.reason and e.hint and e.plugin == "cupti"
+
+
+def test_options_are_validated_with_clear_messages():
+    """Bad options name the key, the value and what is allowed; config lists become tuples."""
+    with pytest.raises(InvalidArgumentError, match=r"'nvml_interval_s' must be > 0.0 \(got 0\)"):
+        CuptiOptions(nvml_interval_s=0)
+    with pytest.raises(InvalidArgumentError, match="unknown metric 'powr'; did you mean 'power'"):
+        CuptiOptions(nvml_metrics=["powr"])
+    with pytest.raises(InvalidArgumentError, match="distinct GPU indices"):
+        CuptiOptions(devices=[0, 0])
+    with pytest.raises(InvalidArgumentError, match="did you mean 'record_kernels'"):
+        build_options(CuptiOptions, {"record_kernel": False}, owner="backend 'cupti'")
+    o = build_options(CuptiOptions, {"nvml_metrics": ["power"], "devices": [1]}, owner="backend 'cupti'")
+    assert o.nvml_metrics == ("power",) and o.devices == (1,)
+
+
+def test_record_options_choose_activity_kinds():
+    """record_kernels/memcpy/memset/sync switch CUPTI kinds off; nvml_metrics limits NVML series."""
+    part, _, cupti = run(backend_options={"record_kernels": False, "record_memset": False, "record_sync": False,
+                                          "record_overhead": False, "nvml_metrics": ["power"]})
+    enabled = {c.split(":")[1] for c in cupti.calls if c.startswith("enable:")}
+    assert enabled == {"memcpy", "runtime"}
+    assert {c.name for c in part.counters} == {"gpu0.power"}
+    assert not [s for s in part.spans if s.category == "kernel"]
+
+
+def test_result_round_trips_through_json():
+    """The result with NVML and CUPTI data saves and loads back equal."""
+    with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(SMALL)):
+        with omniprof.Profiler(backend="cupti") as prof:
+            pass
+    r = prof.result
+    assert omniprof.ProfileResult.from_dict(json.loads(r.to_json())) == r
+
+
+def test_cupti_joins_the_cpu_backend_on_one_timeline():
+    """backend=['cpu', 'cupti'] runs both; CUDA calls (OS thread ids) land on the sampler's thread tracks."""
+    import threading
+
+    recs = [dict(r, thread_id=threading.get_native_id()) if r["kind"] == "runtime" else r for r in SMALL]
+    with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(recs)):
+        with omniprof.Profiler(backend=["cpu", "cupti"]) as prof:
+            sum(i * i for i in range(50_000))
+    r = prof.result
+    cpu_tracks = {t.id for t in r.part("cpu").tracks}
+    runtime = [s for s in r.part("cupti").spans if s.category == "runtime"]
+    assert runtime and runtime[0].track in cpu_tracks
+
+
+@needs_trace
+def test_replayed_alexnet_trace_gives_seed_kernel_table():
+    """Replaying AlexNet's real A100 records gives the kernel table of the seed, matching the raw trace."""
+    raw = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+    kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]
+    part, *_ = run(cupti=FakeCupti(records_from_kineto(ALEXNET)))
+    rows = part.table("kernel_stats").records()
+    assert sum(r["occurrences"] for r in rows) == len(kernels) == 79
+    assert sum(r["total_ns"] for r in rows) == sum(int(round(e["dur"] * 1000)) for e in kernels)
+    configs = {(e["name"], ",".join(map(str, e["args"]["block"])), ",".join(map(str, e["args"]["grid"])),
+                e["args"]["shared memory"]) for e in kernels}
+    assert len(rows) == len(configs)
+    top = rows[0]
+    assert top["kernel_name"] == "ampere_sgemm_32x32_sliced1x4_tn" and top["occurrences"] == 4
+    assert top["min_ns"] <= top["avg_ns"] <= top["max_ns"] and top["static_shared_memory_bytes"] == 32768
+    tc = {r["kernel_name"] for r in rows if r["tensor_core"]}
+    assert tc and all("xmma" in n for n in tc)
+    assert all(r["occupancy_pct"] is not None for r in rows)
+    host = {e["args"].get("correlation") for e in raw["traceEvents"] if e.get("cat") == "cuda_runtime"}
+    gpu = {e["args"].get("correlation") for e in raw["traceEvents"]
+           if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    assert len(part.flows) == len((host & gpu) - {None, 0}) > 0
+    assert kernel_stats(part.spans) == rows
+
+
+class TestCuptiConformance(BackendConformance):
+    """The shared backend conformance suite, with fakes behind the adapters."""
+
+    backend_cls = CuptiBackend
+
+    @pytest.fixture(autouse=True)
+    def _fake_gpu(self):
+        with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(SMALL)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DataLossWarning)
+                yield

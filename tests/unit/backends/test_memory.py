@@ -1,0 +1,271 @@
+"""Backend `memory`: allocation sampling with stacks, reports, heap snapshots in DevTools' format."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import pytest
+
+import omniprof
+from omniprof.backends.memory.backend import native_available
+from omniprof.backends.memory.heapsnapshot import NF, assemble_snapshot, take_heap_snapshot
+from omniprof.backends.memory.report import flat_rows, tree_rows
+from omniprof.errors import DataLossWarning, InvalidArgumentError
+from tests.tools import NODE_MODULES, ROOT, node_package
+
+needs_native = pytest.mark.skipif(not native_available(), reason="the _allocsampler extension was not built")
+
+
+def make_blobs(n, size):
+    return [bytearray(size) for _ in range(n)]
+
+
+def churn(n):
+    for _ in range(n):
+        bytearray(50_000)
+
+
+@needs_native
+def test_every_allocation_recorded_at_rate_one():
+    """With sample_rate=1 every large allocation is recorded at its site, with its size and liveness."""
+    with omniprof.allocs.profile(sample_rate=1.0) as prof:
+        kept = make_blobs(40, 100_000)
+        churn(25)
+    part = prof.result.part("memory")
+    big = [a for a in part.allocations if a.size_bytes >= 100_000]
+    sites = {part.frames[part.stacks[a.stack_id][-1]].name for a in big}
+    assert "make_blobs.<locals>.<listcomp>" in sites or "<listcomp>" in sites
+    kept_allocs = [a for a in big if a.size_bytes < 50_000 * 3 and a.alive_at_end]
+    assert len(kept_allocs) >= 40
+    churned = [a for a in part.allocations if 50_000 <= a.size_bytes < 60_000]
+    assert len(churned) >= 25 and not any(a.alive_at_end for a in churned)
+    assert all(a.count == 1 for a in part.allocations)
+    summary = part.summaries["memory"]
+    assert summary["engine"] == "native" and summary["allocations"] >= 65
+    assert summary["allocated_bytes"] >= 40 * 100_000 + 25 * 50_000
+    del kept
+
+
+@needs_native
+def test_sampling_rate_is_honoured():
+    """At sample_rate=0.1, about a tenth of allocations are recorded, each standing for 10."""
+    with omniprof.allocs.profile(sample_rate=0.1, seed=7) as prof:
+        junk = [str(i) * 3 for i in range(100_000)]
+    part = prof.result.part("memory")
+    s = part.summaries["memory"]
+    frac = s["sampled_allocations"] / s["allocations"]
+    assert 0.09 < frac < 0.11
+    assert {a.count for a in part.allocations} == {10}
+    est = sum(a.count for a in part.allocations)
+    assert abs(est - s["allocations"]) / s["allocations"] < 0.1
+    del junk
+
+
+@needs_native
+def test_buffer_full_is_counted_and_warned():
+    """A full allocation buffer stops recording, counts what it dropped and warns once."""
+    with pytest.warns(DataLossWarning, match="not recorded"):
+        with omniprof.allocs.profile(sample_rate=1.0, max_allocations=10) as prof:
+            make_blobs(100, 10)
+    part = prof.result.part("memory")
+    assert len(part.allocations) == 10
+    assert part.losses[0].kind == "allocations_dropped" and part.losses[0].count >= 90
+
+
+def test_tracemalloc_engine_finds_leak_candidates():
+    """The tracemalloc engine keeps the allocations alive at the end, with exact peak/current memory."""
+    with omniprof.allocs.profile(sample_rate=1.0, engine="tracemalloc") as prof:
+        kept = make_blobs(5, 200_000)
+        churn(3)
+    part = prof.result.part("memory")
+    assert part.summaries["memory"]["engine"] == "tracemalloc"
+    assert part.summaries["memory"]["traced_peak_bytes"] >= 5 * 200_000
+    leaks = part.table("leak_candidates").records()
+    assert leaks and leaks[0]["alive_bytes"] >= 5 * 200_000
+    assert all(a.alive_at_end for a in part.allocations)
+    del kept
+
+
+@needs_native
+def test_reports_by_bytes_and_count():
+    """Flat and tree rows weight by bytes or count; tables name the largest and the leak candidates."""
+    with omniprof.allocs.profile(sample_rate=1.0) as prof:
+        kept = make_blobs(30, 64_000)
+    part = prof.result.part("memory")
+    by_bytes = flat_rows(part, "bytes")
+    assert by_bytes[0]["bytes"] >= 30 * 64_000 and by_bytes[0]["alive_bytes"] >= 30 * 64_000
+    by_count = flat_rows(part, "count")
+    assert sum(r["count"] for r in by_count) == sum(a.count for a in part.allocations)
+    tree = tree_rows(part, "bytes")
+    assert tree[0]["depth"] == 0 and any("make_blobs" in r["function"] for r in tree)
+    largest = part.table("largest_allocations").records()
+    assert largest[0]["size_bytes"] >= 64_000
+    out = []
+
+    class W:
+        def write(self, s):
+            out.append(s)
+
+        def isatty(self):
+            return False
+
+    omniprof.allocs.print(prof.result, format="tree", by="count", cols=80, io_=W())
+    assert all(len(line) <= 80 for line in "".join(out).splitlines())
+    assert omniprof.allocs.fetch() is prof.result
+    del kept
+
+
+def test_options_validated():
+    """sample_rate outside (0, 1] and unknown options are rejected with clear messages."""
+    for bad in (0.0, 1.5, -0.1):
+        with pytest.raises(InvalidArgumentError, match="'sample_rate' must be"):
+            omniprof.Profiler(backend="memory", backend_options={"memory": {"sample_rate": bad}})
+    with pytest.raises(InvalidArgumentError, match="did you mean 'sample_rate'"):
+        omniprof.Profiler(backend="memory", backend_options={"memory": {"sample_rte": 0.1}})
+
+
+@needs_native
+def test_result_round_trips_and_validates(tmp_path):
+    """A memory result saves and loads exactly and validates against the JSON Schema."""
+    import jsonschema
+
+    with omniprof.allocs.profile(sample_rate=0.5) as prof:
+        make_blobs(10, 1000)
+    r = prof.result
+    assert omniprof.load(r.save(tmp_path / "m.json")) == r
+    schema = json.loads((ROOT / "docs" / "schema" / "profile-result.schema.json").read_text())
+    jsonschema.validate(json.loads(r.to_json()), schema)
+
+
+CHILD = """
+import sys
+sys.path.insert(0, {root!r})
+from omniprof.backends.memory.heapsnapshot import take_heap_snapshot
+
+class Gadget:
+    def __init__(self, i):
+        self.payload = [i, "gadget-%d" % i]
+        self.label = "g"
+
+gadgets = [Gadget(i) for i in range({n})]
+take_heap_snapshot({path!r}, streaming={streaming}, all_one={all_one})
+"""
+
+
+def snapshot_in_child(path, *, streaming=False, all_one=False, n=7):
+    """Take a snapshot in a small child process (a known, small heap) and return the file's path."""
+    code = CHILD.format(root=str(ROOT), n=n, path=str(path), streaming=streaming, all_one=all_one)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    return path
+
+
+def _check_structure(doc):
+    snap = doc["snapshot"]
+    nodes, edges, strings = doc["nodes"], doc["edges"], doc["strings"]
+    assert len(nodes) == snap["node_count"] * NF
+    assert len(edges) == snap["edge_count"] * 3
+    assert sum(nodes[i + 4] for i in range(0, len(nodes), NF)) == snap["edge_count"]
+    assert all(0 <= nodes[i + 1] < len(strings) for i in range(0, len(nodes), NF))
+    for i in range(0, len(edges), 3):
+        assert edges[i + 2] % NF == 0 and 0 <= edges[i + 2] < len(nodes)
+        if edges[i] not in (1, 4):
+            assert 0 <= edges[i + 1] < len(strings)
+    assert strings[nodes[1]] == "(Python roots)"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_heap_snapshot_structure(tmp_path, streaming):
+    """The snapshot is a consistent V8 heap snapshot: counts, offsets, names; instances named by class."""
+    path = snapshot_in_child(tmp_path / "h.heapsnapshot", streaming=streaming)
+    doc = json.loads(path.read_text())
+    _check_structure(doc)
+    nodes, edges, strings = doc["nodes"], doc["edges"], doc["strings"]
+    gadget_nodes = [i for i in range(0, len(nodes), NF) if strings[nodes[i + 1]] == "Gadget" and nodes[i] == 3]
+    assert len(gadget_nodes) == 7
+    # each Gadget has a property edge "payload" to a list node
+    starts, pos = {}, 0
+    for i in range(0, len(nodes), NF):
+        starts[i] = pos
+        pos += nodes[i + 4] * 3
+    g = gadget_nodes[0]
+    names = {strings[edges[e + 1]]: edges[e + 2] for e in range(starts[g], starts[g] + nodes[g + 4] * 3, 3)
+             if edges[e] == 2}
+    assert "payload" in names and strings[nodes[names["payload"] + 1]] == "list"
+    assert not list(tmp_path.glob("h.heapsnapshot.*"))  # streaming parts removed once assembled
+
+
+def test_all_one_counts_objects(tmp_path):
+    """all_one=True gives every node size 1."""
+    doc = json.loads(snapshot_in_child(tmp_path / "h.heapsnapshot", all_one=True).read_text())
+    sizes = {doc["nodes"][i + 3] for i in range(0, len(doc["nodes"]), NF)}
+    assert sizes <= {0, 1}
+
+
+def test_assemble_parts_of_a_killed_process(tmp_path):
+    """A process killed mid-snapshot leaves parts that still assemble into a loadable snapshot."""
+    prefix = tmp_path / "dead.heapsnapshot"
+    code = textwrap.dedent(f"""
+        import sys, os
+        sys.path.insert(0, {str(ROOT)!r})
+        big = [{{"k": [str(i), i, (i, str(i))]}} for i in range(400_000)]
+        from omniprof.backends.memory.heapsnapshot import _stream_parts
+        print("start", flush=True)
+        _stream_parts({str(prefix)!r}, False)
+        print("done", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "start"
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            edges = prefix.with_name(prefix.name + ".edges")
+            if edges.exists() and edges.stat().st_size > 2_000_000:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+        proc.stdout.close()
+    assert not prefix.with_name(prefix.name + ".metadata.json").exists()
+    out = tmp_path / "joined.heapsnapshot"
+    counts = assemble_snapshot(prefix, out)
+    assert counts["complete"] == 0 and counts["nodes"] > 1000
+    _check_structure(json.loads(out.read_text()))
+
+
+def test_snapshot_loads_in_devtools_loader(tmp_path):
+    """Chromium DevTools' own snapshot loader (heap-snapshot-toolkit) reads ours: same nodes, our classes."""
+    node_package("heap-snapshot-toolkit")
+    for streaming in (False, True):
+        path = snapshot_in_child(tmp_path / f"d{int(streaming)}.heapsnapshot", streaming=streaming, n=11)
+        ours = json.loads(path.read_text())["snapshot"]["node_count"]
+        proc = subprocess.run(["node", str(ROOT / "tests" / "tools" / "heapsnapshot_check.mjs"), str(path), "Gadget"],
+                              capture_output=True, text=True, env={**os.environ, "OMNIPROF_NODE_MODULES": str(NODE_MODULES)},
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads(proc.stdout)
+        assert got["nodeCount"] == ours
+        assert got["classes"]["Gadget"]["count"] == 11
+
+
+def test_snapshot_excludes_its_own_bookkeeping(tmp_path):
+    """The snapshot's own node and edge arrays are not part of the graph it describes."""
+    doc = json.loads(snapshot_in_child(tmp_path / "self.heapsnapshot").read_text())
+    n = doc["snapshot"]["node_count"]
+    # Were the node array in the graph, one node would hold 7 * node_count element edges.
+    assert max(doc["nodes"][i + 4] for i in range(0, len(doc["nodes"]), NF)) < n
+
+
+def test_profile_results_warn_nothing_by_default():
+    """A normal memory session issues no warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with omniprof.Profiler(backend="memory"):
+            make_blobs(3, 10)

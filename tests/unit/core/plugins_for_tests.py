@@ -1,0 +1,79 @@
+"""Plugins used by the tests through fake entry points (never imported directly by tests)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from omniprof.backends.base import Backend
+from omniprof.core.results import BackendResult
+from omniprof.reporters.base import Reporter
+from omniprof.testing.fakes import FakeBackend
+
+
+class FailingStartBackend(FakeBackend):
+    name: ClassVar[str] = "fake2"
+
+    def start(self) -> None:
+        raise RuntimeError("device busy")
+
+
+class FailingStopBackend(FakeBackend):
+    name: ClassVar[str] = "fake2"
+
+    def stop(self) -> BackendResult:
+        raise RuntimeError("lost connection")
+
+
+class WrongApiBackend(FakeBackend):
+    name: ClassVar[str] = "wrongapi"
+    api_version: ClassVar[int] = 99
+
+
+class MissingStopBackend(Backend):
+    name: ClassVar[str] = "nostop"
+
+    def start(self) -> None:
+        pass
+
+
+class MisnamedBackend(FakeBackend):
+    name: ClassVar[str] = "othername"
+
+
+class NotABackend:
+    name = "notabackend"
+
+
+class BadOutputReporter(Reporter):
+    name: ClassVar[str] = "badoutput"
+    output = "printer"  # type: ignore[assignment]
+
+    @attrs.frozen
+    class Options:
+        pass
+
+    def report(self, result, dest):
+        pass
+
+
+class ProbeCrashBackend(FakeBackend):
+    name: ClassVar[str] = "probecrash"
+
+    @classmethod
+    def probe(cls) -> None:
+        raise KeyError("oops")
+
+
+class UnavailableBackend(FakeBackend):
+    name: ClassVar[str] = "unavail"
+
+    @classmethod
+    def probe(cls) -> None:
+        from omniprof.errors import BackendUnavailableError
+
+        raise BackendUnavailableError("no widget attached", "plug in a widget")
+
+
+raise_on_import = None

@@ -1,0 +1,121 @@
+"""omniprof.core.diff: function, op and kernel tables compared; what counts as a regression."""
+
+from __future__ import annotations
+
+import pytest
+
+from omniprof import InvalidArgumentError
+from omniprof.core.diff import TOTAL_KEY, diff, format_diff
+from omniprof.core.kernels import kernel_stats_table
+from omniprof.core.results import BackendResult, Frame, ProfileResult, Span, StackSample, Table
+from omniprof.testing import make_result
+
+
+def sampled(weights: dict[str, int]) -> ProfileResult:
+    """A cpu part whose samples end in the named functions (one sample each, weight in ns), under main."""
+    frames = [Frame("main", "app.py", 1)] + [Frame(n, "app.py", 10 + i) for i, n in enumerate(weights)]
+    stacks = [(0, i + 1) for i in range(len(weights))]
+    samples = [StackSample(i, 1, i, w) for i, w in enumerate(weights.values())]
+    return ProfileResult(parts=(BackendResult(backend="cpu", frames=frames, stacks=stacks, samples=samples),))
+
+
+def ops(rows: dict[str, int], backend: str = "xla") -> ProfileResult:
+    t = Table("op_stats", ("name", "count", "total_ns"), [(n, 1, v) for n, v in rows.items()])
+    return ProfileResult(parts=(BackendResult(backend=backend, tables=(t,)),))
+
+
+def rows_by_key(d, table="op_stats"):
+    t = next(t for t in d.tables if t.name == table)
+    return {r.key: r for r in t.rows}
+
+
+def test_identical_results_have_no_regression():
+    """A result compared with itself: every row 'same', zero deltas, nothing regressed."""
+    d = diff(make_result(), make_result())
+    assert d.regressions == []
+    assert all(r.status == "same" and r.delta_ns == 0 for t in d.tables for r in t.rows)
+
+
+def test_function_self_times_and_shares_are_compared():
+    """Sampled functions compare by self time; shares and share deltas come from each run's total."""
+    d = diff(sampled({"f": 600, "g": 400}), sampled({"f": 600, "g": 1400}))
+    rows = rows_by_key(d, "functions")
+    g = rows["g  app.py"]
+    assert (g.a_ns, g.b_ns, g.delta_ns, g.delta_pct) == (400, 1400, 1000, 250.0)
+    assert (round(g.a_share_pct), round(g.b_share_pct)) == (40, 70)
+    assert g.regressed and not rows["f  app.py"].regressed
+    assert rows[TOTAL_KEY].a_ns == 1000 and rows[TOTAL_KEY].b_ns == 2000 and rows[TOTAL_KEY].regressed
+    assert rows["main  app.py"].a_ns == 0  # main has no self time
+
+
+def test_threshold_decides_regression():
+    """A 30% growth regresses at threshold 10 and not at threshold 50."""
+    a, b = ops({"dot": 1000}), ops({"dot": 1300})
+    assert rows_by_key(diff(a, b, threshold_pct=10))["dot"].regressed
+    assert not rows_by_key(diff(a, b, threshold_pct=50))["dot"].regressed
+
+
+def test_small_entries_are_noise_below_min_share():
+    """An entry that doubles but holds under min_share_pct of the table does not regress."""
+    a = ops({"big": 100_000, "tiny": 100})
+    b = ops({"big": 100_000, "tiny": 200})
+    assert not rows_by_key(diff(a, b, min_share_pct=1.0))["tiny"].regressed
+    assert rows_by_key(diff(a, b, min_share_pct=0.0))["tiny"].regressed
+
+
+def test_new_and_vanished_entries():
+    """New entries regress when large enough; vanished entries never regress."""
+    d = diff(ops({"dot": 1000, "old": 500}), ops({"dot": 1000, "conv": 400}))
+    rows = rows_by_key(d)
+    assert rows["conv"].status == "new" and rows["conv"].regressed and rows["conv"].delta_pct is None
+    assert rows["old"].status == "vanished" and not rows["old"].regressed
+    assert not diff(ops({"dot": 1000}), ops({"dot": 1000, "conv": 1}), min_share_pct=1.0).regressions
+
+
+def test_kernel_stats_compared_by_kernel_name():
+    """kernel_stats tables compare total_ns per kernel name (launch configs summed)."""
+    def part(durs):
+        spans = [Span("gemm", "s", i * 100, d, "kernel", {"block": [b, 1, 1]}) for i, (d, b) in enumerate(durs)]
+        return ProfileResult(parts=(BackendResult(backend="cupti", tables=(kernel_stats_table(spans),)),))
+    d = diff(part([(100, 128), (100, 256)]), part([(150, 128), (150, 256)]))
+    t = next(t for t in d.tables if t.name == "kernel_stats")
+    assert t.time_column == "total_ns"
+    gemm = {r.key: r for r in t.rows}["gemm"]
+    assert (gemm.a_ns, gemm.b_ns, gemm.regressed) == (200, 300, True)
+
+
+def test_tables_that_cannot_be_compared_are_listed():
+    """A table only in one result, or a backend only in one, is named in `skipped`, never silently dropped."""
+    a = ops({"dot": 1})
+    b = ProfileResult(parts=(BackendResult(backend="xla", tables=(Table("hlo_stats", ("name", "total_ns"), [("x", 1)]),)),
+                             BackendResult(backend="torch")))
+    d = diff(a, b)
+    assert d.tables == ()
+    assert set(d.skipped) == {"xla/op_stats: only in A", "xla/hlo_stats: only in B", "backend torch: only in B"}
+    assert "note: not compared: backend torch: only in B" in format_diff(d)
+
+
+def test_format_marks_regressions_and_cuts_rows():
+    """The text form marks regressed rows with '!' and says how many rows it left out."""
+    d = diff(ops({f"op{i}": 100 for i in range(5)}), ops({**{f"op{i}": 100 for i in range(4)}, "op4": 500}))
+    text = format_diff(d, max_rows=2)
+    assert text.startswith("== omniprof diff: 2 regression(s)")
+    assert any(line.startswith("!") and line.rstrip().endswith("op4") for line in text.splitlines())
+    assert "3 more rows not shown" in text
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "10", True])
+def test_bad_thresholds_are_refused(bad):
+    """A negative, NaN or non-numeric threshold raises InvalidArgumentError naming it."""
+    with pytest.raises(InvalidArgumentError, match="threshold_pct"):
+        diff(make_result(), make_result(), threshold_pct=bad)
+
+
+def test_functions_match_across_checkouts():
+    """The same function under /ci/run1/app/x.py and /home/me/app/x.py is one row, not new + vanished."""
+    def at(root, w):
+        frames = [Frame("f", f"{root}/app/x.py", 3)]
+        return ProfileResult(parts=(BackendResult(backend="cpu", frames=frames, stacks=[(0,)],
+                                                  samples=[StackSample(0, 1, 0, w)]),))
+    rows = rows_by_key(diff(at("/ci/run1", 100), at("/home/me", 300)), "functions")
+    assert set(rows) == {TOTAL_KEY, "f  app/x.py"} and rows["f  app/x.py"].status == "changed"

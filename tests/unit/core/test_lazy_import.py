@@ -1,0 +1,39 @@
+"""`import omniprof` stays light: no backend module and none of jax, torch, pynvml, xprof."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("jax", "jaxlib", "torch", "pynvml", "xprof", "cupti", "tensorflow", "numpy")
+
+
+def _run(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def test_import_omniprof_imports_nothing_heavy():
+    """After `import omniprof`, sys.modules holds no heavy library and no backend module."""
+    out = _run("import sys, omniprof; print('\\n'.join(sorted(sys.modules)))").split()
+    heavy = [m for m in out if m.split(".")[0] in HEAVY]
+    assert heavy == []
+    assert not [m for m in out if m.startswith("omniprof.backends.") and m != "omniprof.backends.base"]
+
+
+def test_importtime_lists_no_heavy_module():
+    """python -X importtime -c 'import omniprof' lists none of the heavy libraries."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import omniprof"], capture_output=True, text=True,
+                          check=True)
+    names = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
+    assert names.isdisjoint(HEAVY)
+
+
+def test_plugins_listing_imports_no_framework():
+    """Listing plugins (with probes) imports no framework: jax, torch, xprof stay unloaded.
+
+    The cupti probe may load nvidia-ml-py's small ctypes module: asking NVML is how it knows."""
+    out = _run("import sys, omniprof\n"
+               "omniprof.get_registry().infos()\n"
+               "print('\\n'.join(sorted(sys.modules)))").split()
+    frameworks = {"jax", "jaxlib", "torch", "xprof", "tensorflow"}
+    assert [m for m in out if m.split(".")[0] in frameworks] == []
