@@ -25,8 +25,8 @@ from typing import Any
 
 from omniprof.core.results import Frame
 
-__all__ = ["RawStack", "StackSource", "CodeTable", "python_stacks", "walk", "resolve_stack", "resolve_frame",
-           "set_root_cut", "GC_KEY", "line_of"]
+__all__ = ["RawStack", "StackSource", "CodeTable", "python_stacks", "walk", "walk_python", "resolve_stack",
+           "resolve_frame", "set_root_cut", "GC_KEY", "line_of", "FAST_WALK"]
 
 RawStack = tuple[Any, ...]
 StackSource = Callable[[], Iterable[tuple[int, RawStack]]]
@@ -58,16 +58,14 @@ class CodeTable:
 
     def register(self, frame: FrameType | None) -> None:
         codes = self.codes
-        while frame is not None:
-            code = frame.f_code
+        for code in _codes(frame):
             codes.setdefault(id(code), code)
-            frame = frame.f_back
 
     def clear(self) -> None:
         self.codes.clear()
 
 
-def walk(frame: FrameType | None) -> RawStack:
+def walk_python(frame: FrameType | None) -> RawStack:
     """Leaf-first flat ``(id(code), f_lasti, ...)`` tuple of ``frame`` and its callers."""
     out: list[int] = []
     app = out.append
@@ -76,6 +74,27 @@ def walk(frame: FrameType | None) -> RawStack:
         app(frame.f_lasti)
         frame = frame.f_back
     return tuple(out)
+
+
+def _codes_python(frame: FrameType | None) -> list[CodeType]:
+    out = []
+    while frame is not None:
+        out.append(frame.f_code)
+        frame = frame.f_back
+    return out
+
+
+try:  # the C walk reads the interpreter's frames in place (CPython 3.11/3.12), ~8x faster
+    from omniprof.backends.cpu import _fastwalk
+
+    walk: Callable[[FrameType | None], RawStack] = _fastwalk.walk
+    _codes: Callable[[FrameType | None], list[CodeType]] = _fastwalk.codes
+    _fastwalk.walk(sys._getframe())
+    FAST_WALK = True
+except (ImportError, NotImplementedError):
+    walk = walk_python
+    _codes = _codes_python
+    FAST_WALK = False
 
 
 def python_stacks(exclude: Callable[[], Iterable[int]] = tuple, main_frame: Callable[[], FrameType | None] | None = None,

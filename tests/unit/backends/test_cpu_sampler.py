@@ -186,3 +186,24 @@ def test_reentrant_sample_is_skipped():
         s.sample()
     s._busy = False
     assert len(s) == 0 and s.ticks == 1
+
+
+def test_fast_walk_matches_python_walk():
+    """The C in-place walk gives the Python walk's tuple for the callers and the same code objects."""
+    import sys
+
+    from omniprof.backends.cpu import stacks
+
+    if not stacks.FAST_WALK:
+        pytest.skip("the _fastwalk extension is not built here (no C compiler, or not CPython 3.11/3.12)")
+
+    def nested(d):
+        if d:
+            return nested(d - 1)
+        f = sys._getframe(1)  # a suspended caller: its position cannot move between the two walks
+        return stacks.walk_python(f), stacks.walk(f), stacks._codes(f)
+
+    slow, fast, codes = nested(30)
+    assert fast == slow and len(fast) > 60
+    assert [id(c) for c in codes] == list(fast[0::2])
+    assert stacks.walk(None) == ()
