@@ -10,6 +10,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
+#include <stdint.h>
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
 #define OMNIPROF_INTERNAL_FRAMES 1
 #ifndef Py_BUILD_CORE
@@ -19,6 +20,41 @@
 #endif
 
 #define MAX_DEPTH 4096
+
+/* Interned ints: the same code address / offset always gives the same int object, so comparing a
+ * new stack tuple with the one already in the sampler's table is a pointer check per item instead
+ * of an int comparison (an address is its id() whatever code lives there, so the cache is never
+ * stale). */
+#define ID_CACHE 4096            /* direct-mapped on the address */
+#define OFF_CACHE 65536          /* offsets below this are interned */
+static void *id_keys[ID_CACHE];
+static PyObject *id_vals[ID_CACHE];
+static PyObject *off_vals[OFF_CACHE];
+
+static PyObject *id_int(void *p) {
+    size_t h = ((uintptr_t)p >> 4) & (ID_CACHE - 1);
+    if (id_keys[h] == p && id_vals[h] != NULL) {
+        Py_INCREF(id_vals[h]);
+        return id_vals[h];
+    }
+    PyObject *v = PyLong_FromVoidPtr(p);
+    if (!v) return NULL;
+    Py_XSETREF(id_vals[h], Py_NewRef(v));
+    id_keys[h] = p;
+    return v;
+}
+
+static PyObject *off_int(long off) {
+    if (off < 0 || off >= OFF_CACHE) return PyLong_FromLong(off);
+    PyObject *v = off_vals[off];
+    if (v == NULL) {
+        v = PyLong_FromLong(off);
+        if (!v) return NULL;
+        off_vals[off] = v;  /* the cache keeps one reference */
+    }
+    Py_INCREF(v);
+    return v;
+}
 
 #ifdef OMNIPROF_INTERNAL_FRAMES
 static inline int skip(_PyInterpreterFrame *f) {
@@ -48,9 +84,9 @@ static PyObject *py_walk(PyObject *self, PyObject *arg) {
     Py_ssize_t i = 0;
     for (f = top; f != NULL && i < 2 * n; f = f->previous) {
         if (skip(f)) continue;
-        PyObject *id = PyLong_FromVoidPtr((void *)f->f_code);
+        PyObject *id = id_int((void *)f->f_code);
         int lasti = _PyInterpreterFrame_LASTI(f);
-        PyObject *off = PyLong_FromLong(lasti < 0 ? -1 : lasti * (long)sizeof(_Py_CODEUNIT));
+        PyObject *off = off_int(lasti < 0 ? -1 : lasti * (long)sizeof(_Py_CODEUNIT));
         if (!id || !off) { Py_XDECREF(id); Py_XDECREF(off); Py_DECREF(out); return NULL; }
         PyTuple_SET_ITEM(out, i, id);
         PyTuple_SET_ITEM(out, i + 1, off);
