@@ -195,7 +195,7 @@ def test_fast_walk_matches_python_walk():
     from omniprof.backends.cpu import stacks
 
     if not stacks.FAST_WALK:
-        pytest.skip("the _fastwalk extension is not built here (no C compiler, or not CPython 3.11/3.12)")
+        pytest.skip("the _fastwalk extension is not in use (not built: no C compiler or not CPython 3.11/3.12; or OMNIPROF_NO_FASTWALK is set)")
 
     def nested(d):
         if d:
