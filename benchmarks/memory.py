@@ -53,10 +53,11 @@ WORKLOADS = {"strings": (w_strings, 400_000), "dicts": (w_dicts, 150_000), "obje
 
 
 def timed(fn, n) -> float:
+    # Process CPU time: on a shared machine it is far steadier than wall time.
     gc.collect()
-    t = time.perf_counter()
+    t = time.process_time()
     fn(n)
-    return time.perf_counter() - t
+    return time.process_time() - t
 
 
 def run_omniprof(fn, n) -> float:
@@ -88,16 +89,19 @@ def run_memray(fn, n) -> float | None:
 
 
 def overhead(repeats: int, scale: float) -> None:
-    print(f"== allocation sampling overhead (median of {repeats}; ratio = profiled / unprofiled)")
+    print(f"== allocation sampling overhead (CPU time, median of {repeats} interleaved runs; ratio = profiled / unprofiled)")
     print(f"{'workload':10} {'base_s':>8} {'omniprof@0.01':>14} {'tracemalloc':>12} {'memray':>8}")
     ratios: dict[str, list[float]] = {"omniprof": [], "tracemalloc": [], "memray": []}
     for name, (fn, n) in WORKLOADS.items():
         n = int(n * scale)
-        base = statistics.median(timed(fn, n) for _ in range(repeats))
-        om = statistics.median(run_omniprof(fn, n) for _ in range(repeats))
-        tm = statistics.median(run_tracemalloc(fn, n) for _ in range(repeats))
-        mr_runs = [run_memray(fn, n) for _ in range(repeats)]
-        mr = statistics.median(mr_runs) if None not in mr_runs else None
+        runs: dict[str, list] = {"base": [], "om": [], "tm": [], "mr": []}
+        for _ in range(repeats):  # interleaved, so load changes hit every variant alike
+            runs["base"].append(timed(fn, n))
+            runs["om"].append(run_omniprof(fn, n))
+            runs["tm"].append(run_tracemalloc(fn, n))
+            runs["mr"].append(run_memray(fn, n))
+        base, om, tm = (statistics.median(runs[k]) for k in ("base", "om", "tm"))
+        mr = statistics.median(runs["mr"]) if None not in runs["mr"] else None
         ratios["omniprof"].append(om / base)
         ratios["tracemalloc"].append(tm / base)
         if mr is not None:
@@ -130,19 +134,40 @@ print(json.dumps({{"seconds": dt, "peak_extra_bytes": rss() - base}}))
 """
 
 
+ASSEMBLE_CHILD = """
+import sys, time, json
+sys.path.insert(0, {root!r})
+from omniprof.backends.memory.heapsnapshot import assemble_snapshot
+t = time.perf_counter()
+counts = assemble_snapshot({path!r}, {path!r} + ".joined")
+dt = time.perf_counter() - t
+with open("/proc/self/status") as fh:
+    peak = next(int(l.split()[1]) * 1024 for l in fh if l.startswith("VmHWM:"))
+print(json.dumps({{"seconds": dt, "peak_bytes": peak, **counts}}))
+"""
+
+
+def _child(code: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def snapshot(n: int) -> None:
-    print(f"\n== heap snapshot of ~{n:,} live objects (child process; peak extra = VmHWM growth)")
-    for streaming in (False, True):
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "h.heapsnapshot")
-            code = SNAP_CHILD.format(root=str(ROOT), n=n, path=path, streaming=streaming)
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-            fig = json.loads(out.strip().splitlines()[-1])
-            doc_nodes = json.load(open(path))["snapshot"]["node_count"]
-            size = os.path.getsize(path)
-        print(f"{'streaming' if streaming else 'in-memory':10} nodes {doc_nodes:>9,}  time {fig['seconds']:7.2f} s  "
-              f"peak extra {fig['peak_extra_bytes'] / 2**20:8.1f} MiB  file {size / 2**20:7.1f} MiB"
-              + ("   (goal: < 100 MiB)" if streaming else ""))
+    print(f"\n== heap snapshot of ~{n:,} live objects (child process; peak extra = VmHWM growth while snapshotting)")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "h.heapsnapshot")
+        fig = _child(SNAP_CHILD.format(root=str(ROOT), n=n, path=path, streaming=False))
+        doc_nodes = json.load(open(path))["snapshot"]["node_count"]
+        print(f"in-memory  nodes {doc_nodes:>9,}  time {fig['seconds']:7.2f} s  "
+              f"peak extra {fig['peak_extra_bytes'] / 2**20:8.1f} MiB  file {os.path.getsize(path) / 2**20:7.1f} MiB")
+        spath = os.path.join(d, "s.heapsnapshot")
+        fig = _child(SNAP_CHILD.format(root=str(ROOT), n=n, path=spath, streaming=True))
+        parts = sum(os.path.getsize(spath + e) for e in (".nodes", ".edges", ".strings"))
+        print(f"streaming  parts {parts / 2**20:7.1f} MiB  time {fig['seconds']:7.2f} s  "
+              f"peak extra {fig['peak_extra_bytes'] / 2**20:8.1f} MiB   (goal: < 100 MiB)")
+        fig = _child(ASSEMBLE_CHILD.format(root=str(ROOT), path=spath))
+        print(f"assemble   nodes {fig['nodes']:>9,}  time {fig['seconds']:7.2f} s  "
+              f"peak (whole process) {fig['peak_bytes'] / 2**20:8.1f} MiB  (offline, separate process)")
 
 
 def main() -> None:

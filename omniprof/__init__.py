@@ -35,6 +35,12 @@ _LAZY = {
     "load_config": ("omniprof.core.config", "load_config"),
     "RunConfig": ("omniprof.core.config", "RunConfig"),
     "diff": ("omniprof.core.diff", "diff"),
+    # jax-backed entry points: `import omniprof` never imports jax.
+    "time": ("omniprof.backends.xla.timing", "time"),
+    "timed": ("omniprof.backends.xla.timing", "timed"),
+    "profile": ("omniprof.backends.xla.timing", "profile"),
+    "start_server": ("omniprof.backends.xla.remote", "start_server"),
+    "stop_server": ("omniprof.backends.xla.remote", "stop_server"),
     "sampler": ("omniprof.backends.cpu.api", None),
     "enable_peek": ("omniprof.backends.cpu.api", "enable_peek"),
     "disable_peek": ("omniprof.backends.cpu.api", "disable_peek"),
@@ -66,5 +72,6 @@ __all__ = [
     "PluginLoadError", "PluginValidationError", "BackendUnavailableError", "BackendError", "TraceReadError",
     "OutputError",
     "OmniprofWarning", "DataLossWarning",
+    "time", "timed", "profile", "start_server", "stop_server",
     "sampler", "enable_peek", "disable_peek", "set_peek_duration",
 ]

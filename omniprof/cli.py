@@ -121,6 +121,35 @@ def _parser() -> _Parser:
     diff.add_argument("--max-rows", type=int, default=20, help="rows shown per table (default 20)")
     diff.add_argument("--format", choices=("text", "json"), default="text")
     _plugin_args(diff)
+    collect = sub.add_parser("collect", help="capture running processes through their profiler servers "
+                             "(omniprof.start_server) into one run directory")
+    collect.add_argument("addresses", help="HOST:PORT[,HOST:PORT...] of the profiler servers")
+    collect.add_argument("--duration-ms", type=int, required=True, help="capture window in milliseconds")
+    collect.add_argument("--logdir", default=None, help="XProf logdir (default: a new temporary directory)")
+    collect.add_argument("--no-perfetto-link", action="store_true", help="do not serve a ui.perfetto.dev link")
+    collect.add_argument("--perfetto-port", type=int, default=9001, help="port of the link's server on 127.0.0.1")
+    collect.add_argument("--perfetto-timeout-s", type=float, default=300.0,
+                         help="stop serving the link after this many seconds")
+    collect.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE",
+                         help="profile option sent to every process (host_tracer_level=3, ...)")
+    collect.add_argument("-r", "--reporter", action="append", default=[], help="reporter(s) for the capture (default: none)")
+    collect.add_argument("-o", "--outdir", default=None)
+    collect.add_argument("--attempts", type=int, default=3, help="tracing attempts before giving up")
+    collect.add_argument("-v", "--verbose", action="store_true", help="let the profiler libraries log")
+    _plugin_args(collect)
+    view = sub.add_parser("view", help="open a trace file in ui.perfetto.dev (--perfetto FILE) or an XProf logdir "
+                          "in XProf's web UI; binds 127.0.0.1",
+                          usage="omniprof view [--perfetto] PATH [--host HOST] [--port PORT] [--once] [--timeout-s S]")
+    view.add_argument("path", help="a trace file (with --perfetto) or an XProf logdir")
+    view.add_argument("--perfetto", action="store_true",
+                      help="serve the file for ui.perfetto.dev (a .perfetto-trace, Chrome JSON or any Perfetto trace)")
+    view.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    view.add_argument("--port", type=int, default=None,
+                      help="port (default 9001 for --perfetto, the port ui.perfetto.dev fetches from; 6006 for XProf; "
+                           "0 picks a free one)")
+    view.add_argument("--once", action="store_true", help="--perfetto: stop after the trace was fetched once")
+    view.add_argument("--timeout-s", type=float, default=None, help="--perfetto: stop after this many seconds")
+    view.add_argument("-v", "--verbose", action="store_true", help="let XProf log every request")
     return p
 
 
@@ -153,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_config(ns)
         if ns.command == "diff":
             return _cmd_diff(ns)
+        if ns.command == "collect":
+            return _cmd_collect(ns)
+        if ns.command == "view":
+            return _cmd_view(ns)
         _parser().print_help()
         return 2
     except (UsageError, InvalidArgumentError, ConfigError, PluginLoadError) as e:
@@ -255,6 +288,8 @@ def _emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, 
                 path = report(result, name, Path(outdir) if outdir else None, options=ropts.get(name),
                               registry=registry, overwrite=False)
                 print(f"omniprof: {name} report written to {path}", file=sys.stderr)
+                if getattr(rep, "name", "") in ("perfetto", "chrome"):
+                    print(f"omniprof: open it with: omniprof view --perfetto {path}", file=sys.stderr)
         except OmniprofError as e:
             print(f"omniprof: error: {e}", file=sys.stderr)
             status = 1
@@ -309,6 +344,94 @@ def _cmd_report(ns: argparse.Namespace) -> int:
     result = read_any(ns.file)
     _make_outdir(ns.outdir)
     return _emit_reports(result, reporters, ropts, ns.outdir, reg)
+
+
+def _cmd_collect(ns: argparse.Namespace) -> int:
+    from omniprof.backends.xla.remote import collect
+
+    reg = _registry(ns)
+    options, per_backend = _profile_options(ns.option, ["xla"])
+    if per_backend:
+        raise UsageError("omniprof collect: -O takes profile options only (host_tracer_level=..., advanced keys)")
+    reporters = _csv(ns.reporter, [])
+    for name in reporters:
+        reg.reporter(name)
+    got = collect(ns.addresses, ns.duration_ms, ns.logdir, options=options, perfetto_trace=True,
+                  perfetto_link=not ns.no_perfetto_link, perfetto_port=ns.perfetto_port,
+                  perfetto_timeout_s=ns.perfetto_timeout_s, num_tracing_attempts=ns.attempts, verbose=ns.verbose,
+                  announce=lambda text: print(text, file=sys.stderr, flush=True))
+    print(f"omniprof: captured {len(got.files)} host(s) into {got.run_dir}", file=sys.stderr)
+    for f in got.files:
+        print(f"  {f.name}", file=sys.stderr)
+    status = _emit_reports(got.result, reporters, {}, ns.outdir, reg) if reporters else 0
+    return status
+def _cmd_view(ns: argparse.Namespace) -> int:
+    if ns.timeout_s is not None and ns.timeout_s <= 0:
+        raise UsageError(f"omniprof view: --timeout-s must be > 0 (got {ns.timeout_s})")
+    if ns.perfetto:
+        return _view_perfetto(ns)
+    return _view_logdir(ns)
+
+
+def _view_logdir(ns: argparse.Namespace) -> int:
+    from omniprof.reporters.tensorboard import serve_logdir, xplane_files
+
+    path = Path(ns.path)
+    if not path.is_dir():
+        raise UsageError(f"omniprof view: {ns.path!r} is not a directory; give an XProf logdir "
+                         f"(write one with: omniprof run -r tensorboard -o LOGDIR script.py)")
+    if not xplane_files(path):
+        print(f"omniprof: no runs under {path} yet (expected plugins/profile/<run>/<host>.xplane.pb); "
+              f"XProf lists runs written later", file=sys.stderr)
+
+    def ready(server: Any) -> None:
+        print(f"omniprof: XProf serving {path} at {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+    try:
+        serve_logdir(path, ns.host, 6006 if ns.port is None else ns.port, verbose=ns.verbose, on_ready=ready)
+    except KeyboardInterrupt:
+        print("omniprof: XProf stopped", file=sys.stderr)
+    return 0
+
+
+def _view_perfetto(ns: argparse.Namespace) -> int:
+    """Serve one trace file on 127.0.0.1 for ui.perfetto.dev and print the link that opens it."""
+    import time
+
+    from omniprof.core.serve import TraceFileServer
+
+    path = Path(ns.path)
+    if not path.is_file():
+        what = "a directory" if path.is_dir() else "not found"
+        raise UsageError(f"omniprof view --perfetto: {str(path)!r} is {what}; give a trace file "
+                         f"(e.g. trace.perfetto-trace written by -r perfetto)")
+    server = TraceFileServer(path, host=ns.host, port=9001 if ns.port is None else ns.port)
+    with server:
+        print(f"omniprof: serving {path} at {server.url} (only this file)", file=sys.stderr)
+        print(f"Open in Perfetto: {server.link}", flush=True)
+        if ns.host != "127.0.0.1" or server.port != 9001:
+            print("omniprof: note: ui.perfetto.dev fetches traces only from 127.0.0.1:9001; another address or "
+                  "port works for other viewers, or open the file with Perfetto's 'Open trace file'", file=sys.stderr)
+        print("omniprof: press Ctrl-C to stop" + (" (stops after the first fetch)" if ns.once else ""), file=sys.stderr)
+        deadline = None if ns.timeout_s is None else time.monotonic() + ns.timeout_s
+        try:
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                step = 0.25 if left is None else min(0.25, left)
+                if not ns.once:
+                    time.sleep(step)
+                elif server.wait_fetched(step):
+                    print("omniprof: the trace was fetched; stopping", file=sys.stderr)
+                    return 0
+        except KeyboardInterrupt:
+            print("omniprof: stopped", file=sys.stderr)
+            return 0
+    if ns.once:
+        print(f"omniprof: error: nobody fetched the trace within {ns.timeout_s:g} s", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:

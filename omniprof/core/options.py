@@ -127,8 +127,7 @@ def _validate_advanced(inst: Any, attribute: Any, value: Any) -> None:
     for key, val in value.items():
         if not isinstance(key, str) or key not in ADVANCED_KEYS:
             raise InvalidArgumentError(
-                v.unknown_key_message(str(key), ADVANCED_KEYS, what="advanced_configuration key")
-                .replace(" Valid keys:", f" (got value {val!r}). Valid keys:")
+                v.unknown_key_message(str(key), ADVANCED_KEYS, what="advanced_configuration key", got=val)
             )
         ADVANCED_KEYS[key].validate(val)
 

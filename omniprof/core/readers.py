@@ -20,6 +20,7 @@ __all__ = ["read_any", "detect_format", "READERS"]
 #: format name -> "module:function" taking a Path and returning a ProfileResult.
 READERS: dict[str, str] = {
     "result": "omniprof.core.results:load",
+    "xplane": "omniprof.backends.xla.reader:read_xplane",
 }
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from omniprof.core.fileio import AtomicFile, new_dir, output_error
+from omniprof.core.fileio import AtomicFile, output_error
 from omniprof.core.registry import Registry, get_registry, options_for
 from omniprof.core.results import ProfileResult
 from omniprof.errors import OmniprofError, ReporterError
@@ -115,7 +115,9 @@ def _write(rep: Any, result: ProfileResult, dest: Any, overwrite: bool) -> Path 
         return None
     path = _target(rep, dest)
     if rep.output == "dir":
-        out = new_dir(path) if not overwrite else _existing_or_new_dir(path)
+        # A directory reporter adds uniquely named entries inside (an XProf run), so an existing
+        # directory is used as is: it never overwrites another run's files.
+        out = _existing_or_new_dir(path)
         rep.report(result, out)
         return out
     f = AtomicFile(path, "wb", overwrite=bool(overwrite))

@@ -28,11 +28,13 @@ def nearest(key: str, candidates: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
-def unknown_key_message(key: str, candidates: Iterable[str], *, what: str = "option") -> str:
+def unknown_key_message(key: str, candidates: Iterable[str], *, what: str = "option", got: Any = ...) -> str:
+    """``unknown option 'x' (got value 5); did you mean 'y'? Valid keys: a, b``."""
     candidates = sorted(candidates)
     near = nearest(key, candidates)
-    hint = f"; did you mean {near!r}?" if near else ""
-    return f"unknown {what} {key!r}{hint} Valid keys: {', '.join(candidates)}"
+    value = f" (got value {got!r})" if got is not ... else ""
+    hint = f"; did you mean {near!r}?" if near else "."
+    return f"unknown {what} {key!r}{value}{hint} Valid keys: {', '.join(candidates)}"
 
 
 def check_keys(mapping: Mapping[str, Any], allowed: Iterable[str], *, what: str = "option") -> None:

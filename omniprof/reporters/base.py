@@ -26,7 +26,8 @@ class Reporter(abc.ABC):
         api_version: plugin API version (checked at load).
         output: ``"stream"`` (text to a stream, e.g. the terminal), ``"file"`` (one file: ``report``
             gets a binary handle that the core opened atomically) or ``"dir"`` (``report`` gets a
-            directory Path and writes atomically through ``omniprof.core.fileio``).
+            directory Path, which may already hold earlier reports, and adds uniquely named
+            entries to it, written atomically through ``omniprof.core.fileio``).
         default_filename: file or directory name used when the user gives only an output directory.
         summary: one line for ``omniprof plugins``.
         Options: an attrs class of this reporter's options.

@@ -62,6 +62,14 @@ def _meta() -> dict[str, Any]:
 
 
 def _describe(obj: Any) -> tuple[int, str]:
+    try:
+        ntype, name = _describe_unchecked(obj)
+    except Exception:  # a hostile __getattr__/__class__ must not stop the snapshot
+        return T_OBJECT, type(obj).__name__
+    return ntype, name if isinstance(name, str) else str(name)
+
+
+def _describe_unchecked(obj: Any) -> tuple[int, Any]:
     if isinstance(obj, str):
         return T_STRING, obj[:MAX_NAME]
     if isinstance(obj, (bool, int, float, complex)):
@@ -106,7 +114,10 @@ def _edges(obj: Any) -> Iterator[tuple[int, Any, Any]]:
         for i, item in enumerate(list(obj)):
             yield E_ELEMENT, i, item
         return
-    d = getattr(obj, "__dict__", None) if not isinstance(obj, (type, types.ModuleType)) else None
+    try:
+        d = getattr(obj, "__dict__", None) if not isinstance(obj, (type, types.ModuleType)) else None
+    except Exception:  # properties or __getattr__ that raise
+        d = None
     if isinstance(d, dict):
         for k, val in list(d.items()):
             if isinstance(k, str):
@@ -127,7 +138,7 @@ def _edges(obj: Any) -> Iterator[tuple[int, Any, Any]]:
 class _Strings:
     """String table with de-duplication bounded so a huge heap cannot grow it without limit."""
 
-    def __init__(self, sink: IO[str] | None, limit: int = 200_000) -> None:
+    def __init__(self, sink: IO[str] | None, limit: int = 50_000) -> None:
         self.index: dict[str, int] = {}
         self.items: list[str] = []
         self.count = 0
@@ -140,13 +151,40 @@ class _Strings:
             return i
         i = self.count
         self.count += 1
-        if len(self.index) < self.limit:
+        if len(s) <= 64 and len(self.index) < self.limit:  # names repeat; long values rarely do
             self.index[s] = i
         if self.sink is not None:
             self.sink.write(json.dumps(s) + "\n")
         else:
             self.items.append(s)
         return i
+
+
+class _IdSet:
+    """A set of object ids in about one bit per 16 bytes of address space actually used.
+
+    Two live objects are at least 16 bytes apart (every object has a 16-byte header), so
+    ``id >> 4`` is unique; bits live in 8 KiB chunks, one per MiB of address space touched. A
+    million ids cost ~1-2 MiB here against ~60 MiB in a ``set`` of ints.
+    """
+
+    __slots__ = ("chunks",)
+
+    def __init__(self) -> None:
+        self.chunks: dict[int, bytearray] = {}
+
+    def add_new(self, oid: int) -> bool:
+        """Add ``oid``; True if it was not there."""
+        chunk = self.chunks.get(oid >> 20)
+        if chunk is None:
+            chunk = self.chunks[oid >> 20] = bytearray(8192)
+        bit = (oid >> 4) & 0xFFFF
+        mask = 1 << (bit & 7)
+        byte = chunk[bit >> 3]
+        if byte & mask:
+            return False
+        chunk[bit >> 3] = byte | mask
+        return True
 
 
 def _user_frame() -> types.FrameType | None:
@@ -164,8 +202,12 @@ def _walk(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...
     """
     objs = gc.get_objects()
     own = {id(objs), *(id(x) for x in exclude)}
-    seen: set[int] = {id(o) for o in objs}
-    seen |= own
+    seen = _IdSet()
+    for o in objs:
+        seen.add_new(id(o))
+    for oid in own:
+        seen.add_new(oid)
+    add_new = seen.add_new
     pending: deque[Any] = deque()
     nodes = edges = 0
 
@@ -184,8 +226,7 @@ def _walk(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...
     emit_node(T_SYNTHETIC, "(Python roots)", ROOT_ID, 0, len(roots))
     nodes += 1
     for etype, name, target in roots:
-        if id(target) not in seen:
-            seen.add(id(target))
+        if add_new(id(target)):
             pending.append(target)
         emit_edge(ROOT_ID, etype, name, target)
         edges += 1
@@ -197,8 +238,7 @@ def _walk(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...
         emit_node(ntype, name, id(obj), 1 if all_one else _size(obj), len(out))
         nodes += 1
         for t, n, r in out:
-            if id(r) not in seen:
-                seen.add(id(r))
+            if add_new(id(r)):
                 pending.append(r)
             emit_edge(id(obj), t, n, r)
             edges += 1
@@ -217,14 +257,15 @@ def _walk(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...
 
 def take_heap_snapshot(path: str | os.PathLike[str] | None = None, *, all_one: bool = False,
                        streaming: bool = False) -> Path:
-    """Write a snapshot of the live Python heap; returns the path of the ``.heapsnapshot`` file.
+    """Write a snapshot of the live Python heap; returns ``path`` (with ``streaming``: the parts' prefix).
 
     Args:
         path: output file (default ``<pid>_<time>.heapsnapshot`` in the current directory).
             With ``streaming=True`` the parts are written beside it as ``<path>.nodes`` etc.
         all_one: every node's size is 1 (counts objects instead of bytes).
-        streaming: write parts while walking, so the heap never needs to fit twice in memory, then
-            assemble them (the parts are removed once assembled).
+        streaming: write the parts ``<path>.nodes``, ``<path>.edges``, ``<path>.strings`` and
+            ``<path>.metadata.json`` while walking, holding neither the graph nor the output in
+            memory; join them later, offline, with ``assemble_snapshot(path, out)``.
 
     .. versionadded:: 0.1
     """
@@ -234,14 +275,9 @@ def take_heap_snapshot(path: str | os.PathLike[str] | None = None, *, all_one: b
         path = Path.cwd() / f"{os.getpid()}_{time.strftime('%Y%m%d_%H%M%S')}.heapsnapshot"
     path = Path(path)
     if streaming:
-        prefix = str(path)
-        _stream_parts(prefix, all_one)
-        assemble_snapshot(prefix, path)
-        for ext in (".nodes", ".edges", ".strings", ".metadata.json"):
-            try:
-                os.unlink(prefix + ext)
-            except OSError:
-                pass
+        # Parts only: joining them is assemble_snapshot's job, offline, so the heap never needs to
+        # be held twice in this process.
+        _stream_parts(str(path), all_one)
         return path
     strings = _Strings(None)
     node_list: list[int] = []
@@ -268,12 +304,24 @@ def take_heap_snapshot(path: str | os.PathLike[str] | None = None, *, all_one: b
             gc.enable()
     for pos, tid in pending_edges:
         edge_list[pos + 2] = index[tid] * NF
-    doc = {"snapshot": {"meta": _meta(), "node_count": n, "edge_count": e, "trace_function_count": 0},
-           "nodes": node_list, "edges": edge_list, "trace_function_infos": [], "trace_tree": [], "samples": [],
-           "locations": [], "strings": strings.items}
+    head = {"meta": _meta(), "node_count": n, "edge_count": e, "trace_function_count": 0}
     with atomic_open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, separators=(",", ":"))
+        # json.dump() streams through the pure-Python encoder; joining ints is ~20x faster.
+        fh.write('{"snapshot":' + json.dumps(head, separators=(",", ":")) + ',"nodes":[')
+        _write_ints(fh, node_list)
+        fh.write('],"edges":[')
+        _write_ints(fh, edge_list)
+        fh.write('],"trace_function_infos":[],"trace_tree":[],"samples":[],"locations":[],"strings":')
+        fh.write(json.dumps(strings.items, separators=(",", ":")))
+        fh.write("}")
     return path
+
+
+def _write_ints(fh: IO[str], values: list[int], chunk: int = 1 << 16) -> None:
+    for i in range(0, len(values), chunk):
+        if i:
+            fh.write(",")
+        fh.write(",".join(map(str, values[i:i + chunk])))
 
 
 def _stream_parts(prefix: str, all_one: bool) -> None:
@@ -301,76 +349,84 @@ def _stream_parts(prefix: str, all_one: bool) -> None:
 def assemble_snapshot(prefix: str | os.PathLike[str], path: str | os.PathLike[str]) -> dict[str, int]:
     """Join the parts written by a streaming snapshot into one ``.heapsnapshot`` file.
 
-    Works on the parts of a process that died mid-walk: truncated last lines and edges to objects
-    that never got a node are dropped and counted. Returns counts: nodes, edges, dropped_edges,
-    truncated_lines, complete (1 if the walk finished).
+    Works on the parts of a process that died mid-walk: a truncated last line, and edges to
+    objects that never got a node, are dropped and counted. Memory: an id -> index map and a few
+    integers per node; nodes and edges are streamed from the parts into the output. Returns counts:
+    nodes, edges, dropped_edges, truncated_lines, complete (1 if the walk finished).
     """
+    from array import array
+
     prefix = str(prefix)
-    try:
-        node_lines = _read_lines(prefix + ".nodes")
-        edge_lines = _read_lines(prefix + ".edges")
-        string_lines = _read_lines(prefix + ".strings")
-    except OSError as e:
-        raise TraceReadError(f"cannot read snapshot parts {prefix}.*: {e.strerror or e}") from e
+    parts = {ext: prefix + ext for ext in (".nodes", ".edges", ".strings")}
+    for p in parts.values():
+        if not os.path.exists(p):
+            raise TraceReadError(f"cannot assemble {prefix}: missing part {p}")
     truncated = 0
     strings: list[str] = []
-    for ln in string_lines:
+    for ln in _iter_lines(parts[".strings"]):
         try:
             strings.append(json.loads(ln))
         except ValueError:
             truncated += 1
             break
     index: dict[int, int] = {}
-    nodes: list[list[int]] = []
-    for ln in node_lines:
-        parts = ln.split()
-        if len(parts) != 5 or not all(p.lstrip("-").isdigit() for p in parts):
+    ntype, nname, nsize = array("b"), array("q"), array("q")
+    for ln in _iter_lines(parts[".nodes"]):
+        f = ln.split()
+        if len(f) != 5 or not all(p.lstrip("-").isdigit() for p in f) or int(f[2]) >= len(strings):
             truncated += 1
             break
-        oid, ntype, name, size, _ = (int(p) for p in parts)
-        if name >= len(strings):
-            truncated += 1
-            break
-        index[oid] = len(nodes)
-        nodes.append([ntype, name, 2 * len(nodes) + 1, size, 0, 0, 0])
-    by_src: dict[int, list[tuple[int, int, int]]] = {}
-    dropped = 0
-    for ln in edge_lines:
-        parts = ln.split()
-        if len(parts) != 4 or not all(p.lstrip("-").isdigit() for p in parts):
-            truncated += 1
-            break
-        src, etype, ref, dst = (int(p) for p in parts)
-        si, di = index.get(src), index.get(dst)
-        if si is None or di is None or (etype not in (E_ELEMENT, E_HIDDEN) and ref >= len(strings)):
-            dropped += 1
-            continue
-        by_src.setdefault(si, []).append((etype, ref, di * NF))
-    flat_nodes: list[int] = []
-    flat_edges: list[int] = []
-    for i, node in enumerate(nodes):
-        es = by_src.get(i, ())
-        node[4] = len(es)
-        flat_nodes.extend(node)
-        for e in es:
-            flat_edges.extend(e)
+        index[int(f[0])] = len(ntype)
+        ntype.append(int(f[1]))
+        nname.append(int(f[2]))
+        nsize.append(int(f[3]))
+    n = len(ntype)
+    nedges = array("q", bytes(8 * n))
+    dropped = edges_ok = 0
+
+    def edges() -> Iterator[tuple[int, int, int, int]]:
+        """(source index, type, name_or_index, target offset) of every usable edge, in file order."""
+        nonlocal dropped, truncated
+        last_src = 0
+        for ln in _iter_lines(parts[".edges"]):
+            f = ln.split()
+            if len(f) != 4 or not all(p.lstrip("-").isdigit() for p in f):
+                truncated += 1
+                return
+            si, di = index.get(int(f[0])), index.get(int(f[3]))
+            et, ref = int(f[1]), int(f[2])
+            if si is None or di is None or si < last_src or (et not in (E_ELEMENT, E_HIDDEN) and ref >= len(strings)):
+                dropped += 1
+                continue
+            last_src = si
+            yield si, et, ref, di * NF
+
+    for si, _, _, _ in edges():
+        nedges[si] += 1
+        edges_ok += 1
     complete = os.path.exists(prefix + ".metadata.json")
-    doc = {"snapshot": {"meta": _meta(), "node_count": len(nodes), "edge_count": len(flat_edges) // 3,
-                        "trace_function_count": 0},
-           "nodes": flat_nodes, "edges": flat_edges, "trace_function_infos": [], "trace_tree": [], "samples": [],
-           "locations": [], "strings": strings}
+    head = {"meta": _meta(), "node_count": n, "edge_count": edges_ok, "trace_function_count": 0}
     with atomic_open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, separators=(",", ":"))
-    return {"nodes": len(nodes), "edges": len(flat_edges) // 3, "dropped_edges": dropped,
-            "truncated_lines": truncated, "complete": int(complete)}
+        fh.write('{"snapshot":' + json.dumps(head, separators=(",", ":")) + ',"nodes":[')
+        for i in range(n):
+            fh.write(("," if i else "") + f"{ntype[i]},{nname[i]},{2 * i + 1},{nsize[i]},{nedges[i]},0,0")
+        fh.write('],"edges":[')
+        dropped = 0  # counted again by the second pass
+        first = True
+        for _, et, ref, to in edges():
+            fh.write(("" if first else ",") + f"{et},{ref},{to}")
+            first = False
+        fh.write('],"trace_function_infos":[],"trace_tree":[],"samples":[],"locations":[],"strings":[')
+        for i, st in enumerate(strings):
+            fh.write(("," if i else "") + json.dumps(st))
+        fh.write("]}")
+    return {"nodes": n, "edges": edges_ok, "dropped_edges": dropped, "truncated_lines": truncated,
+            "complete": int(complete)}
 
 
-def _read_lines(path: str) -> list[str]:
+def _iter_lines(path: str) -> Iterator[str]:
+    """Lines of a part file; an unterminated last line (a process killed mid-write) is marked so it
+    fails to parse."""
     with open(path, encoding="utf-8", errors="replace") as fh:
-        data = fh.read()
-    lines = data.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    elif lines:
-        lines[-1] = lines[-1] + "\x00"  # unterminated last line: mark so it fails to parse
-    return lines
+        for line in fh:
+            yield line[:-1] if line.endswith("\n") else line + "\x00"

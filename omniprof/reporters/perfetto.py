@@ -1,0 +1,999 @@
+"""Reporters ``perfetto`` and ``chrome``: timelines that open in Perfetto (ui.perfetto.dev).
+
+``perfetto`` writes the native Perfetto protobuf trace (``trace.perfetto-trace``): a stream of
+``TracePacket`` messages carrying ``TrackDescriptor`` (process, thread, device/stream and counter
+tracks), ``TrackEvent`` (slices, instants, counter values, flows) and ``PerfSample`` (sampled
+stacks, with interned frames and callstacks). ``chrome`` writes the Chrome trace-event JSON
+(``trace.json.gz``) that older tools (chrome://tracing, catapult) read; ``perfetto`` with
+``format="json"`` writes the same file.
+
+How it is built:
+
+* **Layout first** (:func:`layout`): every result track becomes a Perfetto track with a uuid, a
+  process (pid) and, for host threads, a thread (tid). Device and stream tracks become named
+  tracks under a process per device; counter series get counter tracks. Tests assert on it.
+* **Lanes**: a slice track must hold properly nested slices. Spans are visited in start order
+  (a part whose tracks are not listed in start order is sorted first); a span that overlaps a
+  sibling without nesting moves to an overflow lane (a child track named ``"<track> (lane 2)"``),
+  so every span is present and Perfetto reports no import error.
+* **Streaming, constant memory**: packets are encoded by hand in the protobuf wire format (field
+  numbers from Perfetto's ``perfetto_trace.proto``) and written to the handle in chunks of
+  ``chunk_bytes``. Event names, categories and argument names are interned (``InternedData``)
+  on one packet sequence that starts with ``SEQ_INCREMENTAL_STATE_CLEARED``; every event packet
+  carries ``SEQ_NEEDS_INCREMENTAL_STATE``. Memory grows with the number of distinct names and
+  tracks, not with the number of events; only spans that need bookkeeping cost memory each:
+  spans carrying flow ids (to chain them), spans moved to lanes, and, for a part not listed in
+  start order, the sorted index.
+* Timestamps are the run's reference clock: ``t + part.clock.offset_ns``, in ns (the JSON has
+  microseconds with three decimals, so no precision is lost). No ``displayTimeUnit`` key is
+  written (some Perfetto versions misread it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import itertools
+import json
+import math
+import operator
+import struct
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+import attrs
+
+from omniprof.core import validators as v
+from omniprof.core.results import BackendResult, ProfileResult, Span, Track
+from omniprof.errors import DataLossWarning
+from omniprof.reporters.base import Reporter
+
+__all__ = [
+    "PerfettoReporter", "ChromeTraceReporter", "PerfettoOptions", "ChromeTraceOptions", "layout", "Layout",
+    "TrackRow", "write_proto", "write_chrome_json", "chrome_events", "expected_counts",
+]
+
+SEQ_ID = 1
+_SEQ_CLEARED = 1   # TracePacket.SequenceFlags.SEQ_INCREMENTAL_STATE_CLEARED
+_SEQ_NEEDS = 2     # TracePacket.SequenceFlags.SEQ_NEEDS_INCREMENTAL_STATE
+_PID_BASE = 10_000_000  # synthetic pids/tids start here: above Linux's pid_max (2**22)
+_U64 = (1 << 64) - 1
+_INF = float("inf")
+EMPTY_STACK = "<no frames>"  # the frame name shown for a sample whose stack was empty
+
+
+# -- options ------------------------------------------------------------------------------------
+def _fmt_validator(inst: Any, attribute: Any, value: Any) -> None:
+    v.one_of("proto", "json")(inst, attribute, value)
+
+
+@attrs.frozen(kw_only=True)
+class PerfettoOptions:
+    """Options of the ``perfetto`` reporter.
+
+    Attributes:
+        format: ``"proto"`` (native Perfetto protobuf, default) or ``"json"`` (Chrome trace JSON).
+        compress: gzip the JSON output (default True: ``trace.json.gz``); the protobuf is never gzipped.
+        include_args: write span/instant args (debug annotations / JSON ``args``).
+        include_counters: write counter series (counter tracks).
+        include_samples: write sampled stacks (``PerfSample`` with interned callstacks; in JSON,
+            the trace's ``stackFrames`` / ``samples`` arrays).
+        include_flows: write flows (CPU launch -> GPU kernel arrows).
+        include_instants: write instant events.
+        chunk_bytes: bound on the memory the writer buffers between writes to the output handle.
+    """
+
+    format: str = attrs.field(default="proto", validator=_fmt_validator)
+    compress: bool = attrs.field(default=True, validator=v.is_bool)
+    include_args: bool = attrs.field(default=True, validator=v.is_bool)
+    include_counters: bool = attrs.field(default=True, validator=v.is_bool)
+    include_samples: bool = attrs.field(default=True, validator=v.is_bool)
+    include_flows: bool = attrs.field(default=True, validator=v.is_bool)
+    include_instants: bool = attrs.field(default=True, validator=v.is_bool)
+    chunk_bytes: int = attrs.field(default=1 << 20, validator=v.int_in_range(4096, 1 << 30))
+
+
+@attrs.frozen(kw_only=True)
+class ChromeTraceOptions(PerfettoOptions):
+    """Options of the ``chrome`` reporter: those of ``perfetto``, with ``format="json"``."""
+
+    format: str = attrs.field(default="json", validator=_fmt_validator)
+
+
+class PerfettoReporter(Reporter):
+    """A Perfetto timeline: native protobuf (default) or Chrome JSON (``format="json"``).
+
+    >>> import io, omniprof
+    >>> from omniprof.testing.fakes import make_result
+    >>> buf = io.BytesIO()
+    >>> PerfettoReporter().report(make_result(), buf)
+    >>> buf.getvalue()[:1] == b"\\x0a"     # a Trace: repeated TracePacket packet = 1
+    True
+
+    .. versionadded:: 0.1
+    """
+
+    name = "perfetto"
+    output = "file"
+    default_filename = "trace.perfetto-trace"
+    summary = "Perfetto timeline (native protobuf, or Chrome JSON with format=json); omniprof view --perfetto FILE"
+    Options = PerfettoOptions
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        if self.options.format == "json":
+            self.default_filename = "trace.json.gz" if self.options.compress else "trace.json"
+
+    def report(self, result: ProfileResult, dest: IO[bytes]) -> None:  # type: ignore[override]
+        if self.options.format == "proto":
+            write_proto(result, dest, self.options)
+        else:
+            write_chrome_json(result, dest, self.options)
+
+
+class ChromeTraceReporter(PerfettoReporter):
+    """Chrome trace-event JSON (``trace.json.gz``) for chrome://tracing, catapult and Perfetto.
+
+    .. versionadded:: 0.1
+    """
+
+    name = "chrome"
+    default_filename = "trace.json.gz"
+    summary = "Chrome trace-event JSON (trace.json.gz) for chrome://tracing and older tools"
+    Options = ChromeTraceOptions
+
+
+# -- layout: tracks, processes, threads ---------------------------------------------------------
+@attrs.frozen
+class TrackRow:
+    """One Perfetto track.
+
+    Attributes:
+        uuid: TrackDescriptor.uuid (> 0).
+        kind: ``"process"``, ``"thread"``, ``"named"`` (device/stream/other), ``"lane"`` or ``"counter"``.
+        name: shown name.
+        pid: the process it belongs to. tid: for thread tracks.
+        parent_uuid: enclosing track (0: none).
+        unit: counter unit (counter tracks).
+    """
+
+    uuid: int
+    kind: str
+    name: str
+    pid: int
+    tid: int = 0
+    parent_uuid: int = 0
+    unit: str = ""
+
+
+@attrs.define
+class Layout:
+    """All tracks of a result, and how each part's track ids, threads and counters map onto them.
+
+    ``span_tracks[(part, track_id)]`` is the TrackRow spans of that track go to;
+    ``sample_threads[(part, thread_id)]`` the thread TrackRow of a sampled thread;
+    ``counter_tracks[(part, series_index)]`` a counter's TrackRow.
+    """
+
+    tracks: list[TrackRow] = attrs.field(factory=list)
+    span_tracks: dict[tuple[int, str], TrackRow] = attrs.field(factory=dict)
+    sample_threads: dict[tuple[int, int], TrackRow] = attrs.field(factory=dict)
+    counter_tracks: dict[tuple[int, int], TrackRow] = attrs.field(factory=dict)
+    _procs: dict[tuple[str, int], TrackRow] = attrs.field(factory=dict)
+    _threads: dict[tuple[int, int], TrackRow] = attrs.field(factory=dict)
+    _lanes: dict[tuple[int, int], TrackRow] = attrs.field(factory=dict)
+    _next_synthetic: int = _PID_BASE
+
+    def _uuid(self) -> int:
+        return len(self.tracks) + 1
+
+    def synthetic_id(self) -> int:
+        self._next_synthetic += 1
+        return self._next_synthetic
+
+    def process(self, name: str, pid: int | None) -> TrackRow:
+        key = (name, pid if pid is not None else -1)
+        row = self._procs.get(key)
+        if row is None:
+            row = TrackRow(self._uuid(), "process", name, pid if pid is not None else self.synthetic_id())
+            self.tracks.append(row)
+            self._procs[key] = row
+        return row
+
+    def thread(self, proc: TrackRow, tid: int | None, name: str) -> TrackRow:
+        tid = tid if tid is not None else self.synthetic_id()
+        row = self._threads.get((proc.pid, tid))
+        if row is None:
+            row = TrackRow(self._uuid(), "thread", name, proc.pid, tid, proc.uuid)
+            self.tracks.append(row)
+            self._threads[(proc.pid, tid)] = row
+        return row
+
+    def named(self, proc: TrackRow, name: str) -> TrackRow:
+        # Chrome JSON has no named tracks: these become threads with a synthetic tid there.
+        row = TrackRow(self._uuid(), "named", name, proc.pid, self.synthetic_id(), proc.uuid)
+        self.tracks.append(row)
+        return row
+
+    def counter(self, proc: TrackRow, name: str, unit: str) -> TrackRow:
+        row = TrackRow(self._uuid(), "counter", name, proc.pid, 0, proc.uuid, unit)
+        self.tracks.append(row)
+        return row
+
+    def lane(self, base: TrackRow, n: int) -> TrackRow:
+        """Overflow lane ``n`` (2, 3, ...) of slice track ``base``."""
+        row = self._lanes.get((base.uuid, n))
+        if row is None:
+            row = TrackRow(self._uuid(), "lane", f"{base.name} (lane {n})", base.pid, self.synthetic_id(), base.uuid)
+            self.tracks.append(row)
+            self._lanes[(base.uuid, n)] = row
+        return row
+
+
+def _host_process_name(result: ProfileResult) -> str:
+    md = result.metadata
+    prog = " ".join(md.argv[:1]) if md.argv else ""
+    base = f"python {prog}".strip() if prog else "python"
+    return f"{base} ({md.host})" if md.host else base
+
+
+def layout(result: ProfileResult) -> Layout:
+    """Assign every track of every part a Perfetto track (plain data; no encoding)."""
+    lay = Layout()
+    host_pid = result.metadata.pid or None
+    host = lay.process(_host_process_name(result), host_pid)
+    for pi, part in enumerate(result.parts):
+        counter_owners: dict[str, TrackRow] = {}
+        for t in part.tracks:
+            if t.kind == "counter":  # a counter-only track: its series go under its process, no slice track
+                counter_owners[t.id] = _track_process(lay, result, host, t)
+            else:
+                lay.span_tracks[(pi, t.id)] = _track_row(lay, result, host, t)
+        natives = {t.tid: lay.span_tracks[(pi, t.id)] for t in part.tracks
+                   if t.kind == "thread" and t.tid is not None and (t.pid in (None, host_pid))}
+        for th in part.threads:
+            row = natives.get(th.native_id) if th.native_id is not None else None
+            if row is None:
+                row = lay.thread(host, th.native_id, th.name)
+            lay.sample_threads[(pi, th.thread_id)] = row
+        for ci, series in enumerate(part.counters):
+            owner = lay.span_tracks.get((pi, series.track))
+            proc = counter_owners.get(series.track) or (
+                lay.tracks[owner.parent_uuid - 1] if owner is not None and owner.parent_uuid else host)
+            lay.counter_tracks[(pi, ci)] = lay.counter(proc, series.name, series.unit)
+    return lay
+
+
+def _device_process_name(t: Track) -> str:
+    return f"/device:{t.device}" if t.device is not None else "other"
+
+
+def _track_process(lay: Layout, result: ProfileResult, host: TrackRow, t: Track) -> TrackRow:
+    """The process row a track belongs to: the run's process for its host threads (and for
+    counter tracks of no device), a process per other pid, per device, or per named process."""
+    host_pid = result.metadata.pid or None
+    if t.kind in ("thread", "counter") and t.device is None:
+        if t.pid is None or t.pid == host_pid:
+            return host
+        return lay.process(t.process or f"process {t.pid}", t.pid)
+    if t.kind == "process":
+        return lay.process(t.process or t.name, t.pid)
+    return lay.process(t.process or _device_process_name(t), t.pid)
+
+
+def _track_row(lay: Layout, result: ProfileResult, host: TrackRow, t: Track) -> TrackRow:
+    proc = _track_process(lay, result, host, t)
+    if t.kind == "thread" and t.device is None:
+        return lay.thread(proc, t.tid, t.name)
+    return lay.named(proc, t.name)
+
+
+# -- lanes: keep every slice track properly nested -----------------------------------------------
+class _Nesting:
+    """Per-track stack of open slice ends; says whether the next span (in input order) nests."""
+
+    __slots__ = ("stack", "last_start")
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+        self.last_start = -(1 << 63)
+
+    def fits(self, start: int, end: int) -> bool:
+        if start < self.last_start:
+            return False
+        st = self.stack
+        while st and st[-1] <= start:
+            st.pop()
+        if st and end > st[-1]:
+            return False
+        st.append(end)
+        self.last_start = start
+        return True
+
+
+def _assign_lanes(deferred: list[tuple[int, int, Any]], lay: Layout, base: TrackRow,
+                  lane_state: dict[int, list[_Nesting]]) -> Iterator[tuple[TrackRow, Any]]:
+    """Place spans that did not fit ``base`` onto overflow lanes 2, 3, ... (sorted, nested).
+
+    ``lane_state`` keeps each lane's nesting across parts, so parts sharing a track never
+    overlap on a lane either.
+    """
+    deferred.sort(key=lambda x: (x[0], -x[1]))
+    lanes = lane_state.setdefault(base.uuid, [])
+    for start, end, item in deferred:
+        for i, n in enumerate(lanes):
+            if n.fits(start, end):
+                yield lay.lane(base, i + 2), item
+                break
+        else:
+            n = _Nesting()
+            n.fits(start, end)
+            lanes.append(n)
+            yield lay.lane(base, len(lanes) + 1), item
+
+
+def _flow_roles(part: BackendResult, links: list[int],
+                labels: dict[int, str] | None = None) -> dict[int, tuple[list[int], list[int]]]:
+    """span index -> (ids of links leaving it, ids of links arriving at it).
+
+    Spans sharing a ``Flow`` id are chained in start order; each consecutive pair is one link with
+    its own trace-wide id (``links`` is the shared id counter), so a chain of k spans shows as k-1
+    arrows in both formats. A flow id on one span alone links nothing and writes nothing.
+    ``labels`` (JSON only) gets each link's ``"name":..,"cat":..`` from the part's ``Flow`` entries.
+    """
+    named = {f.flow_id: f for f in part.flows} if labels is not None else {}
+    members: dict[int, list[tuple[int, int]]] = {}
+    for si, s in enumerate(part.spans):
+        for f in s.flow_ids:
+            members.setdefault(f, []).append((s.start_ns, si))
+    roles: dict[int, tuple[list[int], list[int]]] = {}
+    for fid, spans in members.items():
+        spans.sort()
+        for (_, a), (_, b) in zip(spans, spans[1:]):
+            links[0] += 1
+            if labels is not None:
+                flow = named.get(fid)
+                labels[links[0]] = (f'"name":{json.dumps(flow.name if flow and flow.name else "flow")},'
+                                    f'"cat":{json.dumps(flow.category if flow and flow.category else "flow")}')
+            roles.setdefault(a, ([], []))[0].append(links[0])
+            roles.setdefault(b, ([], []))[1].append(links[0])
+    return roles
+
+
+def _in_order(spans: tuple[Span, ...]) -> Iterator[tuple[int, Span]]:
+    """(index, span) in start order per track (longer first on equal starts).
+
+    Most results list each track's spans in start order already. That is checked in constant
+    memory and mostly at C speed: the places where the list steps back in time are found with
+    ``map``; when there are few such sorted runs and no track appears in two of them (tracks
+    listed one after another), every track is in order. Otherwise a per-track pass decides, and
+    a part that is really out of order (annotations recorded as they close, children before
+    parents) is visited through a sorted index, so parents still nest their children instead of
+    landing on overflow lanes; that index costs memory per span.
+    """
+    start = operator.attrgetter("start_ns")
+    steps_back = itertools.compress(itertools.count(1),
+                                    itertools.starmap(operator.gt, itertools.pairwise(map(start, spans))))
+    breaks = list(itertools.islice(steps_back, 65))
+    if not breaks:
+        return enumerate(spans)
+    if len(breaks) <= 64:
+        track = operator.attrgetter("track")
+        seen: set[str] = set()
+        bounds = [0, *breaks, len(spans)]
+        for a, b in zip(bounds, bounds[1:]):
+            tracks = set(map(track, itertools.islice(spans, a, b)))
+            if not seen.isdisjoint(tracks):
+                break
+            seen |= tracks
+        else:
+            return enumerate(spans)
+    last: dict[str, int] = {}
+    for s in spans:
+        t = s.track
+        if s.start_ns < last.get(t, s.start_ns):
+            break
+        last[t] = s.start_ns
+    else:
+        return enumerate(spans)
+    order = sorted(range(len(spans)), key=lambda i: (spans[i].start_ns, -spans[i].dur_ns))
+    return ((i, spans[i]) for i in order)
+
+
+def expected_counts(result: ProfileResult, options: PerfettoOptions | None = None) -> dict[str, int]:
+    """What a reader should find: slices (spans + instants), counter values, flows (arrows),
+    samples and tracks' names. Used by tests and the benchmark to check read-back."""
+    o = options or PerfettoOptions()
+    spans = sum(len(p.spans) for p in result.parts)
+    instants = sum(len(p.instants) for p in result.parts) if o.include_instants else 0
+    counters = sum(sum(1 for v in c.values if math.isfinite(v)) for p in result.parts for c in p.counters) \
+        if o.include_counters else 0
+    samples = sum(len(p.samples) for p in result.parts) if o.include_samples else 0
+    flows = 0
+    if o.include_flows:
+        for p in result.parts:
+            per: dict[int, int] = {}
+            for s in p.spans:
+                for f in s.flow_ids:
+                    per[f] = per.get(f, 0) + 1
+            flows += sum(n - 1 for n in per.values() if n >= 2)
+    return {"slices": spans + instants, "spans": spans, "instants": instants, "counter_values": counters,
+            "flows": flows, "samples": samples}
+
+
+# -- protobuf wire format -----------------------------------------------------------------------
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _tag(field: int, wire_type: int) -> bytes:
+    return _varint(field << 3 | wire_type)
+
+
+def _f_uint(field: int, value: int) -> bytes:
+    return _tag(field, 0) + _varint(value & _U64)
+
+
+def _f_bytes(field: int, payload: bytes) -> bytes:
+    return _tag(field, 2) + _varint(len(payload)) + payload
+
+
+def _f_str(field: int, text: str) -> bytes:
+    return _f_bytes(field, text.encode("utf-8", "replace"))
+
+
+def _f_double(field: int, value: float) -> bytes:
+    return _tag(field, 1) + struct.pack("<d", value)
+
+
+def _f_fixed64(field: int, value: int) -> bytes:
+    return _tag(field, 1) + struct.pack("<Q", value & _U64)
+
+
+# TracePacket fields
+_P_TIMESTAMP, _P_TRACK_EVENT, _P_SEQ_ID, _P_INTERNED, _P_FLAGS = 8, 11, 10, 12, 13
+_P_CLEARED, _P_TRACK_DESCRIPTOR, _P_PERF_SAMPLE, _P_FIRST_ON_SEQ = 41, 60, 66, 87
+# TrackEvent fields
+_TE_CATEGORY_IIDS, _TE_DEBUG, _TE_TYPE, _TE_NAME_IID, _TE_TRACK = 3, 4, 9, 10, 11
+_TE_DOUBLE_COUNTER, _TE_FLOW_IDS, _TE_TERM_FLOW_IDS = 44, 47, 48
+_TYPE_BEGIN, _TYPE_END, _TYPE_INSTANT, _TYPE_COUNTER = 1, 2, 3, 4
+# InternedData fields
+_I_CATEGORIES, _I_NAMES, _I_ARG_NAMES, _I_FUNCTIONS, _I_FRAMES, _I_CALLSTACKS = 1, 2, 3, 5, 6, 7
+_I_MAPPING_PATHS, _I_MAPPINGS = 17, 19
+
+# Two low varint groups of a value >= 2**14, by its low 14 bits: both bytes carry the continuation bit.
+_LOW14 = [bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(1 << 14)]
+_LEN = [_varint(i) for i in range(1 << 12)]
+_SEQ_TAIL = _f_uint(_P_SEQ_ID, SEQ_ID) + _f_uint(_P_FLAGS, _SEQ_NEEDS)
+_TE_TAG = _tag(_P_TRACK_EVENT, 2)
+
+
+class _Sink:
+    """Buffers encoded packets and writes them to the handle in chunks (constant memory)."""
+
+    __slots__ = ("fh", "parts", "size", "limit", "written")
+
+    def __init__(self, fh: IO[bytes], limit: int) -> None:
+        self.fh, self.parts, self.size, self.limit, self.written = fh, [], 0, limit, 0
+
+    def packet(self, body: bytes) -> None:
+        self.parts.append(b"\x0a" + _varint(len(body)) + body)
+        self.size += len(body) + 4
+        if self.size >= self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            data = b"".join(self.parts)
+            self.fh.write(data)
+            self.written += len(data)
+            self.parts.clear()
+            self.size = 0
+
+
+class _Interner:
+    """Interned strings of one kind; a new one is announced in an InternedData packet."""
+
+    __slots__ = ("ids", "field", "sink")
+
+    def __init__(self, sink: _Sink, field: int) -> None:
+        self.ids: dict[str, int] = {}
+        self.field = field
+        self.sink = sink
+
+    def __call__(self, text: str) -> int:
+        iid = self.ids.get(text)
+        if iid is None:
+            iid = self.ids[text] = len(self.ids) + 1
+            entry = _f_uint(1, iid) + _f_str(2, text)
+            self.sink.packet(_f_bytes(_P_INTERNED, _f_bytes(self.field, entry)) + _SEQ_TAIL)
+        return iid
+
+
+def _debug_value(value: Any) -> bytes:
+    """The value fields of a DebugAnnotation."""
+    if isinstance(value, bool):
+        return _f_uint(2, int(value))
+    if isinstance(value, int):
+        if -(1 << 63) <= value < (1 << 63):
+            return _f_uint(4, value)
+        return _f_str(6, str(value))
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return _f_double(5, value)
+        return _f_str(6, str(value))
+    if isinstance(value, str):
+        return _f_str(6, value)
+    if isinstance(value, Mapping):
+        return b"".join(_f_bytes(11, _f_str(10, str(k)) + _debug_value(x)) for k, x in value.items()) \
+            or _f_str(9, "{}")
+    if isinstance(value, (list, tuple)):
+        return b"".join(_f_bytes(12, _debug_value(x)) for x in value) or _f_str(9, "[]")
+    if value is None:
+        return _f_str(9, "null")
+    return _f_str(6, str(value))
+
+
+def _debug_annotations(args: Mapping[str, Any], arg_names: _Interner, cache: dict[Any, bytes] | None = None) -> bytes:
+    """TrackEvent.debug_annotations for ``args`` (names interned).
+
+    ``cache`` maps (name, type, value) of scalar args to their encoded annotation: the same
+    ``hlo_module`` or ``device`` repeats on every span, so most args are encoded once.
+    """
+    if cache is None:
+        return b"".join(_f_bytes(_TE_DEBUG, _f_uint(1, arg_names(str(k))) + _debug_value(x)) for k, x in args.items())
+    out = []
+    for k, x in args.items():
+        key = (k, x.__class__, x) if isinstance(x, (str, int, float, bool)) or x is None else None
+        enc = cache.get(key) if key is not None else None
+        if enc is None:
+            enc = _f_bytes(_TE_DEBUG, _f_uint(1, arg_names(str(k))) + _debug_value(x))
+            if key is not None:
+                if len(cache) > 65536:
+                    cache.clear()
+                cache[key] = enc
+        out.append(enc)
+    return b"".join(out)
+
+
+def _descriptor(row: TrackRow) -> bytes:
+    body = _f_uint(1, row.uuid)
+    if row.kind == "process":
+        body += _f_bytes(3, _f_uint(1, row.pid) + _f_str(6, row.name))
+    elif row.kind == "thread":
+        body += _f_bytes(4, _f_uint(1, row.pid) + _f_uint(2, row.tid) + _f_str(5, row.name))
+    else:
+        body += _f_uint(5, row.parent_uuid) + _f_str(2, row.name)
+        if row.kind == "counter":
+            body += _f_bytes(8, _counter_unit(row.unit))
+    return _f_bytes(_P_TRACK_DESCRIPTOR, body)
+
+
+_UNITS = {"ns": 1, "time_ns": 1, "count": 2, "events": 2, "samples": 2, "bytes": 3, "size_bytes": 3}
+
+
+def _counter_unit(unit: str) -> bytes:
+    """CounterDescriptor: unit enum where one fits (TIME_NS, COUNT, SIZE_BYTES), else unit_name."""
+    code = _UNITS.get(unit.lower())
+    if code is not None:
+        return _f_uint(3, code)
+    return _f_str(6, unit) if unit else b""
+
+
+def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions | None = None) -> int:
+    """Stream ``result`` to ``fh`` as a Perfetto protobuf trace. Returns the bytes written."""
+    o = options or PerfettoOptions()
+    sink = _Sink(fh, o.chunk_bytes)
+    lay = layout(result)
+    sink.packet(_f_uint(_P_SEQ_ID, SEQ_ID) + _f_uint(_P_FLAGS, _SEQ_CLEARED) + _f_uint(_P_CLEARED, 1)
+                + _f_uint(_P_FIRST_ON_SEQ, 1))
+    names = _Interner(sink, _I_NAMES)
+    cats = _Interner(sink, _I_CATEGORIES)
+    arg_names = _Interner(sink, _I_ARG_NAMES)
+    links = [0]
+    track_state: dict[int, tuple[list[Any], list[int]]] = {}
+    lane_state: dict[int, list[_Nesting]] = {}
+    for row in lay.tracks:
+        sink.packet(_descriptor(row))
+    n_tracks = len(lay.tracks)
+    for pi, part in enumerate(result.parts):
+        off = part.clock.offset_ns
+        roles = _flow_roles(part, links) if o.include_flows else {}
+        deferred: dict[int, list[tuple[int, int, Any]]] = {}
+        _emit_spans(sink, lay, pi, part, off, roles, names, cats, arg_names, o, deferred, track_state)
+        for base_uuid, items in deferred.items():
+            base = lay.tracks[base_uuid - 1]
+            for row, si in _assign_lanes(items, lay, base, lane_state):
+                s = part.spans[si]
+                _emit_span_slow(sink, row.uuid, s, off, roles.get(si), names, cats, arg_names, o)
+        if o.include_instants:
+            for ins in part.instants:
+                row = _row_for(lay, pi, ins.track)
+                te = (_f_uint(_TE_TYPE, _TYPE_INSTANT) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(ins.name)))
+                if ins.category:
+                    te += _f_uint(_TE_CATEGORY_IIDS, cats(ins.category))
+                if o.include_args and ins.args:
+                    te += _debug_annotations(ins.args, arg_names)
+                sink.packet(_f_uint(_P_TIMESTAMP, _ts(ins.t_ns + off)) + _f_bytes(_P_TRACK_EVENT, te) + _SEQ_TAIL)
+        if o.include_counters:
+            for ci, series in enumerate(part.counters):
+                head = _f_uint(_TE_TYPE, _TYPE_COUNTER) + _f_uint(_TE_TRACK, lay.counter_tracks[(pi, ci)].uuid)
+                tag = _tag(_TE_DOUBLE_COUNTER, 1)
+                for t, val in _finite_points(series):
+                    te = head + tag + struct.pack("<d", val)
+                    sink.packet(_f_uint(_P_TIMESTAMP, _ts(t + off)) + _TE_TAG + _LEN[len(te)] + te + _SEQ_TAIL)
+        if o.include_samples and part.samples:
+            _emit_samples(sink, lay, pi, part, off)
+    # Lanes created while writing spans need their descriptors too (order does not matter to readers).
+    for row in lay.tracks[n_tracks:]:
+        sink.packet(_descriptor(row))
+    sink.flush()
+    return sink.written
+
+
+def _finite_points(series: Any) -> Iterator[tuple[int, float]]:
+    """The (t, value) points of a counter series that a Perfetto counter can hold.
+
+    NaN and infinities (a reading that failed) have no place on a counter track in either
+    format; they are left out with a DataLossWarning that counts them.
+    """
+    bad = sum(1 for v in series.values if not math.isfinite(v))
+    if bad:
+        warnings.warn(DataLossWarning(f"perfetto: {bad} non-finite value(s) of counter {series.name!r} are not "
+                                      f"written (a counter track holds finite numbers only)"), stacklevel=3)
+        return ((t, v) for t, v in zip(series.t_ns, series.values) if math.isfinite(v))
+    return zip(series.t_ns, series.values)
+
+
+def _ts(t: int) -> int:
+    return t if t >= 0 else 0
+
+
+def _row_for(lay: Layout, pi: int, track_id: str) -> TrackRow:
+    row = lay.span_tracks.get((pi, track_id))
+    if row is None:
+        # A span/instant on a track the part did not declare: give it a named track of its own.
+        row = lay.span_tracks[(pi, track_id)] = lay.named(lay.tracks[0], track_id)
+    return row
+
+
+def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int, roles: dict[int, Any],
+                names: _Interner, cats: _Interner, arg_names: _Interner, o: PerfettoOptions,
+                deferred: dict[int, list[tuple[int, int, Any]]], track_state: dict[int, tuple[list[Any], list[int]]]) -> None:
+    """The hot loop: two packets (SLICE_BEGIN, SLICE_END) per span, most bytes precomputed.
+
+    For each (track, name, category) the TrackEvent bytes after the timestamp are built once. A
+    timestamp varint is its two low groups from a table plus the cached varint of ``t >> 14``.
+    The nesting check of :class:`_Nesting` is inlined: a per-track stack of open ends with an
+    infinite sentinel at the bottom, and the track's last start in a one-element list.
+    """
+    ext = sink.parts.extend
+    low = _LOW14
+    varint = _varint
+    tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], list[bytes], list[bytes], bytes]] = {}
+    high: dict[int, bytes] = {}
+    arg_cache: dict[Any, bytes] = {}
+    te_tag = _TE_TAG
+    seq_tail = _SEQ_TAIL
+    include_args = o.include_args
+    # Flush every `limit` spans. A span is 8 pieces (~85 bytes), and b"".join keeps an 80-byte
+    # buffer view per piece while it copies: ~640 bytes per buffered span in all.
+    limit = sink.limit // 640 + 1
+    count = 0
+    for si, s in _in_order(part.spans):
+        key = (s.track, s.name, s.category)
+        tail = tails.get(key)
+        if tail is None:
+            tail = tails[key] = _span_tail(lay, pi, s, names, cats, track_state)
+        b1, b2, st, uuid, last, pre1, pre2, te_begin = tail
+        start = s.start_ns + off
+        end = start + s.dur_ns
+        if start < last[0]:
+            deferred.setdefault(uuid, []).append((start, end, si))
+            continue
+        while st[-1] <= start:
+            st.pop()
+        if end > st[-1]:
+            deferred.setdefault(uuid, []).append((start, end, si))
+            continue
+        st.append(end)
+        last[0] = start
+        if (roles and si in roles) or start < 16384:
+            _emit_span_slow(sink, uuid, s, off, roles.get(si), names, cats, arg_names, o)
+            continue
+        h = start >> 14
+        hb = high.get(h)
+        if hb is None:
+            if len(high) > 4096:
+                high.clear()
+            hb = high[h] = varint(h)
+        if end >> 14 == h:  # most spans are shorter than 16 µs: same high part
+            he = hb
+        else:
+            h = end >> 14
+            he = high.get(h)
+            if he is None:
+                he = high[h] = varint(h)
+        # The pieces go to the sink as they are: one b"".join per chunk does the copying.
+        if include_args and s.args:
+            te = te_begin + _debug_annotations(s.args, arg_names, arg_cache)
+            b1 = b"%b%b%b%b" % (te_tag, varint(len(te)), te, seq_tail)
+            ext((b"\x0a%b\x40" % varint(3 + len(hb) + len(b1)), low[start & 16383], hb, b1,
+                 pre2[len(he)], low[end & 16383], he, b2))
+        else:
+            ext((pre1[len(hb)], low[start & 16383], hb, b1, pre2[len(he)], low[end & 16383], he, b2))
+        count += 1
+        if count >= limit:
+            count = 0
+            sink.flush()
+
+
+def _span_tail(lay: Layout, pi: int, s: Span, names: _Interner, cats: _Interner,
+               track_state: dict[int, tuple[list[Any], list[int]]]) -> tuple[bytes, bytes, list[Any], int, list[int], list[bytes], list[bytes], bytes]:
+    """Precomputed bytes of a (track, name, category): (begin tail, end tail, open-ends stack,
+    track uuid, [last start], begin packet header by high-part length, same for end, the begin
+    TrackEvent's own fields)."""
+    row = _row_for(lay, pi, s.track)
+    state = track_state.get(row.uuid)  # by Perfetto track: parts sharing a thread share its nesting
+    if state is None:
+        state = track_state[row.uuid] = ([_INF], [-(1 << 63)])
+    te_begin = (_f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(s.name))
+                + (_f_uint(_TE_CATEGORY_IIDS, cats(s.category)) if s.category else b""))
+    te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, row.uuid)
+    b1 = _TE_TAG + _varint(len(te_begin)) + te_begin + _SEQ_TAIL
+    b2 = _TE_TAG + _varint(len(te_end)) + te_end + _SEQ_TAIL
+    # packet = 0x40 tag (1) + two low timestamp bytes (2) + high part + tail; the packet's own
+    # header (0x0a, its length, the timestamp tag) by the length of the high part (1..9 bytes)
+    pre1 = [b"\x0a%b\x40" % _varint(3 + n + len(b1)) for n in range(10)]
+    pre2 = [b"\x0a%b\x40" % _varint(3 + n + len(b2)) for n in range(10)]
+    return b1, b2, state[0], row.uuid, state[1], pre1, pre2, te_begin
+
+
+def _emit_span_slow(sink: _Sink, track_uuid: int, s: Span, off: int, role: Any, names: _Interner,
+                    cats: _Interner, arg_names: _Interner, o: PerfettoOptions) -> None:
+    start = _ts(s.start_ns + off)
+    te = _f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, track_uuid) + _f_uint(_TE_NAME_IID, names(s.name))
+    if s.category:
+        te += _f_uint(_TE_CATEGORY_IIDS, cats(s.category))
+    if o.include_args and s.args:
+        te += _debug_annotations(s.args, arg_names)
+    if role:
+        for f in role[0]:
+            te += _f_fixed64(_TE_FLOW_IDS, f)
+        for f in role[1]:
+            te += _f_fixed64(_TE_TERM_FLOW_IDS, f)
+    sink.packet(_f_uint(_P_TIMESTAMP, start) + _f_bytes(_P_TRACK_EVENT, te) + _SEQ_TAIL)
+    te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, track_uuid)
+    sink.packet(_f_uint(_P_TIMESTAMP, _ts(s.start_ns + off + s.dur_ns)) + _f_bytes(_P_TRACK_EVENT, te_end) + _SEQ_TAIL)
+
+
+def _emit_samples(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int) -> None:
+    """PerfSample packets with interned function names, mappings, frames and callstacks.
+
+    Perfetto imports them into ``perf_sample`` (with ``stack_profile_callsite`` /
+    ``stack_profile_frame``) and shows them on the thread with a flame graph. Frame names carry
+    the line (``work:20``) so lines stay apart; the mapping is the source file or module.
+
+    Interned ids are offset per part so several parts never clash on one sequence.
+    """
+    base = (pi + 1) << 32
+    used = sorted({s.stack_id for s in part.samples if 0 <= s.stack_id < len(part.stacks)})
+    frame_ids = sorted({f for sid in used for f in part.stacks[sid] if 0 <= f < len(part.frames)})
+    mapping_of: dict[str, int] = {}
+    interned = bytearray()
+    for fi in frame_ids:
+        fr = part.frames[fi]
+        path = fr.file or fr.module or fr.kind
+        mid = mapping_of.get(path)
+        if mid is None:
+            mid = mapping_of[path] = base + len(mapping_of) + 1
+            interned += _f_bytes(_I_MAPPING_PATHS, _f_uint(1, mid) + _f_str(2, path))
+            interned += _f_bytes(_I_MAPPINGS, _f_uint(1, mid) + _f_uint(7, mid))
+        label = fr.name if not fr.line else f"{fr.name}:{fr.line}"
+        interned += _f_bytes(_I_FUNCTIONS, _f_uint(1, base + fi + 1) + _f_str(2, label))
+        interned += _f_bytes(_I_FRAMES, _f_uint(1, base + fi + 1) + _f_uint(2, base + fi + 1) + _f_uint(3, mid))
+        if len(interned) > (1 << 16):
+            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
+            interned.clear()
+    valid_frames = set(frame_ids)
+    empty_frame = base + len(part.frames) + 1
+    # A sample whose stack id is out of range gets this stack of one pseudo-frame.
+    unknown_sid = len(part.stacks)
+    if any(not 0 <= s.stack_id < len(part.stacks) for s in part.samples):
+        used.append(unknown_sid)
+    made_empty = False
+    for sid in used:
+        frames = [base + f + 1 for f in part.stacks[sid] if f in valid_frames] if sid != unknown_sid else []
+        if not frames:
+            # Perfetto rejects an empty callstack (stackprofile_empty_callstack): stand in a
+            # pseudo-frame so the sample (and its weight) stays visible.
+            if not made_empty:
+                made_empty = True
+                interned += _f_bytes(_I_MAPPING_PATHS, _f_uint(1, empty_frame) + _f_str(2, "omniprof"))
+                interned += _f_bytes(_I_MAPPINGS, _f_uint(1, empty_frame) + _f_uint(7, empty_frame))
+                interned += _f_bytes(_I_FUNCTIONS, _f_uint(1, empty_frame) + _f_str(2, EMPTY_STACK))
+                interned += _f_bytes(_I_FRAMES, _f_uint(1, empty_frame) + _f_uint(2, empty_frame) + _f_uint(3, empty_frame))
+            frames = [empty_frame]
+        body = _f_uint(1, base + sid + 1) + b"".join(_f_uint(2, f) for f in frames)
+        interned += _f_bytes(_I_CALLSTACKS, body)
+        if len(interned) > (1 << 16):
+            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
+            interned.clear()
+    if interned:
+        sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
+    for s in part.samples:
+        row = lay.sample_threads.get((pi, s.thread_id))
+        if row is None:
+            row = lay.sample_threads[(pi, s.thread_id)] = lay.thread(lay.tracks[0], None, part.thread_name(s.thread_id))
+            sink.packet(_descriptor(row))
+        # timebase_count: the CPU-clock ns since the thread's previous sample, i.e. the weight.
+        sid = s.stack_id if 0 <= s.stack_id < unknown_sid else unknown_sid
+        body = (_f_uint(2, row.pid) + _f_uint(3, row.tid) + _f_uint(4, base + sid + 1)
+                + _f_uint(6, max(s.weight_ns, 0)))
+        sink.packet(_f_uint(_P_TIMESTAMP, _ts(s.t_ns + off)) + _f_bytes(_P_PERF_SAMPLE, body) + _SEQ_TAIL)
+
+
+# -- Chrome trace-event JSON --------------------------------------------------------------------
+def _us(t: int) -> str:
+    """ns -> microseconds as JSON number text with three decimals (no precision lost)."""
+    if t < 0:
+        t = 0
+    return f"{t // 1000}.{t % 1000:03d}"
+
+
+def chrome_events(result: ProfileResult, options: PerfettoOptions | None = None) -> Iterator[dict[str, Any]]:
+    """The trace events as plain dicts (``ts``/``dur`` as float microseconds), in file order.
+
+    For tests and tools; :func:`write_chrome_json` streams the same events without building dicts
+    for spans.
+    """
+    buf = io.BytesIO()
+    write_chrome_json(result, buf, attrs.evolve(options or ChromeTraceOptions(), compress=False))
+    yield from json.loads(buf.getvalue())["traceEvents"]
+
+
+def write_chrome_json(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions | None = None) -> int:
+    """Stream ``result`` to ``fh`` as Chrome trace-event JSON (gzipped if ``options.compress``)."""
+    o = options or ChromeTraceOptions()
+    if o.compress:
+        gz = gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=6, mtime=0)
+        try:
+            return _write_json(result, gz, o)
+        finally:
+            gz.close()
+    return _write_json(result, fh, o)
+
+
+def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> int:
+    chunks: list[str] = []
+    size = 0
+    written = 0
+    limit = o.chunk_bytes
+    first = True
+
+    def emit(text: str) -> None:
+        nonlocal size, written, first
+        if first:
+            first = False
+        else:
+            text = ",\n" + text
+        chunks.append(text)
+        size += len(text)
+        if size >= limit:
+            flush()
+
+    def flush() -> None:
+        nonlocal size, written
+        data = "".join(chunks).encode("utf-8")
+        out.write(data)
+        written += len(data)
+        chunks.clear()
+        size = 0
+
+    dumps = json.dumps
+    chunks.append('{"traceEvents":[\n')
+    lay = layout(result)
+    for row in lay.tracks:
+        _json_meta(row, emit)
+    n_tracks = len(lay.tracks)
+    links = [0]
+    labels: dict[int, str] = {}
+    nests: dict[int, _Nesting] = {}
+    lane_state: dict[int, list[_Nesting]] = {}
+    for pi, part in enumerate(result.parts):
+        off = part.clock.offset_ns
+        roles = _flow_roles(part, links, labels) if o.include_flows else {}
+        deferred: dict[int, list[tuple[int, int, Any]]] = {}
+        names: dict[str, str] = {}
+        for si, s in _in_order(part.spans):
+            row = _row_for(lay, pi, s.track)
+            start = s.start_ns + off
+            end = start + s.dur_ns
+            n = nests.get(row.uuid)
+            if n is None:
+                n = nests[row.uuid] = _Nesting()
+            if not n.fits(start, end):
+                deferred.setdefault(row.uuid, []).append((start, end, si))
+                continue
+            _json_span(emit, row, s, off, roles.get(si), o, names, dumps, labels)
+        for base_uuid, items in deferred.items():
+            for row, si in _assign_lanes(items, lay, lay.tracks[base_uuid - 1], lane_state):
+                _json_span(emit, row, part.spans[si], off, roles.get(si), o, names, dumps, labels)
+        if o.include_instants:
+            for ins in part.instants:
+                row = _row_for(lay, pi, ins.track)
+                args = f',"args":{dumps(ins.args)}' if o.include_args and ins.args else ""
+                emit(f'{{"ph":"i","s":"t","name":{dumps(ins.name)},"cat":{dumps(ins.category or "event")},'
+                     f'"ts":{_us(ins.t_ns + off)},"pid":{row.pid},"tid":{row.tid}{args}}}')
+        if o.include_counters:
+            for ci, series in enumerate(part.counters):
+                row = lay.counter_tracks[(pi, ci)]
+                name = dumps(row.name)
+                for t, val in _finite_points(series):
+                    value = repr(val)
+                    emit(f'{{"ph":"C","name":{name},"ts":{_us(t + off)},"pid":{row.pid},"args":{{"value":{value}}}}}')
+        if o.include_samples and part.samples:
+            _json_samples(result, lay, pi, part, off, emit)
+    for row in lay.tracks[n_tracks:]:
+        _json_meta(row, emit)
+    chunks.append("\n]")
+    chunks.append(f',\n"otherData":{dumps(_other_data(result))}')
+    chunks.append("}\n")
+    flush()
+    return written
+
+
+def _other_data(result: ProfileResult) -> dict[str, Any]:
+    md = result.metadata
+    return {"omniprof_schema_version": result.schema_version, "host": md.host, "pid": md.pid,
+            "backends": list(md.backends), "label": md.label, "start_unix_ns": md.start_unix_ns}
+
+
+def _json_meta(row: TrackRow, emit: Any) -> None:
+    if row.kind == "process":
+        emit(f'{{"ph":"M","name":"process_name","pid":{row.pid},"tid":0,"args":{{"name":{json.dumps(row.name)}}}}}')
+    elif row.kind in ("thread", "named", "lane"):
+        emit(f'{{"ph":"M","name":"thread_name","pid":{row.pid},"tid":{row.tid},"args":{{"name":{json.dumps(row.name)}}}}}')
+
+
+def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: PerfettoOptions, names: dict[str, str],
+               dumps: Any, labels: dict[int, str]) -> None:
+    key = s.name + "\0" + s.category
+    head = names.get(key)
+    if head is None:
+        head = names[key] = f'"name":{dumps(s.name)},"cat":{dumps(s.category or "span")}'
+    start = s.start_ns + off
+    args = f',"args":{dumps(s.args)}' if o.include_args and s.args else ""
+    emit(f'{{"ph":"X",{head},"ts":{_us(start)},"dur":{_us(s.dur_ns)},"pid":{row.pid},"tid":{row.tid}{args}}}')
+    if role:
+        # One s/f pair per link, each bound to the enclosing slice ("bp":"e") at the slice's start.
+        for f in role[0]:
+            emit(f'{{"ph":"s","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
+        for f in role[1]:
+            emit(f'{{"ph":"f","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
+
+
+def _json_samples(result: ProfileResult, lay: Layout, pi: int, part: BackendResult, off: int, emit: Any) -> None:
+    """Sampled stacks as instant events (category ``sample``) on their thread, leaf frame as the
+    name and the whole stack (root first) in ``args.stack``."""
+    dumps = json.dumps
+    labels: dict[int, str] = {}
+    for s in part.samples:
+        row = lay.sample_threads.get((pi, s.thread_id))
+        if row is None:
+            row = lay.sample_threads[(pi, s.thread_id)] = lay.thread(lay.tracks[0], None, part.thread_name(s.thread_id))
+            _json_meta(row, emit)
+        text = labels.get(s.stack_id)
+        if text is None:
+            frames = part.stacks[s.stack_id] if 0 <= s.stack_id < len(part.stacks) else ()
+            names = [part.frames[f].name for f in frames if 0 <= f < len(part.frames)] or [EMPTY_STACK]
+            text = labels[s.stack_id] = (f'"name":{dumps(names[-1])},'
+                                         f'"args":{{"stack":{dumps(names)}')
+        emit(f'{{"ph":"i","s":"t","cat":"sample",{text},"weight_ns":{s.weight_ns}}},'
+             f'"ts":{_us(s.t_ns + off)},"pid":{row.pid},"tid":{row.tid}}}')

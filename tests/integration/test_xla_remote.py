@@ -1,0 +1,160 @@
+"""Remote capture through XLA's profiler service: real child processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("xprof")
+
+import omniprof  # noqa: E402
+from omniprof.backends.xla import remote  # noqa: E402
+from omniprof.cli import main  # noqa: E402
+from omniprof.errors import BackendError, InvalidArgumentError, ProfilerStateError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    import omniprof
+    import jax, jax.numpy as jnp
+    port = int(sys.argv[1])
+    omniprof.start_server(port, all_interfaces_ok=True)
+    f = jax.jit(lambda x: jnp.sin(x) @ x)
+    x = jnp.ones((64, 64))
+    f(x).block_until_ready()
+    print("READY", flush=True)
+    deadline = time.time() + float(sys.argv[2])
+    while time.time() < deadline:
+        with omniprof.annotate("child_work", port=port):
+            f(x).block_until_ready()
+        time.sleep(0.002)
+    omniprof.stop_server()
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def children():
+    """Start N child processes each serving the profiler on a free port; kill them afterwards."""
+    procs: list[subprocess.Popen] = []
+
+    def start(n: int, seconds: float = 30.0) -> list[int]:
+        ports = [_free_port() for _ in range(n)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        for p in ports:
+            procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(p), str(seconds)], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, env=env, text=True))
+        for proc in procs:
+            line = proc.stdout.readline()
+            assert line.strip() == "READY", proc.stderr.read()
+        return ports
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.slow
+def test_collect_two_processes_into_one_run(children, tmp_path):
+    """Two processes captured at once: one run dir, one xplane per process, one result with both."""
+    ports = children(2)
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    got = remote.collect(",".join(addrs), 300, tmp_path, perfetto_trace=True)
+    assert got.run_dir.parent == tmp_path / "plugins" / "profile"
+    assert sorted(f.name for f in got.files) == sorted(f"127.0.0.1_{p}.xplane.pb" for p in ports)
+    assert list(got.run_dir.glob("*.xplane.pb")) and (got.run_dir / "omniprof.result.json").is_file()
+    part = got.result.part("xla")
+    assert {t.process for t in part.tracks} == {f"127.0.0.1_{p}" for p in ports}
+    ann = [s for s in part.spans if s.category == "annotation" and s.name == "child_work"]
+    assert {s.args["port"] for s in ann} == set(ports)
+    assert any(s.category == "xla_op" for s in part.spans)
+    assert got.perfetto_trace is not None and got.perfetto_trace.is_file()
+    assert omniprof.load(got.run_dir / "omniprof.result.json") == got.result
+
+
+@pytest.mark.slow
+def test_cli_collect_one_process(children, tmp_path, capsys):
+    """`omniprof collect ADDR --duration-ms N --logdir DIR --no-perfetto-link` captures and says where."""
+    (port,) = children(1)
+    code = main(["collect", f"127.0.0.1:{port}", "--duration-ms", "200", "--logdir", str(tmp_path),
+                 "--no-perfetto-link", "-r", "table"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "captured 1 host(s)" in err and f"127.0.0.1_{port}.xplane.pb" in err
+    assert len(list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))) == 1
+
+
+def test_collect_without_server_fails_clearly(tmp_path):
+    """No server at the address: BackendError naming the address and how to start one."""
+    port = _free_port()
+    with pytest.raises(BackendError, match=f"nothing listens at 127.0.0.1:{port}.*omniprof.start_server"):
+        remote.collect(f"127.0.0.1:{port}", 50, tmp_path, num_tracing_attempts=1)
+    assert not list(tmp_path.glob("plugins/profile/*"))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".omniprof-capture")]
+
+
+def test_cli_collect_without_server_exit_code(tmp_path, capsys):
+    """The CLI turns that failure into exit code 1 and one clear line."""
+    port = _free_port()
+    assert main(["collect", f"127.0.0.1:{port}", "--duration-ms", "50", "--logdir", str(tmp_path),
+                 "--no-perfetto-link", "--attempts", "1"]) == 1
+    assert "nothing listens at" in capsys.readouterr().err
+
+
+def test_addresses_validated():
+    """Addresses must be HOST:PORT with a valid port, each once."""
+    assert remote.parse_addresses("grpc://127.0.0.1:9999, [::1]:80") == ["127.0.0.1:9999", "[::1]:80"]
+    for bad in ("", "localhost", "127.0.0.1:0", "127.0.0.1:99999", "a:1,a:1"):
+        with pytest.raises(InvalidArgumentError):
+            remote.parse_addresses(bad)
+
+
+def test_start_server_warns_about_every_interface_and_stops():
+    """start_server warns that the server listens on every interface; stop_server ends it; state errors are clear."""
+    port = _free_port()
+    with pytest.warns(remote.ExposedServerWarning, match="EVERY network interface.*ssh -L"):
+        omniprof.start_server(port)
+    try:
+        assert remote.server_port() == port
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        with pytest.raises(ProfilerStateError, match="already running"):
+            omniprof.start_server(_free_port(), all_interfaces_ok=True)
+    finally:
+        omniprof.stop_server()
+    assert remote.server_port() is None
+    with pytest.raises(ProfilerStateError, match="no profiler server"):
+        omniprof.stop_server()
+
+
+def test_quiet_by_default_verbose_shows_native_logs(tmp_path):
+    """A trace plus xprof's tools prints nothing by default; OMNIPROF_VERBOSE=1 lets absl's lines through."""
+    script = textwrap.dedent(f"""
+        import omniprof, jax, jax.numpy as jnp
+        f = jax.jit(lambda x: x @ x); x = jnp.ones((8, 8))
+        with omniprof.Profiler(backend="xla", logdir={str(tmp_path)!r}):
+            f(x).block_until_ready()
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    quiet = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr.strip() == "" and quiet.stdout.strip() == ""
+    loud = subprocess.run([sys.executable, "-c", script], env={**env, "OMNIPROF_VERBOSE": "1"}, capture_output=True,
+                          text=True, timeout=120)
+    assert loud.returncode == 0
+    assert "I0000" in loud.stderr or "xplane_to_tools_data" in loud.stderr
