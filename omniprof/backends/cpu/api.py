@@ -21,7 +21,9 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
+from pathlib import Path
 from typing import IO, Any
 
 import attrs
@@ -269,6 +271,27 @@ def _format_all_stacks(main_frame: Any) -> str:
     return "".join(parts)
 
 
+PEEK_HEAP_SNAPSHOT_ENV = "OMNIPROF_PEEK_HEAP_SNAPSHOT"
+
+
+def _peek_heap_snapshot(err: Any) -> None:
+    """With ``OMNIPROF_PEEK_HEAP_SNAPSHOT`` set (as Julia's ``JULIA_PROFILE_PEEK_HEAP_SNAPSHOT``), a peek
+    also writes a heap snapshot to the current directory: ``1``/``true``/``yes`` a whole
+    ``.heapsnapshot``, ``streaming`` the parts of a streaming snapshot (join them with
+    ``omniprof.assemble_snapshot``). Read when the peek happens, so it can be set late."""
+    mode = os.environ.get(PEEK_HEAP_SNAPSHOT_ENV, "").strip().lower()
+    if mode in ("", "0", "false", "no"):
+        return
+    from omniprof.backends.memory.heapsnapshot import take_heap_snapshot
+
+    streaming = mode in ("stream", "streaming")
+    path = Path.cwd() / f"omniprof-peek-{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}.heapsnapshot"
+    written = take_heap_snapshot(path, streaming=streaming)
+    what = "heap snapshot parts" if streaming else "heap snapshot"
+    err.write(f"omniprof peek: {what} written to {written}{'.*' if streaming else ''}\n")
+    err.flush()
+
+
 def _peek_run(stacks_text: str, duration_s: float) -> None:
     from omniprof.backends.cpu.stacks import python_stacks
 
@@ -303,6 +326,7 @@ def _peek_run(stacks_text: str, duration_s: float) -> None:
         err.write("\n".join(format_report(part, PrintOptions(groupby=("thread", "task"), sortedby="count",
                                                                cols=120))) + "\n")
         err.flush()
+        _peek_heap_snapshot(err)
     except Exception as e:  # never disturb the program: report and go on
         with _suppress():
             err.write(f"omniprof peek failed: {type(e).__name__}: {e}\n")
