@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import attrs
 
-from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, NO_TASK, Sampler
+from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.core.clock import DEFAULT_CLOCK
 from omniprof.core.results import BackendResult, ClockInfo, Frame, ProfileResult, RunMetadata, Track
 from omniprof.core.stackreport import GroupReport, PrintOptions, build_report, format_report

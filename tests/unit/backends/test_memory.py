@@ -16,7 +16,7 @@ import pytest
 
 import omniprof
 from omniprof.backends.memory.backend import native_available
-from omniprof.backends.memory.heapsnapshot import NF, assemble_snapshot, take_heap_snapshot
+from omniprof.backends.memory.heapsnapshot import NF, assemble_snapshot
 from omniprof.backends.memory.report import flat_rows, tree_rows
 from omniprof.errors import DataLossWarning, InvalidArgumentError
 from tests.tools import NODE_MODULES, ROOT, node_package
