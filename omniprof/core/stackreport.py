@@ -26,6 +26,7 @@ import attrs
 
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, Frame, ProfileResult
+from omniprof.core.units import format_ns as _fmt_ns
 from omniprof.errors import InvalidArgumentError
 
 __all__ = ["PrintOptions", "TreeRow", "FlatRow", "GroupReport", "build_report", "format_report", "callers",
@@ -431,16 +432,6 @@ def _group_title(g: GroupReport, grand_samples: int) -> list[str]:
                 f"sampled time {_fmt_ns(g.total_ns)}") if last else ""
         lines.append("  " * level + what + tail)
     return lines
-
-
-def _fmt_ns(ns: float) -> str:
-    if ns >= 1e9:
-        return f"{ns / 1e9:.3f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.2f} us"
-    return f"{ns:.0f} ns"
 
 
 def overhead_lines(part: BackendResult) -> list[str]:

@@ -16,6 +16,8 @@ import attrs
 from omniprof.core import stackreport, stacktree
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Table
+from omniprof.core.units import format_bytes as _fmt_bytes
+from omniprof.core.units import format_ns as _fmt_ns
 from omniprof.reporters.base import Reporter
 
 __all__ = ["TableReporter", "TableOptions", "tree_rows", "flat_rows_for", "frame_label", "span_rows", "counter_rows",
@@ -113,16 +115,6 @@ def flat_rows_for(part: BackendResult, opts: TableOptions = TableOptions(),
     return [stacktree.FlatRow(r.frame, r.total_ns, r.self_ns, r.count, r.self_count) for r in rows[: opts.max_rows]]
 
 
-def _fmt_ns(ns: float) -> str:
-    if ns >= 1e9:
-        return f"{ns / 1e9:.3f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.2f} us"
-    return f"{ns:.0f} ns"
-
-
 def _fmt_cell(col: str, value: Any) -> str:
     if value is None:
         return "-"
@@ -135,14 +127,6 @@ def _fmt_cell(col: str, value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and col.endswith("_bytes"):
         return _fmt_bytes(value)
     return str(value)
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 class _Out:
