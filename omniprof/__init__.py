@@ -41,6 +41,10 @@ _LAZY = {
     "profile": ("omniprof.backends.xla.timing", "profile"),
     "start_server": ("omniprof.backends.xla.remote", "start_server"),
     "stop_server": ("omniprof.backends.xla.remote", "stop_server"),
+    "sampler": ("omniprof.backends.cpu.api", None),
+    "enable_peek": ("omniprof.backends.cpu.api", "enable_peek"),
+    "disable_peek": ("omniprof.backends.cpu.api", "disable_peek"),
+    "set_peek_duration": ("omniprof.backends.cpu.api", "set_peek_duration"),
 }
 
 
@@ -69,4 +73,5 @@ __all__ = [
     "OutputError",
     "OmniprofWarning", "DataLossWarning",
     "time", "timed", "profile", "start_server", "stop_server",
+    "sampler", "enable_peek", "disable_peek", "set_peek_duration",
 ]

@@ -120,6 +120,8 @@ def _parser() -> _Parser:
     run.add_argument("--profile", default=None, metavar="NAME", help="a [profiles.NAME] of the config file")
     run.add_argument("--no-config", action="store_true",
                      help="ignore ./omniprof.toml and [tool.omniprof] in ./pyproject.toml")
+    run.add_argument("--peek", action="store_true",
+                     help="on SIGUSR1, print every thread's stack and a short profile to stderr (Linux)")
     _plugin_args(run)
     run.add_argument("-v", "--verbose", action="store_true", help="let native profiler libraries log")
 
@@ -539,6 +541,10 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
     else:
         sys.argv = list(target)
         sys.path.insert(0, str(Path(target[0]).resolve().parent))
+    if ns.peek:
+        from omniprof.backends.cpu import api as sampler_api
+
+        sampler_api.enable_peek()
     try:
         with _sigterm_unwinds(), prof:
             if is_module:
@@ -561,6 +567,8 @@ def _cmd_run(ns: argparse.Namespace, module: str | None, target: list[str], is_m
         _print_user_traceback()
         exit_code = 1
     finally:
+        if ns.peek:
+            sampler_api.disable_peek()
         sys.argv = saved_argv
         if sys.path and saved_path0 is not None and sys.path[0] != saved_path0:
             sys.path.pop(0)
@@ -641,8 +649,16 @@ def _cmd_run_config(ns: argparse.Namespace, module: str | None, target: list[str
     for spec in cfg.reporters:  # validate reporters and their options before running anything
         make_reporter(spec.name, spec.options, reg)
     _cut_launcher_frames()
-    with _sigterm_unwinds():
-        outcome = cfgmod.execute(cfg, registry=reg)
+    if ns.peek:
+        from omniprof.backends.cpu import api as sampler_api
+
+        sampler_api.enable_peek()
+    try:
+        with _sigterm_unwinds():
+            outcome = cfgmod.execute(cfg, registry=reg)
+    finally:
+        if ns.peek:
+            sampler_api.disable_peek()
     exit_code = outcome.exit_code
     if outcome.error is not None:
         if isinstance(outcome.error, Terminated):

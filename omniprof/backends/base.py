@@ -11,6 +11,7 @@ group; the entry-point name must equal ``Backend.name``.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -39,6 +40,9 @@ class BackendContext:
             ``<logdir>/plugins/profile/<run>/``), or None when the user gave no logdir.
         run_name: this session's unique run name.
         verbose: let native libraries log to the terminal.
+        step_num: returns the Profiler's current step number (None when no Profiler drives the
+            backend), so a backend started mid-schedule can label the step that is beginning.
+        scheduled: the Profiler runs a schedule (so step() calls are expected from the start).
     """
 
     profile_options: ProfileOptions = attrs.field(factory=ProfileOptions)
@@ -46,6 +50,8 @@ class BackendContext:
     session_dir: Path | None = None
     run_name: str = ""
     verbose: bool = False
+    step_num: Callable[[], int] | None = None
+    scheduled: bool = False
 
 
 class Backend(abc.ABC):

@@ -266,7 +266,8 @@ class Profiler:
 
     def _context(self) -> BackendContext:
         return BackendContext(profile_options=self.options, clock=self.clock, session_dir=self.session_dir,
-                              run_name=self.session_dir.name if self.session_dir else "", verbose=self.verbose)
+                              run_name=self.session_dir.name if self.session_dir else "", verbose=self.verbose,
+                              step_num=lambda: self._step_num, scheduled=self.schedule is not None)
 
     def _prepare_all(self) -> None:
         self._errors = [e for e in self._errors if e.source == "workload"]

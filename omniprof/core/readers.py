@@ -21,6 +21,7 @@ __all__ = ["read_any", "detect_format", "READERS"]
 READERS: dict[str, str] = {
     "result": "omniprof.core.results:load",
     "xplane": "omniprof.backends.xla.reader:read_xplane",
+    "kineto": "omniprof.backends.torch.kineto:read_trace",
 }
 
 

@@ -87,6 +87,9 @@ class Frame:
         line: line number (0 when unknown). With ``combine=False`` reports keep lines apart.
         module: module or shared-library name, when known.
         kind: ``"py"`` Python, ``"native"`` C/C++, ``"gc"``/``"runtime"`` pseudo-frames.
+        offset: bytecode offset (Python) or instruction address (native) within the function, when
+            recorded; frames on one line with different offsets are kept apart by
+            ``combine=False`` reports (Julia's instruction pointers). None when unknown.
     """
 
     name: str
@@ -94,6 +97,7 @@ class Frame:
     line: int = 0
     module: str | None = None
     kind: str = "py"
+    offset: int | None = None
 
 
 @attrs.frozen

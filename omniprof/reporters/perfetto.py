@@ -776,10 +776,13 @@ def _emit_span_slow(sink: _Sink, track_uuid: int, s: Span, off: int, role: Any, 
     if o.include_args and s.args:
         te += _debug_annotations(s.args, arg_names)
     if role:
+        # Both ends carry the link id as a (non-terminating) flow id: the reader links the two slices
+        # in the order it meets them, so a link whose ends start at the same instant (a CUDA sync
+        # and its stream event) is not lost when the arriving end happens to be read first.
         for f in role[0]:
             te += _f_fixed64(_TE_FLOW_IDS, f)
         for f in role[1]:
-            te += _f_fixed64(_TE_TERM_FLOW_IDS, f)
+            te += _f_fixed64(_TE_FLOW_IDS, f)
     sink.packet(_f_uint(_P_TIMESTAMP, start) + _f_bytes(_P_TRACK_EVENT, te) + _SEQ_TAIL)
     te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, track_uuid)
     sink.packet(_f_uint(_P_TIMESTAMP, _ts(s.start_ns + off + s.dur_ns)) + _f_bytes(_P_TRACK_EVENT, te_end) + _SEQ_TAIL)
@@ -923,6 +926,7 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
         roles = _flow_roles(part, links, labels) if o.include_flows else {}
         deferred: dict[int, list[tuple[int, int, Any]]] = {}
         names: dict[str, str] = {}
+        flow_ends: dict[int, list[str | None]] = {}
         for si, s in _in_order(part.spans):
             row = _row_for(lay, pi, s.track)
             start = s.start_ns + off
@@ -933,10 +937,17 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
             if not n.fits(start, end):
                 deferred.setdefault(row.uuid, []).append((start, end, si))
                 continue
-            _json_span(emit, row, s, off, roles.get(si), o, names, dumps, labels)
+            _json_span(emit, row, s, off, roles.get(si), o, names, dumps, labels, flow_ends)
         for base_uuid, items in deferred.items():
             for row, si in _assign_lanes(items, lay, lay.tracks[base_uuid - 1], lane_state):
-                _json_span(emit, row, part.spans[si], off, roles.get(si), o, names, dumps, labels)
+                _json_span(emit, row, part.spans[si], off, roles.get(si), o, names, dumps, labels, flow_ends)
+        # Each link's "s" is written right before its "f": readers sort by time, keeping file order on
+        # ties, so a link whose ends start at the same instant still begins before it ends.
+        for link in sorted(flow_ends):
+            for event in flow_ends[link]:
+                if event is not None:
+                    emit(event)
+        flow_ends.clear()
         if o.include_instants:
             for ins in part.instants:
                 row = _row_for(lay, pi, ins.track)
@@ -975,7 +986,7 @@ def _json_meta(row: TrackRow, emit: Any) -> None:
 
 
 def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: PerfettoOptions, names: dict[str, str],
-               dumps: Any, labels: dict[int, str]) -> None:
+               dumps: Any, labels: dict[int, str], flow_ends: dict[int, list[str | None]]) -> None:
     key = s.name + "\0" + s.category
     head = names.get(key)
     if head is None:
@@ -986,9 +997,11 @@ def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: Perfet
     if role:
         # One s/f pair per link, each bound to the enclosing slice ("bp":"e") at the slice's start.
         for f in role[0]:
-            emit(f'{{"ph":"s","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
+            flow_ends.setdefault(f, [None, None])[0] = (
+                f'{{"ph":"s","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
         for f in role[1]:
-            emit(f'{{"ph":"f","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
+            flow_ends.setdefault(f, [None, None])[1] = (
+                f'{{"ph":"f","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
 
 
 def _json_samples(result: ProfileResult, lay: Layout, pi: int, part: BackendResult, off: int, emit: Any) -> None:

@@ -13,9 +13,11 @@ from typing import IO, Any
 
 import attrs
 
-from omniprof.core import stacktree
+from omniprof.core import stackreport, stacktree
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Table
+from omniprof.core.units import format_bytes as _fmt_bytes
+from omniprof.core.units import format_ns as _fmt_ns
 from omniprof.reporters.base import Reporter
 
 __all__ = ["TableReporter", "TableOptions", "tree_rows", "flat_rows_for", "frame_label", "span_rows", "counter_rows",
@@ -33,6 +35,9 @@ class TableOptions:
         min_percent: hide tree nodes under this share of the total (noise floor).
         width: line width (None: the terminal's, or 120 when not a terminal).
         color: ``"auto"`` (rich on a terminal), ``"always"`` or ``"never"``.
+        groupby: sampled stacks per ``"thread"``, ``"task"``, both (``["thread", "task"]``) or
+            ``"none"`` (see :class:`omniprof.core.stackreport.PrintOptions`).
+        native: show native (C) frames when the part has them.
     """
 
     format: str = attrs.field(default="both", validator=v.one_of("both", "tree", "flat"))
@@ -41,6 +46,9 @@ class TableOptions:
     min_percent: float = attrs.field(default=0.5, validator=v.number_in_range(0.0, 100.0))
     width: int | None = attrs.field(default=None, validator=v.int_in_range(20, optional=True))
     color: str = attrs.field(default="auto", validator=v.one_of("auto", "always", "never"))
+    groupby: Any = attrs.field(default="none", converter=stackreport._groupby,
+                               validator=v.one_of(*stackreport.GROUPBYS))
+    native: bool = attrs.field(default=True, validator=v.is_bool)
 
 
 def frame_label(frame: Frame) -> str:
@@ -67,31 +75,44 @@ class TreeRow:
     frame: Frame
 
 
-def tree_rows(part: BackendResult, opts: TableOptions = TableOptions()) -> list[TreeRow]:
-    root = stacktree.build_tree(part)
-    total = root.total_ns or 1
+def _print_opts(opts: TableOptions, fmt: str, sortedby: str) -> stackreport.PrintOptions:
+    return stackreport.PrintOptions(format=fmt, sortedby=sortedby, maxdepth=opts.max_depth, native=opts.native,
+                                    groupby=opts.groupby)
+
+
+def tree_rows(part: BackendResult, opts: TableOptions = TableOptions(),
+              group: stackreport.GroupReport | None = None) -> list[TreeRow]:
+    """Call-tree rows (children by sample count), hiding nodes under ``min_percent`` of the time."""
+    if group is None:
+        groups = stackreport.build_report(part, _print_opts(attrs.evolve(opts, groupby="none"), "tree", "count"))
+        if not groups:
+            return []
+        group = groups[0]
+    total = group.total_ns or 1
     rows = []
-    for depth, node in stacktree.iter_tree(root, opts.max_depth):
-        pct = 100.0 * node.total_ns / total
-        if pct < opts.min_percent:
+    hidden_depth: int | None = None
+    for r in group.tree:
+        if hidden_depth is not None and r.depth > hidden_depth:
             continue
-        rows.append(TreeRow(depth, pct, 100.0 * node.self_ns / total, node.total_ns, node.self_ns, node.count,
-                            part.frames[node.frame_id]))
+        hidden_depth = None
+        pct = 100.0 * r.total_ns / total
+        if pct < opts.min_percent:
+            hidden_depth = r.depth
+            continue
+        rows.append(TreeRow(r.depth, pct, 100.0 * r.self_ns / total, r.total_ns, r.self_ns, r.count, r.frame))
     return rows
 
 
-def flat_rows_for(part: BackendResult, opts: TableOptions = TableOptions()) -> list[stacktree.FlatRow]:
-    return stacktree.flat_rows(part)[: opts.max_rows]
-
-
-def _fmt_ns(ns: float) -> str:
-    if ns >= 1e9:
-        return f"{ns / 1e9:.3f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.2f} us"
-    return f"{ns:.0f} ns"
+def flat_rows_for(part: BackendResult, opts: TableOptions = TableOptions(),
+                  group: stackreport.GroupReport | None = None) -> list[stacktree.FlatRow]:
+    """Flat rows by self time, at most ``max_rows``."""
+    if group is None:
+        groups = stackreport.build_report(part, _print_opts(attrs.evolve(opts, groupby="none"), "flat", "overhead"))
+        if not groups:
+            return []
+        group = groups[0]
+    rows = sorted(group.flat, key=lambda r: (-r.self_ns, -r.total_ns, r.frame.name))
+    return [stacktree.FlatRow(r.frame, r.total_ns, r.self_ns, r.count, r.self_count) for r in rows[: opts.max_rows]]
 
 
 def _fmt_cell(col: str, value: Any) -> str:
@@ -106,14 +127,6 @@ def _fmt_cell(col: str, value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and col.endswith("_bytes"):
         return _fmt_bytes(value)
     return str(value)
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 class _Out:
@@ -225,30 +238,36 @@ class TableReporter(Reporter):
 
     def _part(self, part: BackendResult, out: _Out) -> None:
         opts = self.options
-        over = part.summaries.get("overhead")
         out.line()
-        head = f"== backend {part.backend}"
-        if over and "samples" in over:
-            head += (f": {over['samples']} samples, {over.get('achieved_rate_hz', 0):.0f} Hz achieved of "
-                     f"{over.get('requested_rate_hz', 0):.0f} requested, engine {over.get('engine')}, "
-                     f"sampler self-time {over.get('sampler_overhead_pct', 0):.2f}%")
-        out.line(head)
+        out.line(f"== backend {part.backend}")
+        for ln in stackreport.overhead_lines(part):
+            out.line("   " + ln)
         if part.samples:
-            total = sum(s.weight_ns for s in part.samples) or 1
+            tree_groups = flat_groups = None
             if opts.format in ("both", "tree"):
-                out.line()
-                out.line(f"Call tree (share of {_fmt_ns(total)} sampled; nodes under {opts.min_percent}% hidden)")
-                rows = tree_rows(part, opts)
-                out.grid(["total%", "self%", "samples", "function"],
-                         [[f"{r.percent:.1f}", f"{r.self_percent:.1f}", str(r.count), "  " * r.depth + frame_label(r.frame)]
-                          for r in rows], "rrrl")
+                tree_groups = stackreport.build_report(part, _print_opts(opts, "tree", "count"))
             if opts.format in ("both", "flat"):
-                out.line()
-                out.line("Flat (by self time)")
-                frows = flat_rows_for(part, opts)
-                out.grid(["self%", "total%", "self", "total", "samples", "function"],
-                         [[f"{100 * r.self_ns / total:.1f}", f"{100 * r.total_ns / total:.1f}", _fmt_ns(r.self_ns),
-                           _fmt_ns(r.total_ns), str(r.count), frame_label(r.frame)] for r in frows], "rrrrrl")
+                flat_groups = stackreport.build_report(part, _print_opts(opts, "flat", "overhead"))
+            groups = tree_groups if tree_groups is not None else flat_groups
+            for gi, g in enumerate(groups or []):
+                total = g.total_ns or 1
+                if g.path:
+                    out.line()
+                    out.line(" / ".join(f"{k} {i} ({n})" for k, i, n in g.path) + f": {g.samples} samples")
+                if tree_groups is not None:
+                    out.line()
+                    out.line(f"Call tree (share of {_fmt_ns(total)} sampled; nodes under {opts.min_percent}% hidden)")
+                    rows = tree_rows(part, opts, tree_groups[gi])
+                    out.grid(["total%", "self%", "samples", "function"],
+                             [[f"{r.percent:.1f}", f"{r.self_percent:.1f}", str(r.count),
+                               "  " * r.depth + frame_label(r.frame)] for r in rows], "rrrl")
+                if flat_groups is not None:
+                    out.line()
+                    out.line("Flat (by self time)")
+                    frows = flat_rows_for(part, opts, flat_groups[gi])
+                    out.grid(["self%", "total%", "self", "total", "samples", "function"],
+                             [[f"{100 * r.self_ns / total:.1f}", f"{100 * r.total_ns / total:.1f}", _fmt_ns(r.self_ns),
+                               _fmt_ns(r.total_ns), str(r.count), frame_label(r.frame)] for r in frows], "rrrrrl")
         self._spans(part, out)
         for table in part.tables:
             self._table(table, out)

@@ -21,12 +21,14 @@ from pathlib import Path
 
 import pytest
 
+torch = pytest.importorskip("torch")
+
 import omniprof
+from omniprof.core.readers import read_any
 from omniprof.core import xspace as xs
 from omniprof.core.results import (
     Artifact,
     BackendResult,
-    ClockInfo,
     ProfileResult,
     RunMetadata,
     Span,
@@ -43,39 +45,6 @@ ROOT = Path(__file__).resolve().parents[2]
 KINETO = next((p for p in (ROOT / ".." / "shared", ROOT / ".." / ".." / "shared")
                if (p / "data" / "kineto").is_dir()), ROOT / ".." / "shared") / "data" / "kineto" / "alexnet_cuda_trace.json.gz"
 QUIET_ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
-
-_CATEGORIES = {"cpu_op": "cpu_op", "user_annotation": "annotation", "cuda_runtime": "runtime", "kernel": "kernel",
-               "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync"}
-
-
-def kineto_result(path: Path) -> ProfileResult:
-    """A real torch.profiler GPU trace, shaped as the torch backend's result (docs/results.md)."""
-    events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-              if e.get("ph") == "X" and e.get("cat") in _CATEGORIES]
-    t0 = min(e["ts"] for e in events)
-    tracks: dict[str, Track] = {}
-    spans = []
-    for e in events:
-        args = dict(e.get("args") or {})
-        cat = _CATEGORIES[e["cat"]]
-        if "stream" in args and "device" in args:
-            tid = f"device:{args['device']}:stream:{args['stream']}"
-            tracks.setdefault(tid, Track(tid, f"stream {args['stream']}", "stream", device=int(args["device"])))
-        else:
-            tid = f"thread:{e['tid']}"
-            tracks.setdefault(tid, Track(tid, f"thread {e['tid']}", "thread", pid=e["pid"], tid=e["tid"]))
-        if cat == "kernel":
-            args = {"grid": args.get("grid"), "block": args.get("block"), "stream": args.get("stream"),
-                    "registers_per_thread": args.get("registers per thread", 0),
-                    "static_shared_memory_bytes": args.get("shared memory", 0),
-                    "occupancy_pct": args.get("est. achieved occupancy %", 0), "correlation_id": args.get("correlation")}
-        corr = args.get("correlation", args.get("correlation_id"))
-        flows = (int(corr),) if corr and cat in ("runtime", "kernel", "memcpy", "memset") else ()
-        spans.append(Span(e["name"], tid, int((e["ts"] - t0) * 1000), int(e.get("dur", 0) * 1000), cat, args, flows))
-    part = BackendResult("torch", clock=ClockInfo(), start_ns=0, end_ns=max(s.end_ns for s in spans),
-                         tracks=tuple(tracks.values()), spans=tuple(spans))
-    return ProfileResult(metadata=RunMetadata(host="a100box", start_unix_ns=int(t0 * 1000)), parts=(part,))
-
 
 def jax_xplane(tmp: Path) -> Path:
     """A real xplane from jax.profiler on CPU (in a subprocess, so jax's threads stay out of this one)."""
@@ -113,7 +82,11 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> dict:
             sum(i * i for i in range(200_000))
     put("cpu", prof.result)
     if KINETO.is_file():
-        put("kineto", kineto_result(KINETO))
+        put("kineto", read_any(KINETO), host="a100box")
+    with omniprof.Profiler(backend="torch", options={"device_tracer_level": 0}) as prof:
+        with omniprof.annotate("tb-torch-region"):
+            torch.nn.functional.relu(torch.ones(64, 64) @ torch.ones(64, 64))
+    put("torch", prof.result)
     xplane = jax_xplane(root / "jax")
     start = _profile_start(xplane)
     xla = BackendResult("xla", artifacts=(Artifact("xplane", str(xplane)),))
@@ -197,6 +170,15 @@ def test_real_cpu_backend_run_opens(server: dict, logdir: dict) -> None:
     """A real cpu-backend session shows its annotation in XProf's trace viewer."""
     host = json.loads(_get(server, f"/hosts?run={logdir['runs']['cpu']}&tag=trace_viewer"))[0]["hostname"]
     assert "tb-cpu-region" in _names(_trace(server, logdir["runs"]["cpu"], host))
+
+
+def test_real_torch_backend_run_opens(server: dict, logdir: dict) -> None:
+    """A real torch.profiler session (torch's TensorBoard plugin is gone) opens in XProf with its ops
+    and annotation."""
+    run = logdir["runs"]["torch"]
+    host = json.loads(_get(server, f"/hosts?run={run}&tag=trace_viewer"))[0]["hostname"]
+    names = _names(_trace(server, run, host))
+    assert "tb-torch-region" in names and "aten::mm" in names
 
 
 def test_real_kineto_trace_shows_ops_kernels_and_kernel_stats(server: dict, logdir: dict) -> None:

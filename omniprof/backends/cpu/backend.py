@@ -1,23 +1,31 @@
-"""Backend ``cpu``: an in-process sampler of every Python thread's stack.
+"""Backend ``cpu``: a sampler of every Python thread's stack, in-process or through py-spy.
 
-Engines (``engine`` option):
+Engines (``engine`` option; ``"auto"`` picks the first that fits):
     * ``"signal"``: ``setitimer(ITIMER_REAL)`` + a SIGALRM handler in the main thread. Delivers the
-      requested rate (1 kHz measured here) and samples every thread at each tick. Used by
-      ``"auto"`` when profiling starts in the main thread and SIGALRM is not in use.
-    * ``"thread"``: a daemon thread that wakes every ``interval_s``. Works anywhere, but the
-      achieved rate is bounded by the GIL switch interval (~200/s measured here); the result says
-      the achieved rate.
+      requested rate (1 kHz measured here) and samples every thread at each tick. ``auto`` uses it
+      when profiling starts in the main thread, SIGALRM is unused and ``native`` is off.
+    * ``"thread"``: a daemon thread that wakes every ``interval_s``. Works anywhere (any thread,
+      SIGALRM taken), but the achieved rate is bounded by the GIL switch interval (~200/s here);
+      the result says the achieved rate.
+    * ``"py-spy"``: py-spy samples the process from outside (ptrace), with native (C) frames when
+      ``native=True``. ``auto`` uses it when ``native=True``. Per-sample times are not available
+      from py-spy (see :mod:`.pyspy`).
 
-Levels: ``host_tracer_level`` 0 records nothing, 1 only annotations and steps, 2 (default) also
-stack samples. Higher levels are handled as documented in ``docs/backends/cpu.md``.
+Levels (``ProfileOptions``):
+    * ``host_tracer_level`` 0: nothing; 1: annotations and steps only; 2 (default): plus stack
+      samples; 3: plus garbage collections (a ``gc`` span per collection and a ``<gc gen N>``
+      leaf frame carrying its time).
+    * ``python_tracer_level`` 1: plus exact Python call/return spans (category ``python``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import os
 import signal
+import sys
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -25,13 +33,16 @@ from typing import Any
 import attrs
 
 from omniprof.backends.base import Backend
-from omniprof.backends.cpu.sampler import Sampler
+from omniprof.backends.cpu import api
+from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import python_stacks
 from omniprof.core import validators as v
-from omniprof.core.results import BackendResult, ClockInfo, Span, ThreadInfo, Track
+from omniprof.core.results import BackendResult, ClockInfo, Frame, Loss, Span, TaskInfo, ThreadInfo, Track
 from omniprof.errors import BackendOptionWarning, InvalidArgumentError
 
-__all__ = ["CpuSamplerBackend"]
+__all__ = ["CpuSamplerBackend", "CpuOptions"]
+
+ENGINES = ("auto", "signal", "thread", "py-spy")
 
 
 @attrs.frozen(kw_only=True)
@@ -39,14 +50,29 @@ class CpuOptions:
     """Options of the ``cpu`` backend.
 
     Attributes:
-        interval_s: time between samples (default 0.001: 1 kHz).
-        max_samples: sample buffer size; when full, recording stops and the rest is counted.
-        engine: ``"auto"``, ``"signal"`` or ``"thread"`` (see the module docs).
+        interval_s: time between samples (default 0.001: 1 kHz; ``omniprof.sampler.init`` sets the default).
+        max_samples: sample buffer size, shared by sessions until ``omniprof.sampler.clear()``;
+            when full, recording stops (the program goes on) and the rest is counted.
+        engine: ``"auto"``, ``"signal"``, ``"thread"`` or ``"py-spy"`` (see the module docs).
+        native: record native (C) frames; needs the ``py-spy`` engine (``auto`` picks it).
+        max_python_events: bound of the exact call tracer (``python_tracer_level=1``).
+        record_offsets: keep each frame's bytecode offset (``Frame.offset``), so reports with
+            ``combine=False`` can tell apart operations on one line (Julia's instruction
+            pointers). Off by default: frames on one line are then one frame, which every
+            reporter expects.
+        accumulate: keep earlier sessions' samples in the process-wide buffer (Julia's model,
+            ``omniprof.sampler.clear()`` empties it); False empties it when this session starts,
+            so ``max_samples`` is this session's own budget.
     """
 
-    interval_s: float = attrs.field(default=0.001, validator=v.number_in_range(0.0, 10.0, lo_open=True))
-    max_samples: int = attrs.field(default=1_000_000, validator=v.int_in_range(1, 2**31 - 1))
-    engine: str = attrs.field(default="auto", validator=v.one_of("auto", "signal", "thread"))
+    interval_s: float = attrs.field(factory=lambda: api.default_interval_s(),
+                                    validator=v.number_in_range(0.0, 10.0, lo_open=True))
+    max_samples: int = attrs.field(factory=lambda: api.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
+    engine: str = attrs.field(default="auto", validator=v.one_of(*ENGINES))
+    native: bool = attrs.field(default=False, validator=v.is_bool)
+    max_python_events: int = attrs.field(default=2_000_000, validator=v.int_in_range(1, 2**31 - 1))
+    record_offsets: bool = attrs.field(default=False, validator=v.is_bool)
+    accumulate: bool = attrs.field(default=True, validator=v.is_bool)
 
 
 class _SignalTrigger:
@@ -55,21 +81,48 @@ class _SignalTrigger:
         self.interval_s = interval_s
         self.frame_box = frame_box
         self._old: Any = None
+        sample = sampler.sample
+        own: set[int] = set()
 
-    def _handler(self, signum: int, frame: Any) -> None:
-        self.frame_box[0] = frame
-        try:
-            self.sampler.sample()
-        finally:
-            self.frame_box[0] = None
+        def handler(signum: int, frame: Any) -> None:
+            # A signal handled while the handler itself runs (Python checks for signals between
+            # bytecodes, the handler's included) would sample omniprof's own frames: skip it; its
+            # time goes to the next sample through the weights.
+            if frame_box[0] is not None or id(frame.f_code) in own:
+                sampler.ticks += 1
+                return
+            frame_box[0] = frame
+            try:
+                sample()
+            finally:
+                frame_box[0] = None
+
+        own.update(id(c) for c in _own_codes(handler))
+        self.handler = handler
 
     def start(self) -> None:
-        self._old = signal.signal(signal.SIGALRM, self._handler)
+        self._old = signal.signal(signal.SIGALRM, self.handler)
         signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
 
     def stop(self) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
         signal.signal(signal.SIGALRM, self._old if self._old is not None else signal.SIG_DFL)
+
+
+def _own_codes(handler: Any) -> list[Any]:
+    """Code objects of the sampler's hot path (kept alive by their modules, so ids are stable)."""
+    from omniprof.backends.cpu import sampler as sampler_mod
+    from omniprof.backends.cpu import stacks as stacks_mod
+
+    codes = [handler.__code__]
+    for mod in (sampler_mod, stacks_mod):
+        for obj in vars(mod).values():
+            members = vars(obj).values() if isinstance(obj, type) else (obj,)
+            codes += [m.__code__ for m in members if hasattr(m, "__code__")]
+    codes += [c for c in Sampler.record.__code__.co_consts if hasattr(c, "co_code")]
+    src = python_stacks()
+    codes.append(src.__code__)
+    return codes
 
 
 class _ThreadTrigger:
@@ -81,8 +134,9 @@ class _ThreadTrigger:
 
     def _run(self) -> None:
         wait = self._stop.wait
+        sample = self.sampler.sample
         while not wait(self.interval_s):
-            self.sampler.sample()
+            sample()
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="omniprof-sampler", daemon=True)
@@ -104,99 +158,250 @@ def _signal_usable() -> bool:
 
 
 class CpuSamplerBackend(Backend):
-    """In-process stack sampler of every Python thread (see module docs)."""
+    """Sampler of every Python thread's stack (see module docs)."""
 
     name = "cpu"
-    summary = "in-process sampler of every Python thread's stack (1 kHz default)"
+    summary = "sampler of every Python thread's stack (1 kHz default; native frames through py-spy)"
     single_session = True
     Options = CpuOptions
 
-    def __init__(self, options: CpuOptions | None = None, *, context: Any = None) -> None:
+    def __init__(self, options: CpuOptions | None = None, *, context: Any = None,
+                 sampler: Sampler | None = None) -> None:
         super().__init__(options, context=context)
         self._frame_box: list[Any] = [None]
         self._trigger: Any = None
+        self._own_sampler = sampler
         self.sampler: Sampler | None = None
         self._annotations: list[tuple[str, int, int, int, dict[str, Any]]] = []
         self._steps: list[tuple[int, int]] = []
         self._threads: dict[int, ThreadInfo] = {}
         self._start_ns = 0
+        self._gc_spans: list[Span] = []
+        self._gc_cb: Any = None
+        self._tracer: Any = None
+        self._pyspy: Any = None
         self.engine = ""
+        self.sampling = False
 
+    # -- lifecycle -----------------------------------------------------------------------------
     def prepare(self) -> None:
         opts = self.options
-        level = self.context.profile_options.host_tracer_level
-        if self.context.profile_options.python_tracer_level:
-            warnings.warn("backend 'cpu': python_tracer_level=1 (exact call tracing) is not supported by this "
-                          "version; stacks are sampled only", BackendOptionWarning, stacklevel=2)
-        self.sampling = level >= 2
+        po = self.context.profile_options
+        self.sampling = po.host_tracer_level >= 2
+        self._prepared = True
+        if po.python_tracer_level and po.host_tracer_level == 0:
+            warnings.warn("backend 'cpu': python_tracer_level=1 with host_tracer_level=0 traces Python calls "
+                          "only (no samples, no annotations)", BackendOptionWarning, stacklevel=2)
         if not self.sampling:
+            if opts.native:
+                warnings.warn("backend 'cpu': native=True has no effect below host_tracer_level=2 (no samples)",
+                              BackendOptionWarning, stacklevel=2)
             return
         engine = opts.engine
         if engine == "auto":
-            engine = "signal" if _signal_usable() else "thread"
+            engine = "py-spy" if opts.native else ("signal" if _signal_usable() else "thread")
         elif engine == "signal" and not _signal_usable():
             raise InvalidArgumentError(
                 "backend 'cpu': engine='signal' needs profiling to start in the main thread with SIGALRM unused; "
                 "use engine='thread' or 'auto'")
+        if opts.native and engine != "py-spy":
+            raise InvalidArgumentError(
+                f"backend 'cpu': native=True needs engine='py-spy' (got engine={engine!r}); an in-process sampler "
+                f"cannot unwind C frames. Use engine='auto' or 'py-spy'")
+        if engine == "py-spy":
+            from omniprof.backends.cpu.pyspy import find_pyspy
+
+            find_pyspy()
         self.engine = engine
-        if engine == "signal":
-            source = python_stacks(main_frame=lambda: self._frame_box[0])
-            self.sampler = Sampler(source, self.clock, opts.max_samples, on_new_thread=self._new_thread)
-            self._trigger = _SignalTrigger(self.sampler, opts.interval_s, self._frame_box)
-        else:
-            holder: list[_ThreadTrigger] = []
-            source = python_stacks(exclude=lambda: holder[0].ident() if holder else ())
-            self.sampler = Sampler(source, self.clock, opts.max_samples, on_new_thread=self._new_thread)
-            trig = _ThreadTrigger(self.sampler, opts.interval_s)
-            holder.append(trig)
-            self._trigger = trig
+        self.sampler = self._own_sampler if self._own_sampler is not None else api.buffer()
+        self.sampler.max_samples = opts.max_samples
+        if not opts.accumulate:
+            self.sampler.clear()
 
     def start(self) -> None:
-        if not hasattr(self, "sampling"):
+        if not getattr(self, "_prepared", False):
             self.prepare()
+        opts = self.options
+        po = self.context.profile_options
         self._start_ns = self.clock.now_ns()
         self._note_threads()
         if self.sampler is not None:
-            self.sampler.begin()
-            self._trigger.start()
+            s = self.sampler
+            self._base = (s.ticks, s.self_time_ns, s.dropped)
+            if self.engine == "signal":
+                source = python_stacks(main_frame=lambda: self._frame_box[0])
+                self._start_idx = s.begin(source, self.clock)
+                self._trigger = _SignalTrigger(s, opts.interval_s, self._frame_box)
+            elif self.engine == "thread":
+                holder: list[_ThreadTrigger] = []
+                source = python_stacks(exclude=lambda: holder[0].ident() if holder else ())
+                self._start_idx = s.begin(source, self.clock)
+                trig = _ThreadTrigger(s, opts.interval_s)
+                holder.append(trig)
+                self._trigger = trig
+            else:
+                from omniprof.backends.cpu.pyspy import PySpyEngine
+
+                self._start_idx = s.begin(None, self.clock)
+                self._pyspy = PySpyEngine(os.getpid(), round(1.0 / opts.interval_s), opts.native)
+                self._pyspy.start()
+            if self._trigger is not None:
+                self._trigger.start()
+        if po.host_tracer_level >= 3:
+            self._install_gc()
+        if po.python_tracer_level >= 1:
+            from omniprof.backends.cpu.tracer import PythonTracer
+
+            ignore = frozenset(c for c in (getattr(self._trigger, "handler", None),) if c is not None)
+            self._tracer = PythonTracer(self.clock, opts.max_python_events,
+                                        frozenset(getattr(f, "__code__", None) for f in ignore) - {None})
+            self._tracer.install()
 
     def stop(self) -> BackendResult:
+        if self._tracer is not None:
+            self._tracer.uninstall()
         if self._trigger is not None:
             self._trigger.stop()
             self._trigger = None
+        self._remove_gc()
         end_ns = self.clock.now_ns()
+        pyspy_lines = None
+        if self._pyspy is not None:
+            pyspy_lines = self._pyspy.stop()
+            self._pyspy = None
         self._note_threads()
-        frames, stacks, samples, losses = self.sampler.export() if self.sampler else ((), (), (), ())
-        tids = {s.thread_id for s in samples} | {a[1] for a in self._annotations}
+        po = self.context.profile_options
+        frames: tuple[Frame, ...] = ()
+        stacks: tuple[tuple[int, ...], ...] = ()
+        samples: tuple[Any, ...] = ()
+        losses: list[Loss] = []
+        summary: dict[str, Any] = {"engine": self.engine or "off", "interval_s": self.options.interval_s,
+                                   "requested_rate_hz": 1.0 / self.options.interval_s}
+        duration_s = max(end_ns - self._start_ns, 1) / 1e9
+        if self.sampler is not None:
+            s = self.sampler
+            pyspy_ticks = 0
+            if pyspy_lines is not None:
+                pyspy_ticks = self._add_pyspy(pyspy_lines, end_ns)
+            ticks0, self0, dropped0 = self._base
+            dropped = s.dropped - dropped0
+            frames, stacks, samples, loss = s.export(self._start_idx, dropped=dropped,
+                                                     offsets=self.options.record_offsets)
+            losses.extend(loss)
+            self._threads.update({k: t for k, t in s.threads.items() if k in {x.thread_id for x in samples}})
+            ticks = s.ticks - ticks0 if pyspy_lines is None else pyspy_ticks
+            self_ns = s.self_time_ns - self0
+            summary.update(ticks=ticks, samples=len(samples), samples_dropped=dropped,
+                           achieved_rate_hz=ticks / duration_s, sampler_time_ns=self_ns,
+                           sampler_overhead_pct=100.0 * self_ns / (duration_s * 1e9),
+                           bytes_per_sample=BYTES_PER_SAMPLE)
+            if pyspy_lines is not None:
+                summary["sampler_time_note"] = ("py-spy runs in its own process; its CPU time is not charged here, "
+                                                "but it pauses this process briefly at each sample")
+        tasks: list[TaskInfo] = []
+        if self.sampler is not None:
+            used = {x.task_id for x in samples if x.task_id is not None}
+            tasks = [t for k, t in sorted(self.sampler.task_info.items()) if k in used]
+        tids = ({x.thread_id for x in samples} | {a[1] for a in self._annotations}
+                | {int(sp.track.split(":")[1]) for sp in self._gc_spans})
+        spans: list[Span] = list(self._gc_spans)
+        if self._tracer is not None:
+            py_spans, py_losses = self._tracer.spans(end_ns)
+            spans += py_spans
+            losses += py_losses
+            tids |= {int(sp.track.split(":")[1]) for sp in py_spans}
+            summary["python_calls"] = len(py_spans)
         threads = tuple(self._threads.get(t, ThreadInfo(t, f"thread {t}")) for t in sorted(tids))
         tracks = [Track(id=f"thread:{t.thread_id}", name=t.name, kind="thread", tid=t.native_id) for t in threads]
-        spans = [Span(name=n, track=f"thread:{tid}", start_ns=s, dur_ns=e - s, category="annotation", args=a)
-                 for n, tid, s, e, a in self._annotations]
+        spans += [Span(name=n, track=f"thread:{tid}", start_ns=s_, dur_ns=e - s_, category="annotation", args=a)
+                  for n, tid, s_, e, a in self._annotations]
         if self._steps:
             tracks.append(Track(id="steps", name="Steps", kind="other"))
             bounds = [*self._steps, (None, end_ns)]
             spans += [Span(name=f"step {n}", track="steps", start_ns=t, dur_ns=bounds[i + 1][1] - t, category="step",
                            args={"step_num": n}) for i, (n, t) in enumerate(self._steps)]
-        duration_s = max(end_ns - self._start_ns, 1) / 1e9
-        summary: dict[str, Any] = {"engine": self.engine or "off", "interval_s": self.options.interval_s,
-                                   "requested_rate_hz": 1.0 / self.options.interval_s}
-        if self.sampler is not None:
-            summary.update(ticks=self.sampler.ticks, samples=len(samples), samples_dropped=self.sampler.dropped,
-                           achieved_rate_hz=self.sampler.ticks / duration_s,
-                           sampler_time_ns=self.sampler.self_time_ns,
-                           sampler_overhead_pct=100.0 * self.sampler.self_time_ns / (duration_s * 1e9))
+        if self._gc_spans:
+            summary["gc_collections"] = len(self._gc_spans)
+            summary["gc_time_ns"] = sum(sp.dur_ns for sp in self._gc_spans)
         return BackendResult(
             backend=self.name, clock=ClockInfo(name=getattr(self.clock, "name", "clock"), offset_ns=0),
             start_ns=self._start_ns, end_ns=end_ns, tracks=tracks, spans=spans, frames=frames, stacks=stacks,
-            threads=threads, samples=samples, losses=losses, summaries={"overhead": summary},
-            metadata={"engine": self.engine or "off", "host_tracer_level": self.context.profile_options.host_tracer_level},
+            threads=threads, tasks=tasks, samples=samples, losses=losses, summaries={"overhead": summary},
+            metadata={"engine": self.engine or "off", "host_tracer_level": po.host_tracer_level,
+                      "python_tracer_level": po.python_tracer_level, "native": self.options.native},
         )
 
     def close(self) -> None:
+        if self._tracer is not None:
+            with contextlib.suppress(Exception):
+                self._tracer.uninstall()
         if self._trigger is not None:
             with contextlib.suppress(Exception):
                 self._trigger.stop()
             self._trigger = None
+        if self._pyspy is not None:
+            with contextlib.suppress(Exception):
+                self._pyspy.cleanup()
+            self._pyspy = None
+        self._remove_gc()
+
+    # -- py-spy --------------------------------------------------------------------------------
+    def _add_pyspy(self, lines: list[tuple[int | None, str, list[Frame], int]], end_ns: int) -> int:
+        """Store py-spy's aggregated stacks as samples (weight one interval each, time = session end);
+        returns the number of ticks (samples of the most-sampled thread)."""
+        per_thread: dict[int, int] = {}
+        by_native = {t.native_id: t for t in threading.enumerate() if getattr(t, "native_id", None)}
+        interval_ns = round(self.options.interval_s * 1e9)
+        s = self.sampler
+        assert s is not None
+        me = os.path.join("omniprof", "backends", "cpu", "pyspy.py")
+        for native_tid, name, frames, count in lines:
+            t = by_native.get(native_tid)
+            if (t.name if t is not None else name).startswith("omniprof-"):
+                continue  # omniprof's own helper threads
+            if any(fr.kind == "py" and fr.file.endswith(me) for fr in frames):
+                continue  # the main thread waiting for py-spy to attach: not the program's work
+            tid = t.ident if t is not None and t.ident is not None else (native_tid or 0)
+            if tid not in s.threads:
+                s.threads[tid] = ThreadInfo(tid, t.name if t is not None else (name or f"thread {native_tid}"),
+                                            native_tid)
+            raw: tuple[Any, ...] = tuple(x for fr in reversed(frames) for x in (fr, fr.line))
+            per_thread[tid] = per_thread.get(tid, 0) + count
+            for _ in range(count):
+                s.add(end_ns, tid, raw, interval_ns)
+        return max(per_thread.values(), default=0)
+
+    # -- gc (level 3) ------------------------------------------------------------------------------
+    def _install_gc(self) -> None:
+        starts: dict[int, int] = {}
+        clock = self.clock
+        sampler = self.sampler
+        spans = self._gc_spans
+
+        def callback(phase: str, info: dict[str, Any]) -> None:
+            tid = threading.get_ident()
+            if phase == "start":
+                starts[tid] = clock.now_ns()
+                return
+            t0 = starts.pop(tid, None)
+            if t0 is None:
+                return
+            t1 = clock.now_ns()
+            gen = int(info.get("generation", 0))
+            spans.append(Span(name=f"gc gen {gen}", track=f"thread:{tid}", start_ns=t0, dur_ns=t1 - t0, category="gc",
+                              args={"generation": gen, "collected": int(info.get("collected", 0)),
+                                    "uncollectable": int(info.get("uncollectable", 0))}))
+            if sampler is not None and self.engine in ("signal", "thread"):
+                sampler.record_gc(tid, sys._getframe(1), gen, t0, t1)
+
+        self._gc_cb = callback
+        gc.callbacks.append(callback)
+
+    def _remove_gc(self) -> None:
+        if self._gc_cb is not None:
+            with contextlib.suppress(ValueError):
+                gc.callbacks.remove(self._gc_cb)
+            self._gc_cb = None
 
     # -- hooks ---------------------------------------------------------------------------------
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
@@ -218,15 +423,7 @@ class CpuSamplerBackend(Backend):
     def step(self, step_num: int) -> None:
         self._steps.append((step_num, self.clock.now_ns()))
 
-    def _new_thread(self, tid: int) -> None:
-        t = threading._active.get(tid)  # type: ignore[attr-defined]  # O(1), safe in a signal handler
-        if t is not None:
-            self._threads[tid] = ThreadInfo(tid, t.name, getattr(t, "native_id", None))
-
     def _note_threads(self) -> None:
         for t in threading.enumerate():
-            if t.ident is not None and t.name != "omniprof-sampler":
+            if t.ident is not None and not t.name.startswith("omniprof-"):
                 self._threads[t.ident] = ThreadInfo(t.ident, t.name, getattr(t, "native_id", None))
-
-
-del time

@@ -2,138 +2,325 @@
 
 Pure logic, no timers: a trigger (signal timer or thread, see :mod:`.backend`) calls
 :meth:`Sampler.sample`. Tests drive it with synthetic stacks and a FakeClock for exact counts.
+
+Storage: one sample is five machine words in ``array`` buffers (time, thread, task, stack id,
+weight: 40 bytes) plus, per *distinct* stack, one interned tuple. Samples accumulate across
+sessions (Julia's buffer) until :meth:`Sampler.clear`; a session exports only its own slice.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 import warnings
+from array import array
 from collections.abc import Callable
 from typing import Any
 
-from omniprof.backends.cpu.stacks import RawStack, StackSource, resolve_frame
+from omniprof.backends.cpu.stacks import GC_KEY, CodeTable, RawStack, StackSource, resolve_stack, walk
 from omniprof.core.clock import Clock
-from omniprof.core.results import Frame, Loss, StackSample
+from omniprof.core.results import Frame, Loss, StackSample, TaskInfo, ThreadInfo
 from omniprof.errors import DataLossWarning
 
-__all__ = ["Sampler"]
+__all__ = ["Sampler", "BYTES_PER_SAMPLE", "NO_TASK", "current_tasks"]
 
-OVERFLOW_ENV_HINT = "Raise 'max_samples' (backend option) or lower the sampling rate ('interval_s')."
+OVERFLOW_HINT = ("Raise 'max_samples' (backend option, or omniprof.sampler.init(max_samples=...)), lower the "
+                 "sampling rate ('interval_s'), or call omniprof.sampler.clear() between sessions.")
+
+#: Bytes of buffer per stored sample (5 int64 arrays), excluding the per-distinct-stack table.
+BYTES_PER_SAMPLE = 5 * 8
+NO_TASK = -1
+
+
+def current_tasks() -> dict[int, Any]:
+    """``thread ident -> running asyncio.Task`` for every thread whose event loop runs a task now.
+
+    Reads asyncio's own ``_current_tasks`` table (loop -> task) and each loop's ``_thread_id``;
+    costs one dict lookup when asyncio is not imported or no task is running.
+    """
+    mod = sys.modules.get("asyncio.tasks")
+    if mod is None:
+        return {}
+    table = getattr(mod, "_current_tasks", None)
+    if not table:
+        return {}
+    out = {}
+    for loop, task in list(table.items()):
+        tid = getattr(loop, "_thread_id", None)
+        if tid is not None and task is not None:
+            out[tid] = task
+    return out
 
 
 class Sampler:
     """Records stacks into a bounded buffer.
 
-    Each sample is weighted by the time since that thread's previous sample (or since
-    :meth:`begin` for its first), so a sample that stands for several coalesced timer ticks, as in
-    a long C call, counts for its full time.
+    Each sample is weighted by the time since that thread's previous sample (or since the session
+    began, for its first), so a sample that stands for several coalesced timer ticks, as in a long
+    C call, counts for its full time.
 
     Args:
-        source: the stack source.
+        source: the stack source (may be replaced per session by :meth:`begin`).
         clock: ``now_ns()`` provider.
         max_samples: buffer capacity; when full, recording stops, every sample not taken is
-            counted in :attr:`dropped` and one :class:`DataLossWarning` is issued.
+            counted in :attr:`dropped` and one :class:`DataLossWarning` is issued (once per
+            session). The program is never stopped.
+        tasks: a callable returning ``{thread_id: task}`` (default :func:`current_tasks`).
     """
 
-    def __init__(self, source: StackSource, clock: Clock, max_samples: int,
+    def __init__(self, source: StackSource | None, clock: Clock, max_samples: int,
                  on_full: Callable[[], None] | None = None,
-                 on_new_thread: Callable[[int], None] | None = None) -> None:
+                 on_new_thread: Callable[[int], None] | None = None,
+                 tasks: Callable[[], dict[int, Any]] | None = current_tasks) -> None:
         self.source = source
         self.clock = clock
         self.max_samples = max_samples
         self.on_full = on_full
         self.on_new_thread = on_new_thread
-        self.t_ns: list[int] = []
-        self.thread_ids: list[int] = []
-        self.stack_ids: list[int] = []
-        self.weights_ns: list[int] = []
+        self.tasks_source = tasks
+        self.t_ns = array("q")
+        self.thread_ids = array("Q")
+        self.task_ids = array("q")
+        self.stack_ids = array("q")
+        self.weights_ns = array("q")
         self.stack_index: dict[RawStack, int] = {}
+        self.stack_list: list[RawStack] = []
+        self.code_table = CodeTable()
+        self.threads: dict[int, ThreadInfo] = {}
+        self.task_info: dict[int, TaskInfo] = {}
+        self._task_ids: Any = None  # WeakKeyDictionary task -> id, made on first task seen
         self.dropped = 0
         self.ticks = 0
         self.warned = False
         self.self_time_ns = 0
         self._last: dict[int, int] = {}
+        self._debt: dict[int, int] = {}
+        self._pending: list[tuple[int, int, int, RawStack, int]] = []  # gc samples from other threads
         self._t_begin = 0
+        self._busy = False
 
-    def begin(self) -> None:
+    # -- session -------------------------------------------------------------------------------
+    def begin(self, source: StackSource | None = None, clock: Clock | None = None) -> int:
+        """Start a session: returns the buffer index where its samples begin."""
+        if source is not None:
+            self.source = source
+        if clock is not None:
+            self.clock = clock
         self._t_begin = self.clock.now_ns()
         self._last = {}
+        self._debt = {}
+        self.warned = False  # a session that loses samples warns once, even if an earlier one did
+        return len(self.t_ns)
 
     def __len__(self) -> int:
         return len(self.t_ns)
 
+    # -- hot path ------------------------------------------------------------------------------
     def sample(self) -> None:
         """Take one sample of every thread the source returns."""
-        t0 = self.clock.now_ns()
-        self.ticks += 1
-        stacks = self.source()
+        if self._busy:  # re-entered (a gc callback or a nested signal): skip, counted as a tick
+            self.ticks += 1
+            return
+        self._busy = True
+        clock = self.clock
+        t0 = clock.now_ns()
+        try:
+            self.ticks += 1
+            if self._pending:
+                self._flush_pending()
+            self.record(self.source(), t0)  # type: ignore[misc]
+        finally:
+            self._busy = False
+            self.self_time_ns += clock.now_ns() - t0
+
+    def record(self, stacks: Any, t0: int) -> None:
+        """Store one tick's ``(thread_id, frame_or_raw_stack)`` pairs taken at ``t0``."""
         last = self._last
-        for tid, raw in stacks:
+        tasks = self.tasks_source() if self.tasks_source is not None else None
+        index = self.stack_index
+        for tid, f in stacks:
             if len(self.t_ns) >= self.max_samples:
                 self.dropped += 1
                 last[tid] = t0
                 if not self.warned:
                     self._warn_full()
                 continue
-            sid = self.stack_index.get(raw)
+            raw = f if type(f) is tuple else walk(f)
+            sid = index.get(raw)
             if sid is None:
-                sid = self.stack_index[raw] = len(self.stack_index)
-            self.t_ns.append(t0)
-            self.thread_ids.append(tid)
-            self.stack_ids.append(sid)
+                sid = self._new_stack(raw, f)
             prev = last.get(tid)
             if prev is None:
+                # First sample of this thread in this session: (re)read its name, since the OS
+                # reuses thread idents once threads end.
                 prev = self._t_begin
-                if self.on_new_thread is not None:
-                    self.on_new_thread(tid)
-            self.weights_ns.append(t0 - prev)
+                self._new_thread(tid)
+            w = t0 - prev
+            if self._debt:
+                debt = self._debt.pop(tid, 0)
+                w = max(w - debt, 0)
             last[tid] = t0
-        self.self_time_ns += self.clock.now_ns() - t0
+            self.t_ns.append(t0)
+            self.thread_ids.append(tid)
+            self.task_ids.append(self._task_id(tasks.get(tid), tid) if tasks else NO_TASK)
+            self.stack_ids.append(sid)
+            self.weights_ns.append(w)
 
+    def add(self, t_ns: int, tid: int, raw: RawStack, weight_ns: int, task_id: int = NO_TASK) -> bool:
+        """Store one ready-made sample (out-of-process engines); False when the buffer is full."""
+        if len(self.t_ns) >= self.max_samples:
+            self.dropped += 1
+            if not self.warned:
+                self._warn_full()
+            return False
+        sid = self.stack_index.get(raw)
+        if sid is None:
+            sid = self._new_stack(raw, raw)
+        self.t_ns.append(t_ns)
+        self.thread_ids.append(tid)
+        self.task_ids.append(task_id)
+        self.stack_ids.append(sid)
+        self.weights_ns.append(weight_ns)
+        return True
+
+    def _new_stack(self, raw: RawStack, frame: Any) -> int:
+        sid = self.stack_index[raw] = len(self.stack_list)
+        self.stack_list.append(raw)
+        if type(frame) is not tuple:
+            self.code_table.register(frame)
+        return sid
+
+    def _new_thread(self, tid: int) -> None:
+        t = threading._active.get(tid)  # type: ignore[attr-defined]  # O(1), safe in a signal handler
+        if t is not None:
+            self.threads[tid] = ThreadInfo(tid, t.name, getattr(t, "native_id", None))
+        if self.on_new_thread is not None:
+            self.on_new_thread(tid)
+
+    def _task_id(self, task: Any, tid: int) -> int:
+        if task is None:
+            return NO_TASK
+        if self._task_ids is None:
+            import weakref
+
+            self._task_ids = weakref.WeakKeyDictionary()
+        try:
+            tid_ = self._task_ids.get(task)
+        except TypeError:
+            return NO_TASK
+        if tid_ is None:
+            tid_ = len(self.task_info) + 1
+            self._task_ids[task] = tid_
+            name = task.get_name() if hasattr(task, "get_name") else f"Task-{tid_}"
+            self.task_info[tid_] = TaskInfo(tid_, str(name), tid)
+        return tid_
+
+    # -- gc (host_tracer_level 3) -------------------------------------------------------------
+    def record_gc(self, tid: int, frame: Any, generation: int, t_start: int, t_end: int) -> None:
+        """Record a collection that ran in thread ``tid`` from ``t_start`` to ``t_end`` as one sample
+        whose leaf is a ``<gc gen N>`` frame; the thread's next sample gives that time back."""
+        raw = (GC_KEY, generation, *walk(frame))
+        if raw not in self.stack_index:
+            self.code_table.register(frame)
+        self._pending.append((t_end, tid, t_end - t_start, raw, 0))
+        if not self._busy and threading.get_ident() == threading.main_thread().ident:
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for t_end, tid, dur, raw, _ in pending:
+            if len(self.t_ns) >= self.max_samples:
+                self.dropped += 1
+                continue
+            sid = self.stack_index.get(raw)
+            if sid is None:
+                sid = self.stack_index[raw] = len(self.stack_list)
+                self.stack_list.append(raw)
+            if tid not in self.threads:
+                self._new_thread(tid)
+            self.t_ns.append(t_end)
+            self.thread_ids.append(tid)
+            self.task_ids.append(NO_TASK)
+            self.stack_ids.append(sid)
+            self.weights_ns.append(dur)
+            if tid in self._last:
+                self._debt[tid] = self._debt.get(tid, 0) + dur
+
+    # -- buffer --------------------------------------------------------------------------------
     def _warn_full(self) -> None:
         self.warned = True
         warnings.warn(
             f"omniprof cpu sampler: the sample buffer is full ({self.max_samples} samples); recording has "
-            f"stopped and the samples not taken are counted in the result. {OVERFLOW_ENV_HINT}",
+            f"stopped (the program goes on) and the samples not taken are counted in the result. {OVERFLOW_HINT}",
             DataLossWarning, stacklevel=2)
         if self.on_full is not None:
             self.on_full()
 
     def clear(self) -> None:
         """Forget every sample (the buffer keeps its capacity)."""
-        self.t_ns.clear()
-        self.thread_ids.clear()
-        self.stack_ids.clear()
-        self.weights_ns.clear()
+        for a in (self.t_ns, self.thread_ids, self.task_ids, self.stack_ids, self.weights_ns):
+            del a[:]
         self.stack_index.clear()
+        self.stack_list.clear()
+        self.code_table.clear()
+        self.task_info.clear()
+        self._task_ids = None
         self.dropped = 0
         self.ticks = 0
         self.warned = False
         self.self_time_ns = 0
         self._last = {}
+        self._debt = {}
+        self._pending = []
 
-    def export(self) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...], tuple[StackSample, ...], tuple[Loss, ...]]:
-        """Resolve raw frames and return ``(frames, stacks, samples, losses)`` for a BackendResult."""
-        frame_ids: dict[Any, int] = {}
+    def nbytes(self) -> int:
+        """Bytes held by the sample arrays (not counting the distinct-stack table)."""
+        return sum(a.itemsize * len(a) for a in (self.t_ns, self.thread_ids, self.task_ids, self.stack_ids,
+                                                  self.weights_ns))
+
+    def export(self, start: int = 0, end: int | None = None, *, dropped: int | None = None, offsets: bool = True
+               ) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...], tuple[StackSample, ...], tuple[Loss, ...]]:
+        """Resolve raw frames of samples ``[start, end)`` and return ``(frames, stacks, samples, losses)``.
+
+        Only stacks used by those samples are exported, renumbered densely. ``offsets=False`` merges
+        frames on one line (no ``Frame.offset``).
+        """
+        if self._pending:
+            self._flush_pending()
+        end = len(self.t_ns) if end is None else end
+        codes = self.code_table.codes
+        memo: dict[tuple[Any, int], Frame] = {}
+        frame_ids: dict[Frame, int] = {}
         frames: list[Frame] = []
-        resolved: dict[Frame, int] = {}
-        stacks: list[tuple[int, ...]] = [()] * len(self.stack_index)
-        for raw_stack, sid in self.stack_index.items():
-            ids = []
-            for raw in raw_stack:
-                fid = frame_ids.get(raw)
-                if fid is None:
-                    fr = resolve_frame(raw)
-                    fid = resolved.get(fr)
+        stack_map: dict[int, int] = {}
+        stacks: list[tuple[int, ...]] = []
+        stack_dedup: dict[tuple[int, ...], int] = {}
+        samples = []
+        sl = self.stack_list
+        t_ns, tids, tasks, sids, ws = self.t_ns, self.thread_ids, self.task_ids, self.stack_ids, self.weights_ns
+        for i in range(start, end):
+            raw_sid = sids[i]
+            sid = stack_map.get(raw_sid)
+            if sid is None:
+                ids = []
+                for fr in resolve_stack(sl[raw_sid], codes, memo, offsets):
+                    fid = frame_ids.get(fr)
                     if fid is None:
-                        fid = resolved[fr] = len(frames)
+                        fid = frame_ids[fr] = len(frames)
                         frames.append(fr)
-                    frame_ids[raw] = fid
-                ids.append(fid)
-            stacks[sid] = tuple(ids)
-        samples = tuple(StackSample(t, tid, sid, w) for t, tid, sid, w in
-                        zip(self.t_ns, self.thread_ids, self.stack_ids, self.weights_ns))
+                    ids.append(fid)
+                key = tuple(ids)
+                sid = stack_dedup.get(key)
+                if sid is None:
+                    sid = stack_dedup[key] = len(stacks)
+                    stacks.append(key)
+                stack_map[raw_sid] = sid
+            task = tasks[i]
+            samples.append(StackSample(t_ns[i], tids[i], sid, ws[i], None if task == NO_TASK else task))
+        n_dropped = self.dropped if dropped is None else dropped
         losses: tuple[Loss, ...] = ()
-        if self.dropped:
-            losses = (Loss(source="cpu", kind="samples_dropped", count=self.dropped, unit="samples",
-                           detail=f"sample buffer full at {self.max_samples} samples; {OVERFLOW_ENV_HINT}"),)
-        return tuple(frames), tuple(stacks), samples, losses
+        if n_dropped:
+            losses = (Loss(source="cpu", kind="samples_dropped", count=n_dropped, unit="samples",
+                           detail=f"sample buffer full at {self.max_samples} samples; {OVERFLOW_HINT}"),)
+        return tuple(frames), tuple(stacks), tuple(samples), losses
+

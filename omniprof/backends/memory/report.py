@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Table
+from omniprof.core.units import format_bytes as _fmt_bytes
 
 __all__ = ["allocation_tables", "tree_rows", "flat_rows", "print_allocs"]
 
@@ -109,14 +110,6 @@ def allocation_tables(part: BackendResult, largest: int = 20) -> tuple[Table, ..
                    [(r["function"], r["location"], r["alive_bytes"], r["alive_count"]) for r in leaks],
                    title="Still alive at the end (leak candidates, estimated)")
     return (by_site, largest_t, leak_t)
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def print_allocs(result: ProfileResult | BackendResult, *, format: str = "flat", by: str = "bytes",

@@ -10,12 +10,13 @@ import sys
 import textwrap
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 
 import omniprof
 from omniprof.backends.memory.backend import native_available
-from omniprof.backends.memory.heapsnapshot import NF, assemble_snapshot, take_heap_snapshot
+from omniprof.backends.memory.heapsnapshot import NF, assemble_snapshot
 from omniprof.backends.memory.report import flat_rows, tree_rows
 from omniprof.errors import DataLossWarning, InvalidArgumentError
 from tests.tools import NODE_MODULES, ROOT, node_package
@@ -275,3 +276,47 @@ def test_profile_results_warn_nothing_by_default():
         warnings.simplefilter("error")
         with omniprof.Profiler(backend="memory"):
             make_blobs(3, 10)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="peek needs SIGUSR1")
+@pytest.mark.parametrize("mode", ["1", "streaming"])
+def test_peek_writes_heap_snapshot_when_asked(tmp_path, mode):
+    """With OMNIPROF_PEEK_HEAP_SNAPSHOT set, a SIGUSR1 peek also writes a heap snapshot (or its parts)."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        import omniprof
+        omniprof.enable_peek()
+        omniprof.set_peek_duration(0.1)
+        class Widget:
+            pass
+        widgets = [Widget() for _ in range(9)]
+        print("READY", flush=True)
+        end = time.perf_counter() + 20
+        while time.perf_counter() < end:
+            sum(range(1000))
+    """)
+    env = {**os.environ, "OMNIPROF_PEEK_HEAP_SNAPSHOT": mode}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.time() + 60
+        err = ""
+        while time.time() < deadline and "written to" not in err:
+            err += proc.stderr.readline()
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert "omniprof peek: profile of" in err
+    line = next(ln for ln in err.splitlines() if "written to" in ln)
+    path = Path(line.split("written to ", 1)[1].rstrip(".*"))
+    assert path.parent == tmp_path and path.name.startswith(f"omniprof-peek-{proc.pid}-")
+    if mode == "streaming":
+        assert "heap snapshot parts" in line
+        assemble_snapshot(path, path)
+    doc = json.loads(path.read_text())
+    _check_structure(doc)
+    names = [doc["strings"][doc["nodes"][i + 1]] for i in range(0, len(doc["nodes"]), NF) if doc["nodes"][i] == 3]
+    assert names.count("Widget") == 9

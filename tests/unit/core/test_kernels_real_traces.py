@@ -11,7 +11,6 @@ import pytest
 
 from omniprof.core.kernels import KERNEL_STATS_COLUMNS, kernel_stats, kernel_stats_table
 from omniprof.core.readers import read_any
-from omniprof.errors import TraceReadError
 
 _ROOT = Path(__file__).resolve().parents[3]
 _CANDIDATES = (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
@@ -23,12 +22,7 @@ def _read(name: str):
     path = DATA / name
     if not path.exists():
         pytest.skip(f"real GPU trace not found at {path}")
-    try:
-        return read_any(path)
-    except TraceReadError as e:
-        if "needs a reader" in str(e):
-            pytest.skip("kineto reader not available")
-        raise
+    return read_any(path)
 
 
 def _raw_kernels(name: str) -> list[dict]:

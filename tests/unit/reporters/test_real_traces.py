@@ -3,7 +3,6 @@ and every viewer must still take the files with every span's time accounted for.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from pathlib import Path
@@ -12,7 +11,7 @@ import jsonschema
 import pytest
 
 import omniprof
-from omniprof.core.results import BackendResult, ProfileResult, RunMetadata, Span, Track
+from omniprof.core.results import ProfileResult
 from omniprof.reporters.speedscope import speedscope_document
 from omniprof.reporters.stackdata import span_lanes, stack_profile
 from tests.unit.reporters.test_speedscope import check_importable
@@ -24,18 +23,13 @@ DATA = Path(os.environ.get("OMNIPROF_SHARED_DATA", Path(__file__).resolve().pare
 
 
 def _kineto_spans(name: str) -> ProfileResult:
-    """The complete ('X') events of a Kineto trace as spans, one track per (pid, tid). A minimal
-    test loader: omniprof's own Kineto reader belongs to the torch backend."""
+    """A real Kineto GPU trace, read by omniprof's own Kineto reader."""
+    from omniprof.core.readers import read_any
+
     path = DATA / name
     if not path.is_file():
         pytest.skip(f"{path} not found: the shared/ data folder must sit beside the repository")
-    events = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
-    spans = tuple(Span(e["name"], f"{e['pid']}:{e['tid']}", round(float(e["ts"]) * 1000),
-                       round(float(e.get("dur", 0)) * 1000), e.get("cat", "")) for e in events)
-    tracks = tuple(Track(t, f"pid {t.split(':')[0]} tid {t.split(':')[1]}") for t in sorted({s.track for s in spans}))
-    t0 = min(s.start_ns for s in spans)
-    return ProfileResult(metadata=RunMetadata(backends=("torch",), start_ns=t0),
-                         parts=(BackendResult(backend="torch", spans=spans, tracks=tracks),))
+    return read_any(path)
 
 
 @pytest.mark.parametrize("trace", ["alexnet_cuda_trace.json.gz", "triton_cuda_trace.json.gz"])

@@ -1,0 +1,345 @@
+"""``omniprof.sampler``: Julia's ``Profile`` module, for Python.
+
+The ``cpu`` backend records into one process-wide buffer that accumulates across sessions until
+:func:`clear` (as Julia's does); each session's result also holds its own samples.
+
+>>> import omniprof
+>>> omniprof.sampler.init()                      # (max_samples, interval_s)
+(1000000, 0.001)
+
+Functions: :func:`init`, :func:`fetch`, :func:`retrieve`, :func:`clear`, :func:`print`,
+:func:`callers`, :func:`enable_peek`, :func:`disable_peek`, :func:`set_peek_duration`,
+:func:`peek_duration`.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+
+from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
+from omniprof.core.clock import DEFAULT_CLOCK
+from omniprof.core.results import BackendResult, ClockInfo, Frame, ProfileResult, RunMetadata, Track
+from omniprof.core.stackreport import GroupReport, PrintOptions, build_report, format_report
+from omniprof.core.stackreport import callers as _callers
+from omniprof.errors import InvalidArgumentError, ProfilerStateError
+
+__all__ = ["init", "fetch", "retrieve", "clear", "print", "callers", "report_groups", "RawBuffer",
+           "enable_peek", "disable_peek", "set_peek_duration", "peek_duration", "PrintOptions", "BYTES_PER_SAMPLE"]
+
+_config = {"max_samples": 1_000_000, "interval_s": 0.001}
+_buffer: Sampler | None = None
+_lock = threading.Lock()
+
+
+def init(max_samples: int | None = None, interval_s: float | None = None) -> tuple[int, float]:
+    """Set the default buffer size and sampling interval of the ``cpu`` backend (Julia's
+    ``Profile.init(n, delay)``); returns the current ``(max_samples, interval_s)``.
+
+    Backend options given explicitly (``backend_options={"cpu": {...}}``, ``-O cpu.interval_s=``)
+    still win over these defaults.
+    """
+    from omniprof.backends.cpu.backend import CpuOptions
+
+    if max_samples is not None or interval_s is not None:
+        # Validate with the backend's own validators (same messages as -O cpu.KEY=...).
+        CpuOptions(max_samples=_config["max_samples"] if max_samples is None else max_samples,
+                   interval_s=_config["interval_s"] if interval_s is None else interval_s)
+    if max_samples is not None:
+        _config["max_samples"] = max_samples
+        if _buffer is not None:
+            _buffer.max_samples = max_samples
+    if interval_s is not None:
+        _config["interval_s"] = float(interval_s)
+    return int(_config["max_samples"]), float(_config["interval_s"])
+
+
+def default_max_samples() -> int:
+    return int(_config["max_samples"])
+
+
+def default_interval_s() -> float:
+    return float(_config["interval_s"])
+
+
+def buffer() -> Sampler:
+    """The process-wide sample buffer (created on first use)."""
+    global _buffer
+    with _lock:
+        if _buffer is None:
+            _buffer = Sampler(None, DEFAULT_CLOCK, int(_config["max_samples"]))
+        return _buffer
+
+
+@attrs.frozen
+class RawBuffer:
+    """A copy of the raw buffer (Julia's ``fetch()``): meaningful only in this process, because
+    stacks hold ``id(code)`` keys and bytecode offsets. Use :func:`retrieve` for portable data.
+
+    Attributes:
+        t_ns, thread_ids, task_ids, stack_ids, weights_ns: one entry per sample (task -1: none).
+        stacks: raw stacks (leaf-first ``(code_key, offset, ...)``), indexed by ``stack_ids``.
+        dropped: samples not taken because the buffer was full.
+    """
+
+    t_ns: tuple[int, ...]
+    thread_ids: tuple[int, ...]
+    task_ids: tuple[int, ...]
+    stack_ids: tuple[int, ...]
+    weights_ns: tuple[int, ...]
+    stacks: tuple[tuple[Any, ...], ...]
+    dropped: int
+
+
+def fetch() -> RawBuffer:
+    """A copy of the raw sample buffer (see :class:`RawBuffer`)."""
+    b = buffer()
+    return RawBuffer(tuple(b.t_ns), tuple(b.thread_ids), tuple(b.task_ids), tuple(b.stack_ids),
+                     tuple(b.weights_ns), tuple(b.stack_list), b.dropped)
+
+
+def retrieve(*, record_offsets: bool = True) -> ProfileResult:
+    """Every buffered sample, frames resolved to file/function/line: a portable
+    :class:`ProfileResult` (``.save(path)``; ``omniprof.load(path)`` on any machine).
+
+    With ``record_offsets`` (default) frames keep their bytecode offsets, so ``print(...,
+    combine=False)`` can tell apart operations on one line; pass False to merge them.
+    """
+    import platform
+    import socket
+
+    b = buffer()
+    frames, stacks, samples, losses = b.export(offsets=record_offsets)
+    tids = sorted({s.thread_id for s in samples})
+    threads = [b.threads.get(t) for t in tids]
+    from omniprof.core.results import ThreadInfo
+
+    threads = [t if t is not None else ThreadInfo(tid, f"thread {tid}") for t, tid in zip(threads, tids)]
+    used_tasks = {s.task_id for s in samples if s.task_id is not None}
+    tasks = [t for k, t in sorted(b.task_info.items()) if k in used_tasks]
+    start = samples[0].t_ns if samples else 0
+    end = samples[-1].t_ns if samples else 0
+    part = BackendResult(
+        backend="cpu", clock=ClockInfo(name=DEFAULT_CLOCK.name), start_ns=start, end_ns=end, frames=frames,
+        stacks=stacks, samples=samples, threads=threads, tasks=tasks, losses=losses,
+        tracks=[Track(id=f"thread:{t.thread_id}", name=t.name, kind="thread", tid=t.native_id) for t in threads],
+        summaries={"overhead": {"engine": "buffer", "samples": len(samples), "ticks": b.ticks,
+                                "sampler_time_ns": b.self_time_ns, "samples_dropped": b.dropped,
+                                "bytes_per_sample": BYTES_PER_SAMPLE, "buffer_bytes": b.nbytes()}},
+        metadata={"source": "omniprof.sampler.retrieve"})
+    md = RunMetadata(host=socket.gethostname(), pid=os.getpid(), python=platform.python_version(),
+                     platform=platform.platform(), backends=("cpu",), start_ns=start, end_ns=end)
+    return ProfileResult(metadata=md, parts=(part,))
+
+
+def clear() -> None:
+    """Forget every buffered sample (Julia's ``Profile.clear()``)."""
+    from omniprof.core import profiler as profiler_mod
+
+    if profiler_mod._active.get("cpu") is not None:
+        raise ProfilerStateError("the cpu backend is recording; stop the Profiler before omniprof.sampler.clear()")
+    buffer().clear()
+
+
+def _result_or_buffer(result: Any) -> Any:
+    return retrieve() if result is None else result
+
+
+def report_groups(result: ProfileResult | BackendResult | None = None, **options: Any) -> list[GroupReport]:
+    """The rows :func:`print` would format, per group (plain data, for tests and tools)."""
+    return build_report(_result_or_buffer(result), _print_options(options))
+
+
+def _print_options(options: dict[str, Any]) -> PrintOptions:
+    opts = dict(options)
+    if "C" in opts:
+        opts["native"] = opts.pop("C")
+    try:
+        return PrintOptions(**opts)
+    except TypeError as e:
+        names = [a.name for a in attrs.fields(PrintOptions)] + ["C"]
+        from omniprof.core.validators import check_keys
+
+        check_keys(opts, names, what="print option")
+        raise InvalidArgumentError(str(e)) from e
+
+
+def print(result: ProfileResult | BackendResult | None = None, file: IO[str] | None = None, **options: Any) -> None:  # noqa: A001
+    """Print a sampled profile as Julia's ``Profile.print`` does.
+
+    Args:
+        result: a :class:`ProfileResult`/:class:`BackendResult` (a saved one works too), or None
+            for every sample in the buffer (:func:`retrieve`).
+        file: where to write (default ``sys.stdout``).
+        **options: :class:`~omniprof.core.stackreport.PrintOptions` fields: ``format`` ("tree" or
+            "flat"), ``C``/``native``, ``combine``, ``maxdepth``, ``sortedby``, ``groupby``,
+            ``noisefloor``, ``mincount``, ``recur``, ``threads``, ``tasks``, ``cols``.
+    """
+    opts = _print_options(options)
+    if opts.cols is None and file is not None and not getattr(file, "isatty", lambda: False)():
+        opts = attrs.evolve(opts, cols=120)
+    lines = format_report(_result_or_buffer(result), opts)
+    out = file if file is not None else sys.stdout
+    out.write("\n".join(lines) + "\n")
+
+
+def callers(funcname: str, result: ProfileResult | BackendResult | None = None, *, filename: str | None = None,
+            linerange: range | tuple[int, int] | None = None) -> list[tuple[int, Frame]]:
+    """Who called ``funcname`` and how often: ``[(samples, caller frame)]`` (Julia's ``Profile.callers``)."""
+    return _callers(funcname, _result_or_buffer(result), filename=filename, linerange=linerange)
+
+
+# -- peek ---------------------------------------------------------------------------------------
+_peek: dict[str, Any] = {"duration_s": 1.0, "old": None, "signum": None, "running": False, "thread": None}
+
+
+def set_peek_duration(seconds: float) -> None:
+    """How long a peek profiles after SIGUSR1 (default 1 s)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
+        raise InvalidArgumentError(f"'seconds' must be > 0 and <= 3600 (got {seconds!r})")
+    _peek["duration_s"] = float(seconds)
+
+
+def peek_duration() -> float:
+    """The current peek duration in seconds."""
+    return float(_peek["duration_s"])
+
+
+def enable_peek(signum: int | None = None) -> None:
+    """On SIGUSR1 (Linux), print every thread's stack to stderr, profile for the peek duration
+    and print the report (grouped by thread and task) to stderr. The program is not disturbed:
+    the handler only starts a sampler thread and returns.
+
+    Must be called from the main thread (Python installs signal handlers there only).
+    """
+    if not hasattr(signal, "SIGUSR1"):
+        raise InvalidArgumentError("peek needs SIGUSR1, which this platform lacks (Linux and macOS have it)")
+    if threading.current_thread() is not threading.main_thread():
+        raise ProfilerStateError("enable_peek() must be called from the main thread (signal handlers live there)")
+    sig = signal.SIGUSR1 if signum is None else signum
+    if _peek["signum"] is not None:
+        return
+    _peek["old"] = signal.signal(sig, _on_peek)
+    _peek["signum"] = sig
+
+
+def disable_peek(timeout_s: float | None = None) -> None:
+    """Restore the signal handler that :func:`enable_peek` replaced, after waiting for a peek in
+    progress to print its report (at most ``timeout_s``; default: the peek duration + 5 s)."""
+    t = _peek.get("thread")
+    if t is not None and t.is_alive():
+        t.join(peek_duration() + 5.0 if timeout_s is None else timeout_s)
+    sig = _peek["signum"]
+    if sig is None:
+        return
+    old = _peek["old"]
+    signal.signal(sig, old if old is not None else signal.SIG_DFL)
+    _peek["signum"] = None
+    _peek["old"] = None
+
+
+def _on_peek(signum: int, frame: Any) -> None:
+    if _peek["running"]:
+        return
+    _peek["running"] = True
+    stacks = _format_all_stacks(frame)
+    t = threading.Thread(target=_peek_run, args=(stacks, _peek["duration_s"]), name="omniprof-peek", daemon=True)
+    _peek["thread"] = t
+    t.start()
+
+
+def _format_all_stacks(main_frame: Any) -> str:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    main_id = threading.main_thread().ident
+    parts = [f"omniprof peek: pid {os.getpid()} received a peek request; a {peek_duration():g} s profile follows\n"]
+    for tid, frame in sys._current_frames().items():
+        if tid == main_id:
+            frame = main_frame
+        parts.append(f"\nThread {tid} ({names.get(tid, '?')}), most recent call last:\n")
+        parts.append("".join(traceback.format_stack(frame)))
+    return "".join(parts)
+
+
+PEEK_HEAP_SNAPSHOT_ENV = "OMNIPROF_PEEK_HEAP_SNAPSHOT"
+
+
+def _peek_heap_snapshot(err: Any) -> None:
+    """With ``OMNIPROF_PEEK_HEAP_SNAPSHOT`` set (as Julia's ``JULIA_PROFILE_PEEK_HEAP_SNAPSHOT``), a peek
+    also writes a heap snapshot to the current directory: ``1``/``true``/``yes`` a whole
+    ``.heapsnapshot``, ``streaming`` the parts of a streaming snapshot (join them with
+    ``omniprof.assemble_snapshot``). Read when the peek happens, so it can be set late."""
+    mode = os.environ.get(PEEK_HEAP_SNAPSHOT_ENV, "").strip().lower()
+    if mode in ("", "0", "false", "no"):
+        return
+    from omniprof.backends.memory.heapsnapshot import take_heap_snapshot
+
+    streaming = mode in ("stream", "streaming")
+    path = Path.cwd() / f"omniprof-peek-{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}.heapsnapshot"
+    written = take_heap_snapshot(path, streaming=streaming)
+    what = "heap snapshot parts" if streaming else "heap snapshot"
+    err.write(f"omniprof peek: {what} written to {written}{'.*' if streaming else ''}\n")
+    err.flush()
+
+
+def _peek_run(stacks_text: str, duration_s: float) -> None:
+    from omniprof.backends.cpu.stacks import python_stacks
+
+    err = sys.stderr
+    try:
+        err.write(stacks_text)
+        err.flush()
+        me = threading.get_ident()
+        sampler = Sampler(python_stacks(exclude=lambda: (me,)), DEFAULT_CLOCK, int(_config["max_samples"]))
+        interval = float(_config["interval_s"])
+        t_start = sampler.begin()
+        del t_start
+        start_ns = DEFAULT_CLOCK.now_ns()
+        ev = threading.Event()
+        deadline = start_ns + int(duration_s * 1e9)
+        while DEFAULT_CLOCK.now_ns() < deadline:
+            sampler.sample()
+            ev.wait(interval)
+        end_ns = DEFAULT_CLOCK.now_ns()
+        frames, stack_table, samples, losses = sampler.export()
+        threads = [sampler.threads[t] for t in sorted({s.thread_id for s in samples}) if t in sampler.threads]
+        tasks = [t for k, t in sorted(sampler.task_info.items())]
+        dur = max(end_ns - start_ns, 1) / 1e9
+        part = BackendResult(
+            backend="cpu", start_ns=start_ns, end_ns=end_ns, frames=frames, stacks=stack_table, samples=samples,
+            threads=threads, tasks=tasks, losses=losses,
+            summaries={"overhead": {"engine": "thread (peek)", "samples": len(samples), "ticks": sampler.ticks,
+                                    "interval_s": interval, "requested_rate_hz": 1.0 / interval,
+                                    "achieved_rate_hz": sampler.ticks / dur, "sampler_time_ns": sampler.self_time_ns,
+                                    "sampler_overhead_pct": 100.0 * sampler.self_time_ns / (dur * 1e9)}})
+        err.write(f"\nomniprof peek: profile of {dur:.2f} s\n")
+        err.write("\n".join(format_report(part, PrintOptions(groupby=("thread", "task"), sortedby="count",
+                                                               cols=120))) + "\n")
+        err.flush()
+        _peek_heap_snapshot(err)
+    except Exception as e:  # never disturb the program: report and go on
+        with _suppress():
+            err.write(f"omniprof peek failed: {type(e).__name__}: {e}\n")
+    finally:
+        _peek["running"] = False
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True
+
+
+del builtins

@@ -1,0 +1,155 @@
+"""Out-of-process engine: py-spy samples this process from outside, with native (C) frames.
+
+An in-process Python sampler cannot see inside C extensions and builtins: its signal handler
+runs only between bytecodes, after the C call returned. py-spy reads the process's memory from a
+child process (ptrace) and unwinds native stacks too (``--native``), so it shows which C function
+of numpy, math or the interpreter the time went to. It is started at ``start()`` and stopped with
+SIGINT at ``stop()``, when it writes its samples (``--format raw``: collapsed stacks with counts).
+
+Limits, all recorded in the result: py-spy's raw output has counts but no per-sample times, so
+every sample of a session carries the session's end time and a weight of one interval; thread
+ids are mapped back to Python thread idents through ``Thread.native_id``; file names are as
+py-spy prints them (relative to ``sys.path`` entries); py-spy needs up to about a second to
+attach (``ATTACH_WAIT_S``), and work done before it attached is not seen.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from omniprof.core.results import Frame
+from omniprof.errors import BackendUnavailableError
+
+__all__ = ["PySpyEngine", "find_pyspy", "parse_raw"]
+
+#: Longest wait for py-spy to report that it samples (work before that may be missed).
+ATTACH_WAIT_S = 1.0
+
+_THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?::\s*(?P<name>.*))?$")
+_FRAME = re.compile(r"^(?P<name>.*) \((?P<where>[^()]*)\)$")
+
+
+def find_pyspy() -> str:
+    """Path of the py-spy executable, or raise BackendUnavailableError saying how to get it."""
+    exe = shutil.which("py-spy")
+    if exe is None:
+        raise BackendUnavailableError("py-spy is not installed (engine 'py-spy' needs it for native frames)",
+                                      "pip install py-spy, or use engine='signal'/'thread' without native frames",
+                                      plugin="cpu")
+    return exe
+
+
+def _frame(text: str) -> Frame:
+    m = _FRAME.match(text)
+    if m is None:
+        return Frame(name=text, kind="native")
+    name, where = m.group("name"), m.group("where")
+    file, _, line = where.rpartition(":")
+    if file and line.isdigit():
+        kind = "py" if file.endswith((".py", ".pyw")) or "<frozen" in file else "native"
+        return Frame(name=name, file=file, line=int(line), module=None if kind == "py" else os.path.basename(file),
+                     kind=kind)
+    return Frame(name=name, module=where, kind="native")  # "0x7f.. (libc.so.6)"
+
+
+def parse_raw(text: str) -> list[tuple[int | None, str, list[Frame], int]]:
+    """Parse py-spy ``--format raw --threads`` output: ``[(native_tid, thread_name, frames root-first, count)]``."""
+    out = []
+    for line in text.splitlines():
+        line = line.rstrip()
+        if not line:
+            continue
+        stack_text, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        parts = stack_text.split(";")
+        tid: int | None = None
+        name = ""
+        m = _THREAD.match(parts[0]) if parts else None
+        if m:
+            raw_tid = m.group("tid")
+            tid = int(raw_tid, 16) if raw_tid.startswith("0x") else int(raw_tid)
+            name = m.group("name") or ""
+            parts = parts[1:]
+        out.append((tid, name, [_frame(p) for p in parts], int(count)))
+    return out
+
+
+class PySpyEngine:
+    """Runs ``py-spy record`` against ``pid`` until :meth:`stop`."""
+
+    def __init__(self, pid: int, rate_hz: int, native: bool, include_idle: bool = True) -> None:
+        self.pid = pid
+        self.rate_hz = max(1, rate_hz)
+        self.native = native
+        self.include_idle = include_idle
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self.out_path: Path | None = None
+        self.stderr = b""
+
+    def start(self) -> None:
+        exe = find_pyspy()
+        self._dir = tempfile.TemporaryDirectory(prefix="omniprof-pyspy-")
+        self.out_path = Path(self._dir.name) / "raw.txt"
+        cmd = [exe, "record", "--pid", str(self.pid), "--rate", str(self.rate_hz), "--format", "raw", "--threads",
+               "--output", str(self.out_path)]
+        if self.native:
+            cmd.append("--native")
+        if self.include_idle:
+            cmd.append("--idle")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        self._stderr_thread = threading.Thread(target=self._drain, name="omniprof-pyspy-stderr", daemon=True)
+        self._stderr_thread.start()
+        # py-spy prints "Sampling process ..." once it runs (with --native, seconds later, after
+        # reading symbols, though it samples before): wait for it, at most ATTACH_WAIT_S. Samples
+        # of this wait are dropped by the backend (their stacks are in this function).
+        deadline = time.monotonic() + ATTACH_WAIT_S
+        while time.monotonic() < deadline and self.proc.poll() is None and b"Sampling" not in self.stderr:
+            time.sleep(0.005)
+        if self.proc.poll() is not None:
+            self._stderr_thread.join(1.0)
+            self.cleanup()
+            raise BackendUnavailableError(
+                f"py-spy could not attach to pid {self.pid}: {self.stderr.decode(errors='replace').strip()[:300]}",
+                "py-spy needs ptrace permission (CAP_SYS_PTRACE or kernel.yama.ptrace_scope=0); "
+                "use engine='signal' to sample without native frames", plugin="cpu")
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
+            self.stderr += chunk
+
+    def stop(self) -> list[tuple[int | None, str, list[Frame], int]]:
+        """Stop py-spy (SIGINT: it writes its output) and parse what it recorded."""
+        if self.proc is None:
+            return []
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr_thread.join(2.0)
+        text = self.out_path.read_text(encoding="utf-8", errors="replace") if self.out_path and self.out_path.exists() else ""
+        self.cleanup()
+        return parse_raw(text)
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None

@@ -1,0 +1,895 @@
+"""Read Kineto traces (``*.pt.trace.json[.gz]``, what ``torch.profiler`` writes) into results.
+
+This module never imports torch: a GPU trace recorded on a cluster reads on a laptop.
+
+The file is parsed as a stream: the ``traceEvents`` array is decoded one event at a time from a
+bounded text buffer, each event is turned into compact result objects at once, and the decoded
+JSON is dropped. Peak memory is therefore the result itself plus one buffer, not the whole JSON
+tree (``benchmarks/kineto_reader.py`` measures it on 10^6 events).
+
+Mapping (see ``docs/readers.md`` for the full table):
+
+* ``cpu_op`` -> ``cpu_op`` spans (``input_shapes``, ``input_dtypes``, ``flops``);
+  ``user_annotation`` / ``gpu_user_annotation`` -> ``annotation``, ``ProfilerStep#N`` -> ``step``;
+  ``cuda_runtime`` / ``cuda_driver`` (and xpu/privateuse1) -> ``runtime``; ``kernel`` -> ``kernel``
+  with the launch parameters of docs/results.md; ``gpu_memcpy`` / ``gpu_memset`` -> ``memcpy`` /
+  ``memset``; ``cuda_sync`` -> ``sync``; ``python_function`` -> ``python``; other categories keep
+  their own name.
+* ``[memory]`` instants -> ``memory_allocated`` / ``memory_reserved`` counter series per device,
+  and memory per op in the ``op_stats`` table.
+* A CPU launch and its GPU work share ``flow_ids`` (the CUDA correlation id) with a
+  ``Flow(id, "launch", "cuda")``; forward/backward links (``fwdbwd``) become flows too.
+* Times: Kineto writes microseconds (floats with ns decimals); they are converted to integer ns
+  exactly from their decimal text, never through float arithmetic.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import warnings
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+from typing import IO, Any
+
+from omniprof.core.kernels import add_kernel_stats
+from omniprof.core.results import (
+    Artifact,
+    BackendResult,
+    ClockInfo,
+    CounterSeries,
+    Flow,
+    Instant,
+    Loss,
+    ProfileResult,
+    RunMetadata,
+    Span,
+    Table,
+    Track,
+    json_safe,
+)
+from omniprof.errors import DataLossWarning, TraceReadError
+
+__all__ = ["read_trace", "parse_trace", "op_stats_table", "OP_STATS_COLUMNS", "CATEGORY_MAP", "FWDBWD_FLOW_BASE",
+           "us_text_to_ns"]
+
+#: Kineto category -> our span category (docs/results.md). Others keep their Kineto name.
+CATEGORY_MAP = {
+    "cpu_op": "cpu_op", "user_annotation": "annotation", "gpu_user_annotation": "annotation",
+    "cuda_runtime": "runtime", "cuda_driver": "runtime", "xpu_runtime": "runtime", "xpu_driver": "runtime",
+    "privateuse1_runtime": "runtime", "privateuse1_driver": "runtime", "mtia_runtime": "runtime",
+    "kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
+    "python_function": "python", "overhead": "overhead", "cuda_profiler_range": "annotation",
+}
+_DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync", "gpu_instant_event"})
+_DEVICE_WORK = frozenset({"kernel", "memcpy", "memset"})
+
+#: Forward/backward flow ids are shifted by this so they never collide with CUDA correlation ids.
+FWDBWD_FLOW_BASE = 1 << 40
+
+OP_STATS_COLUMNS = (
+    "name", "calls", "total_cpu_ns", "self_cpu_ns", "avg_cpu_ns", "total_device_ns", "self_device_ns", "flops",
+    "total_cpu_memory_bytes", "self_cpu_memory_bytes", "total_device_memory_bytes", "self_device_memory_bytes",
+)
+
+CHUNK_CHARS = 1 << 20
+_LOOKAHEAD = 1 << 16
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_WS = re.compile(r"[ \t\n\r]*")
+_PROFILER_MARKERS = frozenset({"Iteration Start: PyTorch Profiler", "Record Window End"})
+_MEMCPY_KIND = re.compile(r"\b([HDPA]to[HDPA])\b")
+
+
+class _Num(str):
+    """A JSON number with a fraction or exponent, kept as its text (exact ns conversion)."""
+
+    __slots__ = ()
+
+
+_DECODER = json.JSONDecoder(parse_float=_Num)
+
+
+def us_text_to_ns(value: Any) -> int:
+    """Microseconds (a JSON int, or a decimal's text) to integer ns, exactly (half-even rounding).
+
+    >>> us_text_to_ns(_Num("4385052688052.478")), us_text_to_ns(12), us_text_to_ns(_Num("1.0005"))
+    (4385052688052478, 12000, 1000)
+    """
+    t = type(value)
+    if t is int:
+        return value * 1000
+    if t is _Num or t is str:
+        if "e" in value or "E" in value or value.count(".") > 1:
+            return int((Decimal(value) * 1000).to_integral_value(ROUND_HALF_EVEN))
+        neg = value.startswith("-")
+        whole, _, frac = (value[1:] if neg else value).partition(".")
+        ns = int(whole or "0") * 1000 + (int((frac + "000")[:3]) if frac else 0)
+        if len(frac) > 3:
+            rest = frac[3:]
+            half = "5" + "0" * (len(rest) - 1)
+            if rest > half or (rest == half and ns % 2):
+                ns += 1
+        return -ns if neg else ns
+    if t is float:
+        return round(value * 1000)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def _plain(value: Any) -> Any:
+    """Decoded JSON with exact-number texts turned back into floats."""
+    t = type(value)
+    if t is _Num:
+        return float(value)
+    if t is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    if t is list:
+        return [_plain(v) for v in value]
+    return value
+
+
+def _num(value: Any) -> float | int | None:
+    if type(value) is _Num:
+        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return None
+
+
+# -- streaming JSON ----------------------------------------------------------------------------
+class _JsonStream:
+    """Tokenizer over a text file: whitespace, punctuation, and whole values via raw_decode."""
+
+    def __init__(self, fh: IO[str], name: str) -> None:
+        self.fh = fh
+        self.name = name
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.offset = 0      # absolute char offset of buf[0]
+        self.line = 1        # line number of buf[0]
+        self.line_start = 0  # absolute offset where that line starts
+
+    def _read(self) -> bool:
+        if self.eof:
+            return False
+        try:
+            chunk = self.fh.read(CHUNK_CHARS)
+        except EOFError as e:
+            raise self.error(f"the compressed data ends early ({e}): the file is truncated", len(self.buf)) from None
+        except (gzip.BadGzipFile, zlib.error) as e:
+            raise self.error(f"corrupt gzip data ({e})", len(self.buf)) from None
+        except UnicodeDecodeError as e:
+            raise self.error(f"not UTF-8 text ({e.reason})", len(self.buf)) from None
+        except OSError as e:
+            raise TraceReadError(f"{self.name}: cannot read: {e.strerror or e}") from e
+        if not chunk:
+            self.eof = True
+            return False
+        if self.pos:
+            done = self.buf[: self.pos]
+            n = done.count("\n")
+            if n:
+                self.line += n
+                self.line_start = self.offset + done.rfind("\n") + 1
+            self.offset += self.pos
+            self.buf = self.buf[self.pos:]
+            self.pos = 0
+        self.buf += chunk
+        return True
+
+    def where(self, pos: int | None = None) -> str:
+        pos = self.pos if pos is None else min(pos, len(self.buf))
+        part = self.buf[:pos]
+        n = part.count("\n")
+        absolute = self.offset + pos
+        start = self.offset + part.rfind("\n") + 1 if n else self.line_start
+        return f"line {self.line + n} column {absolute - start + 1} (char {absolute})"
+
+    def error(self, msg: str, pos: int | None = None) -> TraceReadError:
+        return TraceReadError(f"{self.name}: {msg} at {self.where(pos)}")
+
+    def peek(self) -> str:
+        """Skip whitespace; the next character, or '' at the end of the file."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self._read():
+                return ""
+
+    def expect(self, chars: str, what: str) -> str:
+        c = self.peek()
+        if c == "":
+            raise self.error(f"the file ends early (truncated?): expected {what}")
+        if c not in chars:
+            raise self.error(f"invalid JSON: expected {what}, found {c!r}")
+        self.pos += 1
+        return c
+
+    def value(self) -> Any:
+        if self.peek() == "":
+            raise self.error("the file ends early (truncated?): expected a value")
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as e:
+                near_end = e.pos >= len(self.buf) - _LOOKAHEAD or e.msg.startswith("Unterminated string")
+                if near_end and self._read():
+                    continue
+                if self.eof and (e.pos >= len(self.buf.rstrip()) or e.msg.startswith("Unterminated string")):
+                    raise self.error("the file ends inside a JSON value: it is truncated", e.pos) from None
+                raise self.error(f"invalid JSON: {e.msg}", e.pos) from None
+            except RecursionError:
+                raise self.error("invalid JSON: nested too deeply") from None
+            if end >= len(self.buf) and self._read():
+                continue  # a number may continue in the next chunk
+            self.pos = end
+            return value
+
+
+def _open_text(path: Path) -> IO[str]:
+    try:
+        with open(path, "rb") as raw:
+            head = raw.read(2)
+        if head == b"\x1f\x8b":
+            return gzip.open(path, "rt", encoding="utf-8")
+        return open(path, encoding="utf-8")
+    except OSError as e:
+        raise TraceReadError(f"cannot read trace file {str(path)!r}: {e.strerror or e}") from e
+
+
+# -- building the result -------------------------------------------------------------------------
+def _fast_span(name: str, track: str, start_ns: int, dur_ns: int, category: str, args: Mapping[str, Any],
+               flow_ids: tuple[int, ...] = ()) -> Span:
+    """A Span built without re-normalising ``args`` (already JSON-safe and possibly shared between
+    spans of the same op and shapes: that sharing is what keeps 10^6-event traces compact)."""
+    s = object.__new__(Span)
+    for k, v in (("name", name), ("track", track), ("start_ns", start_ns), ("dur_ns", dur_ns),
+                 ("category", category), ("args", args), ("flow_ids", flow_ids)):
+        object.__setattr__(s, k, v)
+    return s
+
+
+_EMPTY: dict[str, Any] = {}
+
+
+class _Builder:
+    """Turns decoded Kineto events into spans, instants, counters and flows as they stream by."""
+
+    def __init__(self, source: str, flops: Mapping[int, int] | None = None,
+                 keep: Callable[[str], bool] | None = None) -> None:
+        self.source = source
+        self.flops = flops or {}
+        self.keep = keep
+        self.spans: list[Span] = []
+        self.instants: list[Instant] = []
+        self.tracks: dict[str, Track] = {}
+        self._host_tracks: dict[tuple[Any, Any], str] = {}
+        self._tids_used: dict[Any, Any] = {}
+        self.process_names: dict[Any, str] = {}
+        self.process_labels: dict[Any, str] = {}
+        self.thread_names: dict[tuple[Any, Any], str] = {}
+        self._strings: dict[str, str] = {}
+        self._args_cache: dict[tuple, dict[str, Any]] = {}
+        self._lists: dict[tuple, list] = {}
+        self.host_corr: set[int] = set()
+        self.device_corr: set[int] = set()
+        self.corr_spans: list[int] = []         # indices of spans carrying a correlation id
+        self.fwdbwd: dict[tuple[str, int], list[int]] = {}  # (track, ts) -> flow ids
+        self.mem: list[tuple[str, int, int, bool]] = []   # (track, t_ns, bytes, on_device)
+        self.mem_series: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        self.counters: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+        self.open_begins: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+        self.unsupported: dict[str, int] = {}
+        self.malformed = 0
+        self.malformed_first = ""
+        self.filtered = 0
+        self.cat_counts: dict[str, int] = {}
+        self.trace_bounds: tuple[int, int] | None = None
+        self.t_min: int | None = None
+        self.t_max: int | None = None
+        self.pids: dict[Any, int] = {}
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _s(self, text: str) -> str:
+        return self._strings.setdefault(text, text)
+
+    def _host_track(self, pid: Any, tid: Any) -> str:
+        key = (pid, tid)
+        tid_id = self._host_tracks.get(key)
+        if tid_id is None:
+            owner = self._tids_used.setdefault(tid, pid)
+            tid_id = f"thread:{tid}" if owner == pid else f"thread:{pid}:{tid}"
+            self._host_tracks[key] = tid_id
+        return tid_id
+
+    def _device_track(self, device: Any, stream: Any) -> str:
+        tid = f"device:{device}:stream:{stream}"
+        if tid not in self.tracks:
+            dev = device if isinstance(device, int) else None
+            self.tracks[tid] = Track(id=tid, name=f"GPU {device} stream {stream}", kind="stream",
+                                     process=f"GPU {device}", pid=dev, tid=stream if isinstance(stream, int) else None,
+                                     device=dev)
+        return tid
+
+    def _bad(self, where: Callable[[], str], why: str) -> None:
+        self.malformed += 1
+        if not self.malformed_first:
+            self.malformed_first = f"{why} at {where()}"
+
+    def _extend(self, t0: int, t1: int) -> None:
+        if self.t_min is None or t0 < self.t_min:
+            self.t_min = t0
+        if self.t_max is None or t1 > self.t_max:
+            self.t_max = t1
+
+    # -- events ------------------------------------------------------------------------------------
+    def add(self, ev: Any, where: Callable[[], str]) -> None:
+        if type(ev) is not dict:
+            self._bad(where, f"an event is a JSON {type(ev).__name__}, not an object")
+            return
+        if not ev:
+            return
+        ph = ev.get("ph")
+        try:
+            if ph == "X":
+                self._complete(ev, us_text_to_ns(ev["ts"]), us_text_to_ns(ev.get("dur", 0)))
+            elif ph in ("i", "I", "R"):
+                self._instant(ev, us_text_to_ns(ev["ts"]))
+            elif ph in ("s", "f", "t"):
+                self._flow(ev)
+            elif ph == "M":
+                self._meta(ev)
+            elif ph == "B":
+                ev["_t"] = us_text_to_ns(ev["ts"])
+                self.open_begins.setdefault((ev.get("pid"), ev.get("tid")), []).append(ev)
+            elif ph == "E":
+                stack = self.open_begins.get((ev.get("pid"), ev.get("tid")))
+                if not stack:
+                    self._bad(where, "an 'E' event without a matching 'B'")
+                    return
+                b = stack.pop()
+                t1 = us_text_to_ns(ev["ts"])
+                if ev.get("args"):
+                    b = {**b, "args": {**(b.get("args") or {}), **ev["args"]}}
+                self._complete(b, b["_t"], max(t1 - b["_t"], 0))
+            elif ph == "C":
+                self._counter(ev, us_text_to_ns(ev["ts"]))
+            else:
+                key = str(ph)
+                self.unsupported[key] = self.unsupported.get(key, 0) + 1
+        except (KeyError, TypeError, ValueError, ArithmeticError) as e:
+            self._bad(where, f"an event with ph={ph!r} lacks a valid field ({type(e).__name__}: {e})")
+
+    def _complete(self, ev: dict[str, Any], t0: int, dur: int) -> None:
+        cat = ev.get("cat") or ""
+        if type(cat) is not str:
+            cat = str(cat)
+        name = ev.get("name")
+        if not isinstance(name, str):
+            name = str(name)
+        args = ev.get("args") or _EMPTY
+        if type(args) is not dict:
+            args = {"value": args}
+        if cat == "Trace":  # the profiler's own session span: the part's bounds
+            self.trace_bounds = (t0, t0 + dur)
+            return
+        if dur < 0:
+            raise ValueError(f"negative duration {dur} ns")
+        self.cat_counts[cat] = self.cat_counts.get(cat, 0) + 1
+        ours = CATEGORY_MAP.get(cat, cat)
+        if self.keep is not None and not self.keep(ours):
+            self.filtered += 1
+            return
+        pid, tid = ev.get("pid"), ev.get("tid")
+        if cat in _DEVICE_CATS or ("stream" in args and "device" in args and ours not in ("runtime", "cpu_op")):
+            device = args.get("device", pid)
+            track = self._device_track(device, args.get("stream", tid))
+            on_device = True
+        else:
+            track = self._host_track(pid, tid)
+            on_device = False
+            self.pids[pid] = self.pids.get(pid, 0) + 1
+        corr = args.get("correlation")
+        if ours == "cpu_op":
+            span_args = self._op_args(name, args)
+        elif ours == "kernel":
+            span_args = _kernel_args(args, self._lists)
+        elif ours in ("memcpy", "memset"):
+            span_args = _copy_args(name, args, self._lists)
+        elif ours == "runtime":
+            span_args = {k: v for k, v in (("correlation_id", corr), ("cbid", args.get("cbid"))) if v is not None}
+        elif ours == "annotation":
+            m = _STEP.match(name)
+            if m and not on_device:
+                ours = "step"
+                span_args = {"step_num": int(m.group(1))}
+            else:
+                span_args = _EMPTY
+        elif ours == "python":
+            span_args = _EMPTY
+        elif ours == "sync":
+            span_args = {k: v for k, v in (("kind", args.get("cuda_sync_kind")), ("device", args.get("device")),
+                                           ("stream", args.get("stream")), ("correlation_id", corr)) if v is not None}
+        else:
+            span_args = json_safe(_plain({k: v for k, v in args.items() if k != "Ev Idx"}))
+        self._extend(t0, t0 + dur)
+        if isinstance(corr, int) and ours in ("runtime", "kernel", "memcpy", "memset", "sync"):
+            (self.device_corr if on_device else self.host_corr).add(corr)
+            self.corr_spans.append(len(self.spans))
+        self.spans.append(_fast_span(self._s(name), track, t0, dur, ours, span_args))
+
+    def _op_args(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        dims = args.get("Input Dims")
+        types = args.get("Input type")
+        flops = args.get("flops")
+        if flops is None and self.flops:
+            ext = args.get("External id")
+            flops = self.flops.get(ext) if isinstance(ext, int) else None
+        key = (name, repr(dims), repr(types), flops)
+        cached = self._args_cache.get(key)
+        if cached is None:
+            cached = {}
+            if dims is not None:
+                cached["input_shapes"] = json_safe(_plain(dims))
+            if types is not None:
+                cached["input_dtypes"] = json_safe(_plain(types))
+            f = _num(flops)
+            if f is not None:
+                cached["flops"] = int(f)
+            self._args_cache[key] = cached
+        return cached
+
+    def _instant(self, ev: dict[str, Any], t: int) -> None:
+        name = ev.get("name")
+        args = ev.get("args") or _EMPTY
+        pid, tid = ev.get("pid"), ev.get("tid")
+        if name == "[memory]" and type(args) is dict:
+            track = self._host_track(pid, tid)
+            dev_type = args.get("Device Type", 0)
+            dev_id = args.get("Device Id", -1)
+            on_device = dev_type not in (0, None)  # c10 DeviceType 0 is CPU
+            label = "cpu" if not on_device else f"device {dev_id}"
+            nbytes = args.get("Bytes")
+            if isinstance(nbytes, int):
+                self.mem.append((track, t, nbytes, on_device))
+            for key, field in (("memory_allocated", "Total Allocated"), ("memory_reserved", "Total Reserved")):
+                value = args.get(field)
+                if isinstance(value, int):
+                    ts, vals = self.mem_series.setdefault((key, label), ([], []))
+                    ts.append(t)
+                    vals.append(value)
+            self._extend(t, t)
+            return
+        if name in _PROFILER_MARKERS and ev.get("s") == "g":
+            # The profiler's own global markers: session bounds, not data.
+            if name == "Record Window End":
+                self._extend(t, t)
+            return
+        track = self._host_track(pid, tid)
+        self.instants.append(Instant(self._s(str(name)), track, t, ev.get("cat") or "",
+                                     json_safe(_plain({k: v for k, v in args.items() if k != "Ev Idx"}))
+                                     if type(args) is dict else {}))
+        self._extend(t, t)
+
+    def _flow(self, ev: dict[str, Any]) -> None:
+        cat = ev.get("cat")
+        fid = ev.get("id")
+        if cat == "ac2g" or not isinstance(fid, int):
+            return  # launch flows are rebuilt from correlation ids, which every span carries
+        fid += FWDBWD_FLOW_BASE if cat == "fwdbwd" else 0
+        track = self._host_track(ev.get("pid"), ev.get("tid"))
+        self.fwdbwd.setdefault((track, us_text_to_ns(ev["ts"])), []).append(fid)
+
+    def _meta(self, ev: dict[str, Any]) -> None:
+        name = ev.get("name")
+        args = ev.get("args") or {}
+        pid, tid = ev.get("pid"), ev.get("tid")
+        if name == "process_name":
+            self.process_names[pid] = str(args.get("name", ""))
+        elif name == "process_labels":
+            self.process_labels[pid] = str(args.get("labels", ""))
+        elif name == "thread_name":
+            self.thread_names[(pid, tid)] = str(args.get("name", "")).strip()
+
+    def _counter(self, ev: dict[str, Any], t: int) -> None:
+        name = str(ev.get("name"))
+        for key, value in (ev.get("args") or {}).items():
+            v = _num(value)
+            if v is None:
+                continue
+            ts, vals = self.counters.setdefault((name, str(key)), ([], []))
+            ts.append(t)
+            vals.append(float(v))
+        self._extend(t, t)
+
+    # -- finishing ---------------------------------------------------------------------------------
+    def finish(self) -> tuple[list[Track], list[Span], list[Flow], list[CounterSeries], list[Loss], dict[str, Any]]:
+        flows: list[Flow] = []
+        linked = self.host_corr & self.device_corr
+        for fid in sorted(linked):
+            flows.append(Flow(fid, "launch", "cuda"))
+        for i in self.corr_spans:
+            s = self.spans[i]
+            corr = s.args.get("correlation_id")
+            if corr in linked:
+                self.spans[i] = _fast_span(s.name, s.track, s.start_ns, s.dur_ns, s.category, s.args, (corr,))
+        unbound = 0
+        if self.fwdbwd:
+            by_start: dict[tuple[str, int], int] = {}
+            for i, s in enumerate(self.spans):
+                if s.category == "cpu_op":
+                    by_start.setdefault((s.track, s.start_ns), i)
+            bound: set[int] = set()
+            for key, ids in self.fwdbwd.items():
+                i = by_start.get(key)
+                if i is None:
+                    unbound += len(ids)
+                    continue
+                s = self.spans[i]
+                self.spans[i] = _fast_span(s.name, s.track, s.start_ns, s.dur_ns, s.category, s.args,
+                                           s.flow_ids + tuple(ids))
+                bound.update(ids)
+            flows += [Flow(fid, "fwdbwd", "fwdbwd") for fid in sorted(bound)]
+        # Host thread tracks, named from the trace's metadata.
+        tracks: list[Track] = []
+        for (pid, tid), track_id in self._host_tracks.items():
+            pname = self.process_names.get(pid)
+            tname = self.thread_names.get((pid, tid)) or (f"thread {tid}" + (f" ({pname})" if pname else ""))
+            tracks.append(Track(id=track_id, name=tname, kind="thread", process=pname,
+                                pid=pid if isinstance(pid, int) else None, tid=tid if isinstance(tid, int) else None))
+        tracks += list(self.tracks.values())
+        counters: list[CounterSeries] = []
+        for (key, label), (ts, vals) in self.mem_series.items():
+            tid = f"counter:{key}:{label}"
+            tracks.append(Track(id=tid, name=f"{key} ({label})", kind="counter"))
+            counters.append(CounterSeries(f"{key} ({label})", "bytes", tid, ts, vals))
+        for (name, key), (ts, vals) in self.counters.items():
+            tid = f"counter:{name}"
+            if not any(t.id == tid for t in tracks):
+                tracks.append(Track(id=tid, name=name, kind="counter"))
+            counters.append(CounterSeries(f"{name}.{key}" if key != name else name, "", tid, ts, vals))
+        losses: list[Loss] = []
+        if self.malformed:
+            losses.append(Loss(self.source, "malformed_events", self.malformed, "events",
+                               f"skipped; first: {self.malformed_first}"))
+        if self.unsupported:
+            n = sum(self.unsupported.values())
+            losses.append(Loss(self.source, "unsupported_events", n, "events",
+                               "trace event phases not read: " + ", ".join(
+                                   f"{k!r} x{v}" for k, v in sorted(self.unsupported.items()))))
+        unclosed = sum(len(v) for v in self.open_begins.values())
+        if unclosed:
+            losses.append(Loss(self.source, "truncated", unclosed, "events", "'B' events never closed by an 'E'"))
+        meta: dict[str, Any] = {"kineto_categories": dict(sorted(self.cat_counts.items()))}
+        if unbound:
+            meta["unbound_flow_events"] = unbound
+        if self.filtered:
+            meta["events_filtered_by_level"] = self.filtered
+        if self.process_labels:
+            meta["process_labels"] = {str(k): v for k, v in self.process_labels.items()}
+        return tracks, self.spans, flows, counters, losses, meta
+
+
+def _arg(value: Any, shared_lists: dict[tuple, list]) -> Any:
+    """A decoded arg as plain JSON; small lists of ints (grid, block) are shared, not copied."""
+    t = type(value)
+    if t is int or t is str or value is None or t is bool:
+        return value
+    if t is _Num:
+        return float(value)
+    if t is list and len(value) <= 4 and all(type(x) is int for x in value):
+        key = tuple(value)
+        shared = shared_lists.get(key)
+        if shared is None:
+            if len(shared_lists) < 100_000:
+                shared_lists[key] = value
+            return value
+        return shared
+    return json_safe(_plain(value))
+
+
+_KERNEL_KEYS = (("grid", "grid"), ("block", "block"), ("registers_per_thread", "registers per thread"),
+                ("static_shared_memory_bytes", "shared memory"), ("static_shared_memory_bytes", "static shared memory"),
+                ("dynamic_shared_memory_bytes", "dynamic shared memory"),
+                ("occupancy_pct", "est. achieved occupancy %"), ("blocks_per_sm", "blocks per SM"),
+                ("warps_per_sm", "warps per SM"), ("device", "device"), ("stream", "stream"),
+                ("context", "context"), ("correlation_id", "correlation"), ("queued", "queued"))
+
+
+def _kernel_args(a: dict[str, Any], shared_lists: dict[tuple, list]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for ours, theirs in _KERNEL_KEYS:
+        v = a.get(theirs)
+        if v is not None:
+            out[ours] = _arg(v, shared_lists)
+    return out
+
+
+def _copy_args(name: str, a: dict[str, Any], shared_lists: dict[tuple, list]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for ours, theirs in (("bytes", "bytes"), ("device", "device"), ("stream", "stream"),
+                         ("correlation_id", "correlation"), ("context", "context")):
+        v = a.get(theirs)
+        if v is not None:
+            out[ours] = _arg(v, shared_lists)
+    m = _MEMCPY_KIND.search(name)
+    if m:
+        out["kind"] = m.group(1)
+    bw = _num(a.get("memory bandwidth (GB/s)"))
+    if bw is not None:
+        out["bandwidth_bytes_per_s"] = float(bw) * 1e9
+    return out
+
+
+# -- op statistics -----------------------------------------------------------------------------------
+_NESTED = ("cpu_op", "annotation", "step")
+
+
+def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, bool]] = (),
+                   *, has_memory: bool | None = None) -> Table | None:
+    """``op_stats`` like torch's ``key_averages().table()``: one row per op or annotation name.
+
+    Self CPU time is the span's time minus its direct children (ops and annotations nested on the
+    same thread). As in torch, an op whose only child has its own name (a dispatcher re-entry such
+    as ``aten::sum`` inside ``aten::sum``) counts once, its child folded into it. Device time is the time of the GPU work (kernels, memcpy, memset) whose launch
+    (a runtime call with its correlation id) ran inside the op; "self" counts launches made
+    directly by the op, not by its children; None when the trace has no GPU work. Memory is the sum of the ``[memory]`` events' bytes
+    inside the op (allocations minus frees), CPU and device apart.
+
+    Returns None when there are no op or annotation spans.
+    """
+    spans = list(spans)
+    device_by_corr: dict[int, int] = {}
+    for s in spans:
+        if s.category in _DEVICE_WORK:
+            c = s.args.get("correlation_id")
+            if isinstance(c, int):
+                device_by_corr[c] = device_by_corr.get(c, 0) + s.dur_ns
+    per_track: dict[str, list[tuple[int, int, int, Span | None, int]]] = {}
+    # Entries sort by start, then longer first, so parents precede children that start together.
+    for s in spans:
+        if s.category in _NESTED:
+            per_track.setdefault(s.track, []).append((s.start_ns, -s.dur_ns, 0, s, 0))
+        elif s.category == "runtime" and device_by_corr:
+            c = s.args.get("correlation_id")
+            d = device_by_corr.get(c, 0) if isinstance(c, int) else 0
+            if d:
+                per_track.setdefault(s.track, []).append((s.start_ns, 0, 1, None, d))
+    mem_seen = False
+    for track, t, nbytes, on_device in memory:
+        mem_seen = True
+        per_track.setdefault(track, []).append((t, 0, 2 if not on_device else 3, None, nbytes))
+    if not any(e[3] is not None for v in per_track.values() for e in v):
+        return None
+    if has_memory is None:
+        has_memory = mem_seen
+    rows: dict[str, list[Any]] = {}
+    for entries in per_track.values():
+        entries.sort(key=lambda e: (e[0], e[1], e[2]))
+        # An open op: [end_ns, row, child_ns, self_dev, total_dev, self_cpu_mem, total_cpu_mem, self_dev_mem,
+        #              total_dev_mem, dur_ns, flops, pending]; ``pending`` holds closed children whose rows
+        # are updated when this op closes, because torch folds a same-name only child (an op's dispatcher
+        # re-entry, e.g. aten::sum calling aten::sum) into its parent and so must we.
+        stack: list[list[Any]] = []
+
+        def add_row(item: list[Any]) -> None:
+            _, row, child_ns, sdev, tdev, scm, tcm, sdm, tdm, dur, flops, _ = item
+            row[1] += 1
+            row[2] += dur
+            row[3] += dur - child_ns
+            row[5] += tdev
+            row[6] += sdev
+            if flops is not None:
+                row[7] = (row[7] or 0) + flops
+            row[8] += tcm
+            row[9] += scm
+            row[10] += tdm
+            row[11] += sdm
+
+        def close(item: list[Any]) -> None:
+            pending = item[11]
+            if len(pending) == 1 and pending[0][1] is item[1]:
+                child = pending[0]
+                item[2] = child[2]          # the grandchildren's time
+                item[3] += child[3]
+                item[5] += child[5]
+                item[7] += child[7]
+                if item[10] is None:
+                    item[10] = child[10]
+            else:
+                for child in pending:
+                    add_row(child)
+            item[11] = ()
+            if stack:
+                parent = stack[-1]
+                parent[2] += item[9]
+                parent[4] += item[4]
+                parent[6] += item[6]
+                parent[8] += item[8]
+                parent[11].append(item)
+            else:
+                add_row(item)
+
+        for start, _negdur, kind, span, value in entries:
+            while stack and stack[-1][0] <= start:
+                close(stack.pop())
+            if kind == 0:
+                row = rows.get(span.name)
+                if row is None:
+                    row = rows[span.name] = [span.name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
+                f = span.args.get("flops")
+                stack.append([span.end_ns, row, 0, 0, 0, 0, 0, 0, 0, span.dur_ns, f if isinstance(f, int) else None,
+                              []])
+            elif stack:
+                top = stack[-1]
+                if kind == 1:
+                    top[3] += value
+                    top[4] += value
+                elif kind == 2:
+                    top[5] += value
+                    top[6] += value
+                else:
+                    top[7] += value
+                    top[8] += value
+        while stack:
+            close(stack.pop())
+    out = []
+    for row in rows.values():
+        name, calls, total, self_ns, _, tdev, sdev, flops, tcm, scm, tdm, sdm = row
+        has_device = bool(device_by_corr)  # no GPU work in the trace: device columns are unknown, not 0
+        out.append((name, calls, total, self_ns, total // calls if calls else 0, tdev if has_device else None,
+                    sdev if has_device else None, flops,
+                    tcm if has_memory else None, scm if has_memory else None,
+                    tdm if has_memory else None, sdm if has_memory else None))
+    out.sort(key=lambda r: (-r[2], r[0]))
+    return Table("op_stats", OP_STATS_COLUMNS, out, title="Op statistics (torch key_averages)")
+
+
+# -- entry points ----------------------------------------------------------------------------------
+def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping[int, int] | None = None,
+                keep: Callable[[str], bool] | None = None, clock: ClockInfo | None = None,
+                artifacts: Iterable[Artifact] = ()) -> tuple[BackendResult, dict[str, Any]]:
+    """Parse a Kineto trace from a text stream into one :class:`BackendResult`.
+
+    Args:
+        fh: the trace as text (a JSON object with ``traceEvents``, or a bare event array).
+        name: the file name used in error messages.
+        source: the part's backend name.
+        flops: FLOPs per op ``External id`` (a live torch session has them; the JSON does not).
+        keep: keep only spans whose (our) category passes this test; the rest are counted.
+        clock: the part's clock (default: Kineto's own, offset 0).
+        artifacts: native files to list in the part.
+
+    Returns:
+        The part, and the trace's top-level fields other than ``traceEvents``.
+
+    Raises:
+        TraceReadError: the JSON is malformed or truncated; the message names ``name`` and the
+            line, column and character offset.
+    """
+    stream = _JsonStream(fh, name)
+    builder = _Builder(source, flops, keep)
+    top: dict[str, Any] = {}
+    where = stream.where
+
+    def events() -> None:
+        stream.expect("[", "'[' opening the event array")
+        if stream.peek() == "]":
+            stream.pos += 1
+            return
+        while True:
+            builder.add(stream.value(), where)
+            if stream.expect(",]", "',' or ']' after an event") == "]":
+                return
+
+    first = stream.peek()
+    if first == "":
+        raise stream.error("empty file: expected a Kineto trace (a JSON object with 'traceEvents')")
+    if first == "[":
+        events()
+    elif first == "{":
+        stream.pos += 1
+        seen_events = False
+        if stream.peek() == "}":
+            stream.pos += 1
+        else:
+            while True:
+                if stream.peek() != '"':
+                    stream.expect('"', "a quoted key")
+                key = stream.value()
+                stream.expect(":", "':' after a key")
+                if key == "traceEvents":
+                    events()
+                    seen_events = True
+                else:
+                    top[key] = _plain(stream.value())
+                if stream.expect(",}", "',' or '}'") == "}":
+                    break
+        if not seen_events:
+            raise TraceReadError(f"{name}: not a Kineto trace: the JSON object has no 'traceEvents' array "
+                                 f"(keys: {', '.join(sorted(top)) or 'none'})")
+    else:
+        raise stream.error(f"not a Kineto trace: expected '{{' or '[', found {first!r}")
+    if stream.peek() != "":
+        raise stream.error("invalid JSON: extra data after the trace")
+
+    tracks, spans, flows, counters, losses, meta = builder.finish()
+    table = op_stats_table(spans, builder.mem, has_memory=bool(builder.mem) or bool(top.get("profile_memory")))
+    if builder.trace_bounds is not None:
+        start_ns, end_ns = builder.trace_bounds
+        if builder.t_max is not None:
+            end_ns = max(end_ns, builder.t_max)
+    else:
+        start_ns, end_ns = builder.t_min or 0, builder.t_max or 0
+    summaries: dict[str, Any] = {}
+    total_flops = sum(s.args.get("flops", 0) for s in spans if s.category == "cpu_op" and s.args)
+    if total_flops:
+        summaries["flops"] = {"total_flops": total_flops,
+                              "flops_per_s": total_flops / ((end_ns - start_ns) / 1e9) if end_ns > start_ns else None}
+    if counters:
+        summaries["memory"] = {f"peak_{c.name.replace(' ', '_').replace('(', '').replace(')', '')}_bytes":
+                               int(max(c.values)) for c in counters if c.unit == "bytes" and c.values}
+    base = top.get("baseTimeNanoseconds")
+    meta.update({"format": "kineto", "trace_name": top.get("traceName", Path(name).name)})
+    if isinstance(base, int):
+        meta["kineto_base_time_ns"] = base
+    devices = top.get("deviceProperties")
+    if isinstance(devices, list):
+        meta["devices"] = json_safe(devices)
+    for key in ("schemaVersion", "trace_id", "host_name", "distributedInfo", "cupti_version", "cuda_runtime_version",
+                "cuda_driver_version", "record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"):
+        if key in top:
+            meta[key] = json_safe(top[key])
+    if builder.pids:
+        meta["pid"] = max(builder.pids, key=lambda p: builder.pids[p])
+    tables = [table] if table is not None else []
+    part = BackendResult(
+        backend=source, clock=clock or ClockInfo(name="kineto", offset_ns=0), start_ns=start_ns, end_ns=end_ns,
+        tracks=tracks, spans=spans, instants=builder.instants, flows=flows, counters=counters, tables=tables,
+        summaries=summaries, losses=losses, artifacts=tuple(artifacts), metadata=meta,
+    )
+    part = add_kernel_stats(part)
+    for loss in losses:
+        warnings.warn(f"{name}: {loss.count} {loss.unit} not read ({loss.kind}): {loss.detail}", DataLossWarning,
+                      stacklevel=3)
+    return part, top
+
+
+def read_trace(path: str | os.PathLike[str]) -> ProfileResult:
+    """Read a Kineto trace file (``.json`` or ``.json.gz``) into a :class:`ProfileResult`.
+
+    Works on any machine: torch is not imported. Times keep the trace's own clock (offset 0,
+    noted in the part's metadata ``clock_note``).
+
+    Raises:
+        TraceReadError: missing, unreadable, malformed or truncated file (the message names the
+            file and the position).
+
+    .. versionadded:: 0.1
+    """
+    p = Path(path)
+    with _open_text(p) as fh:
+        part, top = parse_trace(fh, str(p), artifacts=(Artifact("kineto", str(p), "the Kineto trace read"),))
+    note = ("read offline: times are the trace's own Kineto clock (microseconds converted to ns"
+            + (f", relative to baseTimeNanoseconds={part.metadata['kineto_base_time_ns']}" if
+               "kineto_base_time_ns" in part.metadata else ", Unix epoch") + "), offset 0 to no other clock")
+    import attrs
+
+    part = attrs.evolve(part, metadata={**part.metadata, "clock_note": note})
+    from omniprof import __version__
+
+    md = RunMetadata(
+        host=str(top.get("host_name", "")), pid=int(part.metadata.get("pid", 0) or 0)
+        if isinstance(part.metadata.get("pid"), int) else 0,
+        versions={"omniprof": __version__, "kineto_schema": top.get("schemaVersion")},
+        devices=tuple(d for d in part.metadata.get("devices", []) if isinstance(d, Mapping)),
+        backends=("torch",), start_ns=part.start_ns, end_ns=part.end_ns,
+        label=f"Kineto trace {p.name}",
+    )
+    return ProfileResult(metadata=md, parts=(part,), partial=any(loss.kind == "truncated" for loss in part.losses))
+
