@@ -190,6 +190,9 @@ def test_sigkill_leaves_readable_checkpoint(proj, tally):
     assert r.partial and any(e.type == "Incomplete" for e in r.errors)
     assert [p.backend for p in r.parts] == ["cpu", "fake"]
     assert any(s.name == "chunk" for s in r.part("fake").spans), "annotations recorded before the kill"
+    cpu = r.part("cpu")
+    assert cpu.samples and cpu.metadata.get("checkpoint"), "the cpu samples taken before the kill"
+    assert any(f.name == "work" for f in cpu.frames) and any(s.name == "chunk" for s in cpu.spans)
     # the partial file is an ordinary result: every tool reads it
     assert main(["report", str(_session_files(proj / "L", PARTIAL_FILENAME)[0]), "-r", "json", "-o", "rep"]) == 0
 

@@ -419,7 +419,11 @@ def test_result_reader_fuzzed(tally, tmp_path_factory, damaged, name):
     path = tmp_path_factory.mktemp("rd") / name
     path.write_bytes(raw)
     try:
-        result = read_any(path)
+        with warnings.catch_warnings():
+            # what a reader skips (a JSON list read as a Kineto trace of malformed events) is warned
+            # about and counted in the result's losses; that is checked below, not turned into errors
+            warnings.simplefilter("ignore", omniprof.errors.DataLossWarning)
+            result = read_any(path)
     except TraceReadError as e:
         tally.case(f"reader: {how}", "TraceReadError")
         assert _clear(str(e)) and path.name in str(e), str(e)[:300]

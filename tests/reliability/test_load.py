@@ -15,15 +15,8 @@ import tracemalloc
 import pytest
 
 import omniprof
-from omniprof.backends.cpu.sampler import Sampler
 from omniprof.core import annotations
 from omniprof.core import profiler as profiler_mod
-
-# The first cpu sampler can deadlock when a gc callback (hypothesis installs one in this process)
-# runs inside its stack walk and a nested SIGALRM re-enters it (see the xfail test below); the
-# rewrite skips re-entry. Until it is in, in-process load runs under the signal engine are skipped.
-REENTRY_SAFE = hasattr(Sampler(None, None, 1), "_busy")
-NEEDS_REENTRY_SAFE = "known sampler deadlock under gc callbacks (fixed on branch issue-cpu)"
 
 
 def _spin(seconds: float) -> None:
@@ -44,8 +37,6 @@ def _thread_body(i: int, start: threading.Barrier, stop: threading.Event) -> Non
 def test_64_threads_under_the_sampler(engine, tally):
     """64 busy threads are all sampled, each under its own name and function, and the program's
     threads all finish."""
-    if engine == "signal" and not REENTRY_SAFE:
-        pytest.skip(NEEDS_REENTRY_SAFE)
     n = 64
     start = threading.Barrier(n + 1)
     stop = threading.Event()
@@ -176,7 +167,7 @@ def test_short_soak_memory_bounded(tally):
     flat (within 8 MiB) although the program keeps allocating and freeing, and the samples not
     taken are counted."""
     seen = []
-    cpu_opts = {"max_samples": 4000} if REENTRY_SAFE else {"max_samples": 4000, "engine": "thread"}
+    cpu_opts = {"max_samples": 4000, "accumulate": False}  # this session's own budget
     with pytest.warns(omniprof.errors.DataLossWarning):
         with omniprof.Profiler(backend="cpu", backend_options={"cpu": cpu_opts}) as prof:
             end = time.perf_counter() + 20
@@ -196,51 +187,3 @@ def test_short_soak_memory_bounded(tally):
     assert growth < 8 * 2**20, [x / 2**20 for x in seen]
     assert len(prof.result.part("cpu").samples) == 4000 and lost > 0
 
-
-_GC_CALLBACK_TARGET = """
-import gc, threading, time
-import omniprof
-
-def on_gc(phase, info):          # any library may install one (hypothesis does)
-    if phase == "start":
-        end = time.perf_counter() + 0.002
-        while time.perf_counter() < end:   # Python code running longer than a sampling interval
-            pass
-
-stop = threading.Event()
-def worker():                    # threads whose frames are new at every sample
-    def f(n):
-        return 0 if n == 0 else f(n - 1)
-    while not stop.is_set():
-        f(20)
-threads = [threading.Thread(target=worker) for _ in range(4)]
-for t in threads:
-    t.start()
-gc.callbacks.append(on_gc)
-gc.set_threshold(10)             # collections often, also inside the sampler's own stack walk
-with omniprof.Profiler(backend="cpu", backend_options={"cpu": {"engine": "signal", "interval_s": 0.0005}}) as prof:
-    end = time.perf_counter() + 2
-    while time.perf_counter() < end:
-        junk = [[i] for i in range(200)]
-stop.set()
-for t in threads:
-    t.join()
-print("done", len(prof.result.part("cpu").samples))
-"""
-
-
-@pytest.mark.xfail(not REENTRY_SAFE, strict=True, reason="known bug: a gc callback running inside the sampler's "
-    "sys._current_frames() lets a nested SIGALRM re-enter it and deadlock on the interpreter's thread-list lock; "
-    "fixed by the cpu sampler rewrite (branch issue-cpu: re-entry skipped)")
-def test_gc_callbacks_during_sampling_never_deadlock(tmp_path, tally):
-    """With a gc callback that runs Python code (as hypothesis installs) and frequent collections,
-    the signal sampler finishes: a sample is never re-entered from inside its own stack walk."""
-    import subprocess
-
-    (tmp_path / "t.py").write_text(_GC_CALLBACK_TARGET)
-    tally.check("load: gc callback during sampling", "ran")
-    try:
-        p = subprocess.run([sys.executable, str(tmp_path / "t.py")], capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the profiled program hung (deadlock in the sampler)")
-    assert p.returncode == 0 and p.stdout.startswith("done"), p.stderr[-2000:]

@@ -257,6 +257,31 @@ class CpuSamplerBackend(Backend):
                                         frozenset(getattr(f, "__code__", None) for f in ignore) - {None})
             self._tracer.install()
 
+    def snapshot(self) -> BackendResult | None:
+        """The samples and annotations recorded so far, while sampling goes on (checkpoints).
+
+        Reads a consistent prefix of the sample buffer (every column at least that long) and
+        changes nothing, so the signal handler or sampler thread may keep appending meanwhile.
+        """
+        s = self.sampler
+        if s is None or self._pyspy is not None:
+            return None
+        n = min(len(s.t_ns), len(s.thread_ids), len(s.task_ids), len(s.stack_ids), len(s.weights_ns))
+        frames, stacks, samples, losses = s.export(self._start_idx, n, dropped=s.dropped - self._base[2],
+                                                   offsets=self.options.record_offsets, flush=False)
+        known = {**dict(s.threads), **dict(self._threads)}
+        annotations = list(self._annotations)
+        tids = {x.thread_id for x in samples} | {a[1] for a in annotations}
+        threads = tuple(known.get(t, ThreadInfo(t, f"thread {t}")) for t in sorted(tids))
+        tracks = [Track(id=f"thread:{t.thread_id}", name=t.name, kind="thread", tid=t.native_id) for t in threads]
+        spans = [Span(name=name, track=f"thread:{tid}", start_ns=b, dur_ns=e - b, category="annotation", args=a)
+                 for name, tid, b, e, a in annotations]
+        return BackendResult(
+            backend=self.name, clock=ClockInfo(name=getattr(self.clock, "name", "clock"), offset_ns=0),
+            start_ns=self._start_ns, end_ns=self.clock.now_ns(), tracks=tracks, spans=spans, frames=frames,
+            stacks=stacks, threads=threads, samples=samples, losses=losses,
+            metadata={"engine": self.engine or "off", "checkpoint": True})
+
     def stop(self) -> BackendResult:
         if self._tracer is not None:
             self._tracer.uninstall()

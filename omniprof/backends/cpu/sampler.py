@@ -278,14 +278,16 @@ class Sampler:
         return sum(a.itemsize * len(a) for a in (self.t_ns, self.thread_ids, self.task_ids, self.stack_ids,
                                                   self.weights_ns))
 
-    def export(self, start: int = 0, end: int | None = None, *, dropped: int | None = None, offsets: bool = True
+    def export(self, start: int = 0, end: int | None = None, *, dropped: int | None = None, offsets: bool = True,
+               flush: bool = True
                ) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...], tuple[StackSample, ...], tuple[Loss, ...]]:
         """Resolve raw frames of samples ``[start, end)`` and return ``(frames, stacks, samples, losses)``.
 
         Only stacks used by those samples are exported, renumbered densely. ``offsets=False`` merges
-        frames on one line (no ``Frame.offset``).
+        frames on one line (no ``Frame.offset``). ``flush=False`` reads without touching the
+        buffer (a checkpoint taken from another thread while sampling goes on).
         """
-        if self._pending:
+        if flush and self._pending:
             self._flush_pending()
         end = len(self.t_ns) if end is None else end
         codes = self.code_table.codes
