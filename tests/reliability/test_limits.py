@@ -155,3 +155,19 @@ def test_perfetto_trace_past_browser_limit_is_reported(tmp_path, monkeypatch, re
         again = omniprof.report(result, reporter, tmp_path / "below")
     assert path.read_bytes() == again.read_bytes()  # nothing cut: the same bytes as below the limit
     tally.check("limits: Perfetto browser size", reporter)
+
+
+def test_cpu_annotations_bounded_counted(tally):
+    """A tight loop under omniprof.annotate cannot grow memory without end: the cpu backend keeps
+    at most max_samples annotation spans per session and counts the rest (found by the soak run)."""
+    with pytest.warns(DataLossWarning, match="annotation span"):
+        with omniprof.Profiler(backend="cpu", backend_options={"cpu": {"max_samples": 50, "accumulate": False,
+                                                                       "interval_s": 1.0}}) as prof:
+            for _ in range(120):
+                with omniprof.annotate("step"):
+                    pass
+    part = prof.result.part("cpu")
+    assert sum(1 for s in part.spans if s.name == "step") == 50
+    (loss,) = [x for x in part.losses if x.kind == "annotations_dropped"]
+    assert loss.count == 70
+    tally.check("limits: cpu annotation spans", "bounded")

@@ -38,7 +38,7 @@ from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import python_stacks
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, ClockInfo, Frame, Loss, Span, TaskInfo, ThreadInfo, Track
-from omniprof.errors import BackendOptionWarning, InvalidArgumentError
+from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgumentError
 
 __all__ = ["CpuSamplerBackend", "CpuOptions"]
 
@@ -52,7 +52,8 @@ class CpuOptions:
     Attributes:
         interval_s: time between samples (default 0.001: 1 kHz; ``omniprof.sampler.init`` sets the default).
         max_samples: sample buffer size, shared by sessions until ``omniprof.sampler.clear()``;
-            when full, recording stops (the program goes on) and the rest is counted.
+            when full, recording stops (the program goes on) and the rest is counted. It also
+            bounds the annotation spans one session keeps (the rest counted as ``annotations_dropped``).
         engine: ``"auto"``, ``"signal"``, ``"thread"`` or ``"py-spy"`` (see the module docs).
         native: record native (C) frames; needs the ``py-spy`` engine (``auto`` picks it).
         max_python_events: bound of the exact call tracer (``python_tracer_level=1``).
@@ -173,6 +174,7 @@ class CpuSamplerBackend(Backend):
         self._own_sampler = sampler
         self.sampler: Sampler | None = None
         self._annotations: list[tuple[str, int, int, int, dict[str, Any]]] = []
+        self._annotations_dropped = 0
         self._steps: list[tuple[int, int]] = []
         self._threads: dict[int, ThreadInfo] = {}
         self._start_ns = 0
@@ -323,6 +325,13 @@ class CpuSamplerBackend(Backend):
             if pyspy_lines is not None:
                 summary["sampler_time_note"] = ("py-spy runs in its own process; its CPU time is not charged here, "
                                                 "but it pauses this process briefly at each sample")
+        if self._annotations_dropped:
+            losses.append(Loss(source="cpu", kind="annotations_dropped", count=self._annotations_dropped, unit="spans",
+                               detail=f"more than max_samples={self.options.max_samples} annotation spans in this "
+                                      f"session; raise 'max_samples' to keep more"))
+            warnings.warn(f"omniprof cpu: {self._annotations_dropped} annotation span(s) not recorded: more than "
+                          f"max_samples={self.options.max_samples} in one session. Raise 'max_samples' to keep more",
+                          DataLossWarning, stacklevel=3)
         tasks: list[TaskInfo] = []
         if self.sampler is not None:
             used = {x.task_id for x in samples if x.task_id is not None}
@@ -443,7 +452,10 @@ class CpuSamplerBackend(Backend):
         try:
             yield
         finally:
-            self._annotations.append((name, tid, start, self.clock.now_ns(), args))
+            if len(self._annotations) < self.options.max_samples:
+                self._annotations.append((name, tid, start, self.clock.now_ns(), args))
+            else:  # bounded like the samples, so a tight annotated loop cannot grow memory without end
+                self._annotations_dropped += 1
 
     def step(self, step_num: int) -> None:
         self._steps.append((step_num, self.clock.now_ns()))
