@@ -171,3 +171,24 @@ def test_cpu_annotations_bounded_counted(tally):
     (loss,) = [x for x in part.losses if x.kind == "annotations_dropped"]
     assert loss.count == 70
     tally.check("limits: cpu annotation spans", "bounded")
+
+
+def test_cpu_checkpoint_keeps_latest_window_counted(tmp_path, monkeypatch, tally):
+    """A checkpoint of a long cpu session writes only the latest CHECKPOINT_MAX_SAMPLES samples
+    (bounded cost) and counts the rest; the final result still has every sample. (The window is
+    lowered here so a short run crosses it.)"""
+    from omniprof.backends.cpu import backend as cpu_backend
+
+    monkeypatch.setattr(cpu_backend, "CHECKPOINT_MAX_SAMPLES", 10)
+    monkeypatch.setenv("OMNIPROF_CHECKPOINT_S", "0")  # only the checkpoint taken by hand below
+    with omniprof.Profiler(backend="cpu", logdir=tmp_path,
+                           backend_options={"cpu": {"accumulate": False, "interval_s": 0.001}}) as prof:
+        _busy(0.3)
+        path = prof.checkpoint()
+        snap = omniprof.load(path)
+    part = snap.part("cpu")
+    assert len(part.samples) == 10
+    (loss,) = [x for x in part.losses if x.kind == "checkpoint_window"]
+    assert loss.count > 0
+    assert len(prof.result.part("cpu").samples) >= 10 + loss.count
+    tally.check("limits: checkpoint window", "counted")

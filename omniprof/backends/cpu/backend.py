@@ -43,6 +43,9 @@ from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgume
 __all__ = ["CpuSamplerBackend", "CpuOptions"]
 
 ENGINES = ("auto", "signal", "thread", "py-spy")
+#: Samples a checkpoint (``snapshot()``) writes at most: the latest ones. Building and writing a
+#: result costs about 0.4 KiB of memory per sample for a moment (measured: benchmarks/soak.py).
+CHECKPOINT_MAX_SAMPLES = 100_000
 
 
 @attrs.frozen(kw_only=True)
@@ -269,8 +272,13 @@ class CpuSamplerBackend(Backend):
         if s is None or self._pyspy is not None:
             return None
         n = min(len(s.t_ns), len(s.thread_ids), len(s.task_ids), len(s.stack_ids), len(s.weights_ns))
-        frames, stacks, samples, losses = s.export(self._start_idx, n, dropped=s.dropped - self._base[2],
+        first = max(self._start_idx, n - CHECKPOINT_MAX_SAMPLES)  # the latest ones: a checkpoint stays cheap
+        frames, stacks, samples, losses = s.export(first, n, dropped=s.dropped - self._base[2],
                                                    offsets=self.options.record_offsets, flush=False)
+        if first > self._start_idx:
+            losses = (*losses, Loss(source="cpu", kind="checkpoint_window", count=first - self._start_idx,
+                                    unit="samples", detail=f"a checkpoint keeps the latest {CHECKPOINT_MAX_SAMPLES} "
+                                                           f"samples; the final result has them all"))
         known = {**dict(s.threads), **dict(self._threads)}
         annotations = list(self._annotations)
         tids = {x.thread_id for x in samples} | {a[1] for a in annotations}
