@@ -87,9 +87,12 @@ def test_asyncio_tasks_are_identified():
     part = prof.result.part("cpu")
     task_names = {t.task_id: t.name for t in part.tasks}
     assert {"alpha", "beta"} <= set(task_names.values())
-    for s in part.samples:
-        if s.task_id is not None and task_names[s.task_id] in ("alpha", "beta"):
-            assert "busy" in names(part, s)
+    in_busy = [s for s in part.samples if "busy" in names(part, s)]
+    assert in_busy and all(s.task_id is not None and task_names[s.task_id] in ("alpha", "beta") for s in in_busy)
+    # A task is current from just before the loop resumes its coroutine to just after: a sample in
+    # that C-only window has the task but not yet (or no longer) its frames. Nearly all have them.
+    of_tasks = [s for s in part.samples if s.task_id is not None and task_names[s.task_id] in ("alpha", "beta")]
+    assert len(in_busy) >= 0.9 * len(of_tasks)
     groups = api.report_groups(prof.result, groupby="task", format="flat")
     assert {"alpha", "beta"} <= {g.path[0][2] for g in groups}
 

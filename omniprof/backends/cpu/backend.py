@@ -23,9 +23,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import random
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -85,8 +87,32 @@ class _SignalTrigger:
         self.interval_s = interval_s
         self.frame_box = frame_box
         self._old: Any = None
+        self._armed = False
         sample = sampler.sample
         own: set[int] = set()
+
+        # Intervals drawn around interval_s (mean interval_s, +-50%), cycled: a fixed period can
+        # lock onto a workload's own period and bias the shares (aliasing); a one-shot timer re-armed
+        # with the next delay after each tick cannot. The draws are precomputed, nothing random runs
+        # in the handler.
+        rng = random.Random(0x5EED)
+        delays = [interval_s * (0.5 + rng.random()) for _ in range(251)]
+        scale = interval_s * len(delays) / sum(delays)
+        delays = [d * scale for d in delays]
+        pos = [0]
+        due = [0.0]  # when the next tick is due (perf_counter seconds): the schedule, not the handler's
+        # own run time, sets the rate
+        setitimer, real, now = signal.setitimer, signal.ITIMER_REAL, time.perf_counter
+        self._due = due
+
+        def rearm() -> None:
+            i = pos[0] = (pos[0] + 1) % len(delays)
+            t = now()
+            nxt = due[0] + delays[i]
+            if nxt < t + 0.05 * interval_s:  # far behind (a long stall): start the schedule afresh
+                nxt = t + delays[i]
+            due[0] = nxt
+            setitimer(real, nxt - t)
 
         def handler(signum: int, frame: Any) -> None:
             # A signal handled while the handler itself runs (Python checks for signals between
@@ -100,15 +126,20 @@ class _SignalTrigger:
                 sample()
             finally:
                 frame_box[0] = None
+                if self._armed:
+                    rearm()
 
         own.update(id(c) for c in _own_codes(handler))
         self.handler = handler
 
     def start(self) -> None:
         self._old = signal.signal(signal.SIGALRM, self.handler)
-        signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
+        self._armed = True
+        self._due[0] = time.perf_counter() + self.interval_s
+        signal.setitimer(signal.ITIMER_REAL, self.interval_s)
 
     def stop(self) -> None:
+        self._armed = False
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
         signal.signal(signal.SIGALRM, self._old if self._old is not None else signal.SIG_DFL)
 

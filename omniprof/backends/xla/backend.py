@@ -6,8 +6,8 @@ Levels (every ``ProfileOptions`` field goes to jax explicitly; see docs/backends
     * ``python_tracer_level`` 0-1: passed through explicitly (jax's real default is 1, not 0).
     * ``device_tracer_level`` 0-1: jax has no such field. 1 records device activity. 0 leaves it out:
       on TPU it sets ``tpu_trace_mode=TRACE_ONLY_HOST`` so the device is never traced; everywhere the
-      device planes and the XLA ops the device executed are removed from the saved xplane's
-      reading and from the result (how many is said in ``metadata.device_events_left_out``).
+      device planes and the XLA ops the device executed are removed from the saved xplane itself
+      (:mod:`.strip`) and so from the result (how many is said in ``metadata.device_events_left_out``).
     * ``advanced_configuration``: validated by :class:`~omniprof.ProfileOptions`, then passed through.
 
 The xplane is written atomically as ``<session_dir>/<host>.xplane.pb``: the Profiler's unique run
@@ -33,6 +33,7 @@ import attrs
 from omniprof.backends.base import Backend
 from omniprof.backends.xla import _runtime
 from omniprof.backends.xla.reader import OMNIPROF_MARK, part_from_files, run_tool
+from omniprof.backends.xla.strip import strip_device_activity
 from omniprof.core import validators as v
 from omniprof.core.fileio import atomic_write_bytes, hostname
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
@@ -243,9 +244,12 @@ class XlaBackend(Backend):
             return self._lost_trace(end_ref)
         out_dir = self._out_dir()
         xplane = out_dir / f"{hostname()}.xplane.pb"
+        include_device = self.context.profile_options.device_tracer_level == 1
+        stripped = 0
+        if not include_device:  # jax cannot switch the device tracer off: leave its events out of the file too
+            xspace, stripped = strip_device_activity(xspace)
         atomic_write_bytes(xplane, xspace)
         opts = self.options
-        include_device = self.context.profile_options.device_tracer_level == 1
         part, base_unix = part_from_files([xplane], include_device=include_device, verbose=self.context.verbose,
                                           time_base_unix_ns=self._t0_unix_ns, ref_offset_ns=self._t0_ref_ns,
                                           with_tools=opts.record_tool_data)
@@ -256,6 +260,7 @@ class XlaBackend(Backend):
                                       description="Chrome trace JSON (gzip) for ui.perfetto.dev"))
         self.postprocess_s = time.perf_counter() - t_post
         metadata = {**part.metadata, "jax_version": self._jax.__version__, "devices": _devices(self._jax),
+                    "device_events_left_out": part.metadata.get("device_events_left_out", 0) + stripped,
                     "session_dir": str(out_dir), "temporary_dir": self.context.session_dir is None,
                     "postprocess_s": self.postprocess_s,
                     "jax_profile_options": {"host_tracer_level": self._jax_options.host_tracer_level,

@@ -105,6 +105,33 @@ def test_device_level_zero_leaves_device_activity_out():
     assert {"xla_op", "xla_module"} <= set(_cats(full))
 
 
+def _hlo_events(xplane_path) -> int:
+    """Events in a saved xplane that carry an ``hlo_op`` stat (XLA ops the device ran), read by jaxlib."""
+    from jax.profiler import ProfileData
+
+    data = ProfileData.from_file(str(xplane_path))
+    n = 0
+    for plane in data.planes:
+        for line in plane.lines:
+            for ev in line.events:
+                if any(name == "hlo_op" for name, _ in ev.stats):
+                    n += 1
+    return n
+
+
+def test_device_level_zero_leaves_device_activity_out_of_the_saved_xplane():
+    """device_tracer_level=0 also holds for the native file XProf shows: no XLA op events in it."""
+    part0 = _profile(omniprof.ProfileOptions(device_tracer_level=0)).result.part("xla")
+    part1 = _profile(omniprof.ProfileOptions(device_tracer_level=1)).result.part("xla")
+    path0 = next(a.path for a in part0.artifacts if a.kind == "xplane")
+    path1 = next(a.path for a in part1.artifacts if a.kind == "xplane")
+    assert _hlo_events(path1) > 0
+    assert _hlo_events(path0) == 0
+    from jax.profiler import ProfileData
+
+    assert ProfileData.from_file(path0).find_plane_with_name("/host:CPU") is not None  # host activity stays
+
+
 def test_python_tracer_level_one_records_python_calls():
     """python_tracer_level=1 adds Python call spans; 0 (passed explicitly, jax's default is 1) adds none."""
 

@@ -161,9 +161,10 @@ def test_cpu_and_example_rusage_plugin_align():
     cpu_start, cpu_end = tl.parts["cpu"]
     cpu_series = next(c for c in tl.counters if c.name == "cpu_utilization")
     assert len(cpu_series.t_ns) >= 3  # the sampler thread competes for the GIL with the busy loop
-    # rusage starts right after cpu and takes its last sample in stop(), right after cpu stops
-    assert cpu_start - 5_000_000 <= cpu_series.t_ns[0] <= cpu_start + 50_000_000
-    assert cpu_end - 50_000_000 <= cpu_series.t_ns[-1] <= cpu_end + 50_000_000
+    # rusage starts right after cpu and takes its last sample in stop(), right after cpu stops. The
+    # band allows a loaded machine's scheduling delays; a clock misalignment would be far larger.
+    assert cpu_start - 5_000_000 <= cpu_series.t_ns[0] <= cpu_start + 250_000_000
+    assert cpu_end - 250_000_000 <= cpu_series.t_ns[-1] <= cpu_end + 250_000_000
     assert r.part("rusage").clock.name == "monotonic_ns"
 
 

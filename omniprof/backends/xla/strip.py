@@ -1,0 +1,57 @@
+"""Remove device activity from a serialized XSpace (``device_tracer_level=0``).
+
+jax has no device-tracer switch and XLA records device activity anyway; this rewrites the xplane
+before it is saved, so the native artifact (what XProf and TensorBoard show) holds no more than the
+result does. Device activity is what :func:`omniprof.backends.xla.reader._is_device_activity`
+leaves out of the result: every ``/device:*`` plane, and on host planes the events of XLA ops the
+host device executed (events carrying ``hlo_op`` or ``device_ordinal``) and XLA's ``end: <op>``
+markers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["strip_device_activity", "DEVICE_STATS"]
+
+DEVICE_STATS = frozenset({"hlo_op", "device_ordinal"})
+
+
+def strip_device_activity(data: bytes) -> tuple[bytes, int]:
+    """``(new xspace bytes, number of events removed)``."""
+    from omniprof.core import xspace as xs
+
+    space = xs.XSpace.FromString(data)
+    removed = 0
+    kept_planes: list[Any] = []
+    for plane in space.planes:
+        if plane.name.startswith("/device:"):
+            removed += sum(len(line.events) for line in plane.lines)
+            continue
+        stat_names = {i: m.name for i, m in plane.stat_metadata.items()}
+        device_md = {i for i, m in plane.event_metadata.items()
+                     if m.name.startswith("end: ") or any(stat_names.get(s.metadata_id) in DEVICE_STATS for s in m.stats)}
+        for line in plane.lines:
+            keep = [e for e in line.events
+                    if e.metadata_id not in device_md and not any(stat_names.get(s.metadata_id) in DEVICE_STATS
+                                                                  for s in e.stats)]
+            if len(keep) == len(line.events):
+                continue
+            removed += len(line.events) - len(keep)
+            copies = []
+            for e in keep:
+                c = xs.XEvent()
+                c.CopyFrom(e)
+                copies.append(c)
+            del line.events[:]
+            line.events.extend(copies)
+        kept_planes.append(plane)
+    if len(kept_planes) != len(space.planes):
+        copies = []
+        for p in kept_planes:
+            c = xs.XPlane()
+            c.CopyFrom(p)
+            copies.append(c)
+        del space.planes[:]
+        space.planes.extend(copies)
+    return space.SerializeToString(), removed
