@@ -519,7 +519,10 @@ def test_remote_capture_request_validated(tally, addresses, duration_ms):
 
 
 # -- Kineto reader (torch) ----------------------------------------------------------------------------
-KINETO_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "kineto"
+_ROOT = Path(__file__).resolve().parents[2]
+# shared/ sits beside the repository root (one level further up from a worktree under wt/)
+KINETO_DATA = next((p for p in (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data"
+                                / "kineto") if p.is_dir()), _ROOT / ".." / "shared" / "data" / "kineto")
 
 
 @pytest.fixture(scope="module")
