@@ -45,7 +45,7 @@ from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgume
 __all__ = ["CpuSamplerBackend", "CpuOptions"]
 
 ENGINES = ("auto", "signal", "thread", "py-spy")
-#: Samples a checkpoint (``snapshot()``) writes at most: the latest ones. Building and writing a
+#: Samples (and annotation spans) a checkpoint (``snapshot()``) writes at most: the latest ones. Building and writing a
 #: result costs about 0.4 KiB of memory per sample for a moment (measured: benchmarks/soak.py).
 CHECKPOINT_MAX_SAMPLES = 100_000
 
@@ -311,7 +311,11 @@ class CpuSamplerBackend(Backend):
                                     unit="samples", detail=f"a checkpoint keeps the latest {CHECKPOINT_MAX_SAMPLES} "
                                                            f"samples; the final result has them all"))
         known = {**dict(s.threads), **dict(self._threads)}
-        annotations = list(self._annotations)
+        annotations = self._annotations[-CHECKPOINT_MAX_SAMPLES:]  # the latest, as for samples
+        if len(self._annotations) > len(annotations):
+            losses = (*losses, Loss(source="cpu", kind="checkpoint_window", count=len(self._annotations) -
+                                    len(annotations), unit="spans", detail=f"a checkpoint keeps the latest "
+                                    f"{CHECKPOINT_MAX_SAMPLES} annotation spans; the final result has them all"))
         tids = {x.thread_id for x in samples} | {a[1] for a in annotations}
         threads = tuple(known.get(t, ThreadInfo(t, f"thread {t}")) for t in sorted(tids))
         tracks = [Track(id=f"thread:{t.thread_id}", name=t.name, kind="thread", tid=t.native_id) for t in threads]
