@@ -106,25 +106,30 @@ def _fds() -> dict[int, str]:
 def test_many_short_sessions_leak_nothing(tmp_path, registry_with, monkeypatch, tally):
     """300 short sessions in a row (signal and thread engines, several backends with a logdir and
     checkpoints, some failing) leave no thread, signal handler, timer, file descriptor, profiler
-    state or growing memory behind."""
+    state or growing memory behind. (The cpu sessions use accumulate=false: with the default, the
+    process-wide sample buffer keeps earlier sessions' samples on purpose, up to max_samples, until
+    omniprof.sampler.clear(), which is checked at the end.)"""
     monkeypatch.setenv("OMNIPROF_CHECKPOINT_S", "0.01")
     reg = registry_with(("backend", "fake", "omniprof.testing.fakes:FakeBackend"))
+    own = {"accumulate": False}
 
     def one(i: int) -> None:
         kind = i % 4
         try:
             if kind == 0:
-                with omniprof.Profiler(backend="cpu", registry=reg):
+                with omniprof.Profiler(backend="cpu", backend_options={"cpu": own}, registry=reg):
                     _spin(0.002)
             elif kind == 1:
-                with omniprof.Profiler(backend="cpu", backend_options={"cpu": {"engine": "thread"}}, registry=reg):
+                with omniprof.Profiler(backend="cpu", backend_options={"cpu": {**own, "engine": "thread"}},
+                                       registry=reg):
                     _spin(0.002)
             elif kind == 2:
-                with omniprof.Profiler(backend=["cpu", "fake"], logdir=tmp_path / "L", registry=reg):
+                with omniprof.Profiler(backend=["cpu", "fake"], logdir=tmp_path / "L", registry=reg,
+                                       backend_options={"cpu": own}):
                     with omniprof.annotate("a"):
                         _spin(0.02)
             else:
-                with omniprof.Profiler(backend=["cpu", "fake"], registry=reg):
+                with omniprof.Profiler(backend=["cpu", "fake"], registry=reg, backend_options={"cpu": own}):
                     raise KeyError(i)
         except KeyError:
             pass
@@ -152,6 +157,11 @@ def test_many_short_sessions_leak_nothing(tmp_path, registry_with, monkeypatch, 
     assert not new_fds, new_fds
     # 300 sessions of results are kept by nobody: what remains is bounded, not per-session
     assert grown < 2 * 1024 * 1024, f"memory grew by {grown} bytes over 300 sessions"
+    with omniprof.Profiler(backend="cpu"):  # the default keeps samples across sessions...
+        _spin(0.05)
+    assert len(omniprof.sampler.buffer()) > 0
+    omniprof.sampler.clear()  # ...until cleared
+    assert len(omniprof.sampler.buffer()) == 0
 
 
 def _rss_bytes() -> int:
