@@ -599,3 +599,21 @@ def test_xplane_stat_without_metadata_is_counted(tmp_path, tally):
     assert [s.name for s in result.parts[0].spans] == ["work"]
     assert [(x.kind, x.count) for x in result.losses] == [("undecodable_stats", 1)]
     tally.check("xplane reader: stat without metadata", "counted")
+
+
+def test_kineto_event_with_non_object_args_is_counted(tmp_path, tally):
+    """A Kineto event whose "args" is not an object (found by the fuzzer: it crashed the reader)
+    is skipped and counted as a malformed event; the rest of the trace is read."""
+    from omniprof.core.readers import READERS
+
+    if "kineto" not in READERS:
+        pytest.skip("no Kineto reader in this installation")
+    trace = {"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": 5},
+                             {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]}
+    path = tmp_path / "w.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    with pytest.warns(omniprof.errors.DataLossWarning, match="malformed"):
+        result = read_any(path)
+    assert [s.name for p in result.parts for s in p.spans] == ["aten::mm"]
+    assert [(x.kind, x.count) for x in result.losses] == [("malformed_events", 1)]
+    tally.check("kineto reader: non-object args", "counted")

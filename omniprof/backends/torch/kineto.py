@@ -362,7 +362,7 @@ class _Builder:
             else:
                 key = str(ph)
                 self.unsupported[key] = self.unsupported.get(key, 0) + 1
-        except (KeyError, TypeError, ValueError, ArithmeticError) as e:
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as e:  # e.g. "args": 5
             self._bad(where, f"an event with ph={ph!r} lacks a valid field ({type(e).__name__}: {e})")
 
     def _complete(self, ev: dict[str, Any], t0: int, dur: int) -> None:
