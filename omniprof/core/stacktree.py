@@ -1,46 +1,19 @@
-"""Aggregations of stack samples shared by reporters: call tree and flat profile.
+"""The flat profile of stack samples (inclusive and exclusive time per function).
 
-Samples are first aggregated by (thread, stack) so building a tree costs O(unique stacks x depth),
+Samples are first aggregated by stack, so the cost is O(unique stacks x depth),
 not O(samples x depth).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import attrs
 
 from omniprof.core.results import BackendResult, Frame
 
-__all__ = ["Node", "aggregate", "build_tree", "flat_rows", "FlatRow"]
-
-
-@attrs.define(eq=False)
-class Node:
-    """A call-tree node. ``frame_id`` is -1 for the root. Times are sample weights in ns."""
-
-    frame_id: int
-    total_ns: int = 0
-    self_ns: int = 0
-    count: int = 0
-    self_count: int = 0
-    children: dict[int, Node] = attrs.field(factory=dict)
-
-    def sorted_children(self) -> list[Node]:
-        return sorted(self.children.values(), key=lambda n: (-n.total_ns, n.frame_id))
-
-
-def aggregate(part: BackendResult, *, select: Callable[[int], bool] | None = None) -> Counter[int]:
-    """Total weight (ns) per stack id, counting only threads for which ``select(thread_id)`` holds.
-
-    Returns a Counter of ``stack_id -> weight_ns``; the sample counts are in :func:`aggregate_counts`.
-    """
-    out: Counter[int] = Counter()
-    for s in part.samples:
-        if select is None or select(s.thread_id):
-            out[s.stack_id] += s.weight_ns
-    return out
+__all__ = ["flat_rows", "FlatRow"]
 
 
 def _counts(part: BackendResult, select: Callable[[int], bool] | None) -> tuple[Counter[int], Counter[int]]:
@@ -51,27 +24,6 @@ def _counts(part: BackendResult, select: Callable[[int], bool] | None) -> tuple[
             weights[s.stack_id] += s.weight_ns
             counts[s.stack_id] += 1
     return weights, counts
-
-
-def build_tree(part: BackendResult, *, select: Callable[[int], bool] | None = None) -> Node:
-    """The call tree of ``part``'s samples (root first)."""
-    weights, counts = _counts(part, select)
-    root = Node(-1)
-    for sid, w in weights.items():
-        c = counts[sid]
-        node = root
-        node.total_ns += w
-        node.count += c
-        for fid in part.stacks[sid]:
-            child = node.children.get(fid)
-            if child is None:
-                child = node.children[fid] = Node(fid)
-            child.total_ns += w
-            child.count += c
-            node = child
-        node.self_ns += w
-        node.self_count += c
-    return root
 
 
 @attrs.frozen
@@ -116,13 +68,3 @@ def flat_rows(part: BackendResult, *, select: Callable[[int], bool] | None = Non
     rows = [FlatRow(first[k], a[0], a[1], a[2], a[3]) for k, a in total.items()]
     rows.sort(key=lambda r: (-r.self_ns, -r.total_ns, r.frame.name))
     return rows
-
-
-def iter_tree(root: Node, max_depth: int | None = None) -> Iterable[tuple[int, Node]]:
-    """Depth-first (depth, node) pairs, children by descending total time, root excluded."""
-    stack = [(0, c) for c in reversed(root.sorted_children())]
-    while stack:
-        depth, node = stack.pop()
-        yield depth, node
-        if max_depth is None or depth + 1 < max_depth:
-            stack.extend((depth + 1, c) for c in reversed(node.sorted_children()))
