@@ -269,22 +269,9 @@ def unique_run_dir(base: os.PathLike[str] | str, prefix: str | None = None) -> P
 
     Unlike jax (named to the second), two runs in the same second never share a directory.
     """
-    base = Path(base)
     stamp = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime())
     ms = int(time.time() * 1000) % 1000
-    name = f"{prefix + '_' if prefix else ''}{stamp}_{ms:03d}"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        for i in range(100_000):
-            cand = base / (name if i == 0 else f"{name}-{i}")
-            try:
-                cand.mkdir()
-                return cand
-            except FileExistsError:
-                continue
-    except OSError as e:
-        raise output_error(base, e) from e
-    raise OutputError(f"cannot create a unique run directory under {str(base)!r}")
+    return new_dir(Path(base) / f"{prefix + '_' if prefix else ''}{stamp}_{ms:03d}")
 
 
 def hostname() -> str:

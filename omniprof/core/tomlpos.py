@@ -9,7 +9,7 @@ text has already been parsed by ``tomllib``, so it only has to be right on valid
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 __all__ = ["key_lines", "line_of", "split_key"]
 
@@ -65,11 +65,11 @@ def split_key(text: str) -> tuple[str, ...] | None:
         i += 1
 
 
-def _key_before_eq(line: str, start: int) -> tuple[tuple[str, ...], int] | None:
-    """A key starting at ``start`` and followed by ``=``: (parts, index after '=')."""
-    i, n = start, len(line)
+def _unquoted(line: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """(index, character) of every character of ``line`` from ``start`` that is outside a quoted
+    string; the quotes themselves are skipped, and ``\\`` escapes inside double quotes."""
     in_q: str | None = None
-    j = i
+    j, n = start, len(line)
     while j < n:
         c = line[j]
         if in_q:
@@ -80,12 +80,19 @@ def _key_before_eq(line: str, start: int) -> tuple[tuple[str, ...], int] | None:
                 in_q = None
         elif c in "\"'":
             in_q = c
-        elif c == "=":
-            parts = split_key(line[i:j])
-            return (parts, j + 1) if parts else None
-        elif c in "{}[],#":
-            return None
+        else:
+            yield j, c
         j += 1
+
+
+def _key_before_eq(line: str, start: int) -> tuple[tuple[str, ...], int] | None:
+    """A key starting at ``start`` and followed by ``=``: (parts, index after '=')."""
+    for j, c in _unquoted(line, start):
+        if c == "=":
+            parts = split_key(line[start:j])
+            return (parts, j + 1) if parts else None
+        if c in "{}[],#":
+            return None
     return None
 
 
@@ -190,41 +197,18 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
 def _header_key(line: str) -> tuple[str, ...] | None:
     """The key of a ``[table]`` or ``[[array]]`` header line (quote-aware), else None."""
     start = 2 if line.startswith("[[") else 1
-    in_q: str | None = None
-    i = start
-    while i < len(line):
-        c = line[i]
-        if in_q:
-            if c == "\\" and in_q == '"':
-                i += 2
-                continue
-            if c == in_q:
-                in_q = None
-        elif c in "\"'":
-            in_q = c
-        elif c == "]":
+    for i, c in _unquoted(line, start):
+        if c == "]":
             return split_key(line[start:i])
-        i += 1
     return None
 
 
 def _bracket_balance(text: str) -> int:
     bal = 0
-    in_q: str | None = None
-    escaped = False
-    for c in text:
-        if in_q:
-            if escaped:
-                escaped = False
-            elif c == "\\" and in_q == '"':
-                escaped = True
-            elif c == in_q:
-                in_q = None
-        elif c in "\"'":
-            in_q = c
-        elif c == "#":
+    for _, c in _unquoted(text):
+        if c == "#":
             break
-        elif c == "[":
+        if c == "[":
             bal += 1
         elif c == "]":
             bal -= 1
