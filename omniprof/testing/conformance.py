@@ -57,6 +57,16 @@ class BackendConformance:
             pytest.skip(f"{self.backend_cls.name} unavailable: {e.reason}")
         return self.backend_cls(self.backend_options(), context=BackendContext(session_dir=tmp_path))
 
+    def _session(self, tmp_path: Path | None = None) -> BackendResult:
+        """One whole session (prepare, start, workload, stop, close); the backend's result."""
+        b = self._make(tmp_path)
+        b.prepare()
+        b.start()
+        self.workload()
+        part = b.stop()
+        b.close()
+        return part
+
     def test_declares_plugin_api(self) -> None:
         cls = self.backend_cls
         assert isinstance(cls.name, str) and cls.name
@@ -81,12 +91,7 @@ class BackendConformance:
         assert ProfileResult.from_dict(json.loads(r.to_json())) == r
 
     def test_times_are_integer_ns_within_session(self, tmp_path: Path) -> None:
-        b = self._make(tmp_path)
-        b.prepare()
-        b.start()
-        self.workload()
-        part = b.stop()
-        b.close()
+        part = self._session(tmp_path)
         for s in part.spans:
             assert isinstance(s.start_ns, int) and isinstance(s.dur_ns, int) and s.dur_ns >= 0
         for s in part.samples:
@@ -116,23 +121,13 @@ class BackendConformance:
     def test_leaves_no_threads_running(self, tmp_path: Path) -> None:
         """After stop() and close() every thread the backend started has ended."""
         before = {t.ident for t in threading.enumerate()}
-        b = self._make(tmp_path)
-        b.prepare()
-        b.start()
-        self.workload()
-        b.stop()
-        b.close()
+        self._session(tmp_path)
         left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
         assert not left, f"threads still running after close(): {left}"
 
     def test_counters_and_spans_reference_declared_tracks(self, tmp_path: Path) -> None:
         """Every counter and instant names a track of the part; counter times and values pair up."""
-        b = self._make(tmp_path)
-        b.prepare()
-        b.start()
-        self.workload()
-        part = b.stop()
-        b.close()
+        part = self._session(tmp_path)
         track_ids = {t.id for t in part.tracks}
         for c in part.counters:
             assert c.track in track_ids, f"counter {c.name!r} on undeclared track {c.track!r}"
