@@ -236,11 +236,16 @@ class FakeCupti:
 
 
 class FakePmSampler:
-    """PM sampling replaying recorded samples: ``samples`` are (start, end, values) relative to start."""
+    """PM sampling replaying recorded samples: ``samples`` are (start, end, values) relative to start.
+
+    ``start_error`` / ``decode_error``: what :meth:`start` / :meth:`decode` raise instead (the
+    adapter's errors, as :class:`~omniprof.backends.cupti.cupti_adapter.CuptiPmSampler` raises them).
+    """
 
     def __init__(self, device: int, metrics: list[str], interval_ns: int, buffer_bytes: int, *,
                  samples: Sequence[tuple[int, int, Sequence[float]]] = (), overflow: bool = False,
-                 clock: Any = None, start_error: BaseException | None = None) -> None:
+                 clock: Any = None, start_error: BaseException | None = None,
+                 decode_error: BaseException | None = None) -> None:
         from omniprof.core.clock import DEFAULT_CLOCK
 
         self.device = device
@@ -251,6 +256,8 @@ class FakePmSampler:
         self.overflow = overflow
         self.clock = clock or DEFAULT_CLOCK
         self.start_error = start_error
+        self.decode_error = decode_error
+        self.decodes = 0
         self.state = "new"
         self._base = 0
 
@@ -261,6 +268,9 @@ class FakePmSampler:
         self._base = int(self.clock.now_ns()) + FakeCupti.EPOCH_SHIFT_NS
 
     def decode(self) -> tuple[list[tuple[int, int, list[float]]], bool]:
+        self.decodes += 1
+        if self.decode_error is not None:
+            raise self.decode_error
         out = [(a + self._base, b + self._base, list(v)) for a, b, v in self.samples]
         self.samples = []
         overflow, self.overflow = self.overflow, False

@@ -30,15 +30,25 @@ from omniprof.backends.base import Backend
 from omniprof.backends.cupti import diagnostics
 from omniprof.backends.cupti.activity import ActivityCollector, build_timeline
 from omniprof.backends.cupti.cupti_adapter import (
+    ERROR_INSUFFICIENT_PRIVILEGES,
+    ERROR_MULTIPLE_SUBSCRIBERS,
     ERROR_NOT_COMPATIBLE,
     ERROR_NOT_SUPPORTED,
+    ERROR_VIRTUALIZED_INSUFFICIENT_PRIVILEGES,
     CuptiCallError,
     CuptiLoadError,
 )
 from omniprof.backends.cupti.nvml import NVML_METRICS, NvmlCallError, NvmlSampler
 from omniprof.core import validators as v
 from omniprof.core.kernels import add_kernel_stats
-from omniprof.core.results import BackendResult, ClockInfo, CounterSeries, Loss, Span, Track
+from omniprof.core.results import (
+    BackendResult,
+    ClockInfo,
+    CounterSeries,
+    Loss,
+    Span,
+    Track,
+)
 from omniprof.errors import (
     BackendError,
     BackendOptionWarning,
@@ -47,7 +57,7 @@ from omniprof.errors import (
     InvalidArgumentError,
 )
 
-__all__ = ["CuptiBackend", "CuptiOptions", "set_adapter_factories", "adapter_factories"]
+__all__ = ["CuptiBackend", "CuptiOptions", "set_adapter_factories", "adapter_factories", "clock_map"]
 
 
 def _tuple_or_none(value: Any) -> Any:
@@ -175,6 +185,7 @@ class CuptiBackend(Backend):
         self._pm: dict[int, Any] = {}
         self._pm_data: dict[int, list[tuple[int, int, list[float]]]] = {}
         self._pm_overflow: dict[int, int] = {}
+        self._pm_failed: dict[int, str] = {}
         self._pm_last_ns = 0
         self._sampler: NvmlSampler | None = None
         self._collector: ActivityCollector | None = None
@@ -184,7 +195,7 @@ class CuptiBackend(Backend):
         self._pm_metrics: list[str] = []
         self._annotations: list[tuple[str, int, int, int, dict[str, Any]]] = []
         self._steps: list[tuple[int, int]] = []
-        self._sync_points: list[tuple[int, int]] = []
+        self._sync_points: list[tuple[int, int, int]] = []
         self._versions: dict[str, str] = {}
         self._start_ns = 0
         self._prepared = False
@@ -343,7 +354,8 @@ class CuptiBackend(Backend):
                     f"graph-level tracing cannot be combined with per-kernel records on this CUPTI; set "
                     f"record_kernels=false to trace CUDA graphs as a whole, or turn the option off") from e
             reason, hint = diagnostics.explain_cupti(e)
-            if e.status in (35, 39, 40):
+            if e.status in (ERROR_INSUFFICIENT_PRIVILEGES, ERROR_MULTIPLE_SUBSCRIBERS,
+                            ERROR_VIRTUALIZED_INSUFFICIENT_PRIVILEGES) or e.status in diagnostics.DEVICE_HINTS:
                 raise BackendUnavailableError(reason, hint, plugin=self.name) from e
             raise BackendError(f"backend 'cupti': enabling CUPTI {kind} records failed: {e}", plugin=self.name) from e
         self._enabled.append(kind)
@@ -361,7 +373,7 @@ class CuptiBackend(Backend):
             pm = _factories["pm"](d, list(self._pm_metrics), interval_ns, buffer_bytes)
             try:
                 pm.start()
-            except CuptiCallError as e:
+            except (CuptiCallError, CuptiLoadError) as e:
                 reason, hint = diagnostics.explain_cupti(e)
                 raise BackendUnavailableError(f"PM sampling on GPU {d}: {reason}", hint, plugin=self.name) from e
             except ValueError as e:  # unsupported metric set / trigger mode (cupti.pm_sampling's words)
@@ -377,8 +389,14 @@ class CuptiBackend(Backend):
         if not force and now_ns - self._pm_last_ns < self.options.pm_poll_interval_s * 1e9:
             return
         self._pm_last_ns = now_ns
-        for d, pm in self._pm.items():
-            samples, overflow = pm.decode()
+        for d, pm in list(self._pm.items()):
+            if d in self._pm_failed:
+                continue
+            try:
+                samples, overflow = pm.decode()
+            except Exception as e:  # runs on the NVML thread: a failed decode must not stop NVML sampling
+                self._pm_failed[d] = f"{type(e).__name__}: {e}"
+                continue
             self._pm_data[d].extend(samples)
             if overflow:
                 self._pm_overflow[d] = self._pm_overflow.get(d, 0) + 1
@@ -392,26 +410,15 @@ class CuptiBackend(Backend):
             sampler.hooks.append(self._poll_pm)
         return sampler
 
-    def _sync_point(self) -> tuple[int, int]:
+    def _sync_point(self) -> tuple[int, int, int]:
+        """(reference time, CUPTI time, uncertainty): the CUPTI reading bracketed by two reference readings."""
         a = self.clock.now_ns()
         c = self._cupti.timestamp_ns()
         b = self.clock.now_ns()
-        return (a + b) // 2, c
+        return (a + b) // 2, c, (b - a + 1) // 2
 
     def _to_ref(self) -> Callable[[int], int]:
-        pts = self._sync_points
-        if not pts:
-            return lambda t: t
-        (r0, c0), (r1, c1) = pts[0], pts[-1]
-        if c1 == c0:
-            return lambda t: t + (r0 - c0)
-        slope = (r1 - r0) / (c1 - c0)
-        if abs(slope - 1.0) < 1e-4:
-            # Both are nanosecond clocks: a slope this close to 1 is the jitter of the readings, not
-            # drift. A pure offset keeps every duration exact (no +-1 ns from rounding each end).
-            off = round(sum(r - c for r, c in pts) / len(pts))
-            return lambda t: t + off
-        return lambda t: r0 + int(round((t - c0) * slope))
+        return clock_map(self._sync_points)
 
     def _disable_all(self) -> list[str]:
         errors = []
@@ -483,6 +490,10 @@ class CuptiBackend(Backend):
                 if pts:
                     counters.append(CounterSeries(f"gpu{d}.pm.{metric}", "", track, [p[0] for p in pts],
                                                   [p[1] for p in pts]))
+            if d in self._pm_failed:
+                losses.append(Loss("cupti.pm", "decode_failed", 1, "devices",
+                                   f"GPU {d}: PM sampling stopped when decoding failed ({self._pm_failed[d]}); "
+                                   f"samples after that are missing"))
             if self._pm_overflow.get(d):
                 losses.append(Loss("cupti.pm", "buffer_full", self._pm_overflow[d], "buffers",
                                    f"GPU {d}: the PM sampling hardware buffer overflowed; raise "
@@ -578,6 +589,26 @@ class CuptiBackend(Backend):
 
     def step(self, step_num: int) -> None:
         self._steps.append((step_num, self.clock.now_ns()))
+
+
+def clock_map(points: list[tuple[int, int, int]]) -> Callable[[int], int]:
+    """CUPTI time -> reference time from sync points ``(ref_ns, cupti_ns, uncertainty_ns)`` (first and last used).
+
+    A pure offset unless the two clocks measurably drift apart: the slope between the first and
+    last point is used only when its distance from 1 exceeds both 1e-4 and twice what the
+    readings' own uncertainty allows. Short sessions (where the jitter of two readings dwarfs any
+    drift) keep every duration exact; long ones follow real drift (NTP slewing one clock, say).
+    """
+    if not points:
+        return lambda t: t
+    (r0, c0, u0), (r1, c1, u1) = points[0], points[-1]
+    span = c1 - c0
+    if span > 0:
+        slope = (r1 - r0) / span
+        if abs(slope - 1.0) > max(1e-4, 2.0 * (u0 + u1) / span):
+            return lambda t: r0 + int(round((t - c0) * slope))
+    off = round(sum(r - c for r, c, _u in points) / len(points))
+    return lambda t: t + off
 
 
 def _unique(tracks: list[Track]) -> list[Track]:

@@ -28,6 +28,7 @@ Plain record shapes (``"kind"`` first; times are CUPTI timestamps in ns):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections.abc import Callable
 from typing import Any
@@ -41,18 +42,37 @@ KINDS = {
     "overhead": "OVERHEAD",
 }
 
-#: CUptiResult codes the diagnostics explain (cupti_result.h).
+#: CUptiResult code -> name (cupti_result.h; checked against cupti-python's ``cupti.Result`` by the tests).
 RESULT_NAMES = {
-    1: "CUPTI_ERROR_INVALID_PARAMETER", 3: "CUPTI_ERROR_INVALID_CONTEXT", 7: "CUPTI_ERROR_INVALID_OPERATION",
-    13: "CUPTI_ERROR_NOT_READY", 14: "CUPTI_ERROR_NOT_COMPATIBLE", 15: "CUPTI_ERROR_NOT_INITIALIZED",
-    26: "CUPTI_ERROR_NOT_SUPPORTED", 35: "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES",
-    36: "CUPTI_ERROR_OLD_PROFILER_API_INITIALIZED", 39: "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED",
+    1: "CUPTI_ERROR_INVALID_PARAMETER", 2: "CUPTI_ERROR_INVALID_DEVICE", 3: "CUPTI_ERROR_INVALID_CONTEXT",
+    4: "CUPTI_ERROR_INVALID_EVENT_DOMAIN_ID", 5: "CUPTI_ERROR_INVALID_EVENT_ID", 6: "CUPTI_ERROR_INVALID_EVENT_NAME",
+    7: "CUPTI_ERROR_INVALID_OPERATION", 8: "CUPTI_ERROR_OUT_OF_MEMORY", 9: "CUPTI_ERROR_HARDWARE",
+    10: "CUPTI_ERROR_PARAMETER_SIZE_NOT_SUFFICIENT", 11: "CUPTI_ERROR_API_NOT_IMPLEMENTED",
+    12: "CUPTI_ERROR_MAX_LIMIT_REACHED", 13: "CUPTI_ERROR_NOT_READY", 14: "CUPTI_ERROR_NOT_COMPATIBLE",
+    15: "CUPTI_ERROR_NOT_INITIALIZED", 16: "CUPTI_ERROR_INVALID_METRIC_ID", 17: "CUPTI_ERROR_INVALID_METRIC_NAME",
+    18: "CUPTI_ERROR_QUEUE_EMPTY", 19: "CUPTI_ERROR_INVALID_HANDLE", 20: "CUPTI_ERROR_INVALID_STREAM",
+    21: "CUPTI_ERROR_INVALID_KIND", 22: "CUPTI_ERROR_INVALID_EVENT_VALUE", 23: "CUPTI_ERROR_DISABLED",
+    24: "CUPTI_ERROR_INVALID_MODULE", 25: "CUPTI_ERROR_INVALID_METRIC_VALUE", 26: "CUPTI_ERROR_HARDWARE_BUSY",
+    27: "CUPTI_ERROR_NOT_SUPPORTED", 28: "CUPTI_ERROR_UM_PROFILING_NOT_SUPPORTED",
+    29: "CUPTI_ERROR_UM_PROFILING_NOT_SUPPORTED_ON_DEVICE",
+    30: "CUPTI_ERROR_UM_PROFILING_NOT_SUPPORTED_ON_NON_P2P_DEVICES",
+    31: "CUPTI_ERROR_UM_PROFILING_NOT_SUPPORTED_WITH_MPS", 32: "CUPTI_ERROR_CDP_TRACING_NOT_SUPPORTED",
+    33: "CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED", 34: "CUPTI_ERROR_CUDA_COMPILER_NOT_COMPATIBLE",
+    35: "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES", 36: "CUPTI_ERROR_OLD_PROFILER_API_INITIALIZED",
+    37: "CUPTI_ERROR_OPENACC_UNDEFINED_ROUTINE", 38: "CUPTI_ERROR_LEGACY_PROFILER_NOT_SUPPORTED",
+    39: "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED",
     40: "CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES",
+    41: "CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED", 42: "CUPTI_ERROR_CMP_DEVICE_NOT_SUPPORTED",
+    43: "CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED", 44: "CUPTI_ERROR_SLI_DEVICE_NOT_SUPPORTED",
+    45: "CUPTI_ERROR_WSL_DEVICE_NOT_SUPPORTED", 46: "CUPTI_ERROR_INVALID_CHIP_NAME",
+    47: "CUPTI_ERROR_HES_TRACE_NOT_SUPPORTED_ON_MPS", 999: "CUPTI_ERROR_UNKNOWN",
 }
+ERROR_INVALID_OPERATION = 7
 ERROR_NOT_COMPATIBLE = 14
-ERROR_NOT_SUPPORTED = 26
+ERROR_NOT_SUPPORTED = 27
 ERROR_INSUFFICIENT_PRIVILEGES = 35
 ERROR_MULTIPLE_SUBSCRIBERS = 39
+ERROR_VIRTUALIZED_INSUFFICIENT_PRIVILEGES = 40
 
 
 class CuptiCallError(Exception):
@@ -60,7 +80,10 @@ class CuptiCallError(Exception):
 
     def __init__(self, status: int, call: str, text: str = "") -> None:
         name = RESULT_NAMES.get(status, text or f"CUptiResult {status}")
-        super().__init__(f"{call} failed with {name} ({status})")
+        if status < 0:  # no CUptiResult: a failure cupti-python reports in words only
+            super().__init__(f"{call} failed: {text}")
+        else:
+            super().__init__(f"{call} failed with {name} ({status})" + (f": {text}" if text and text != name else ""))
         self.status = status
         self.call = call
         self.name = name
@@ -68,7 +91,8 @@ class CuptiCallError(Exception):
 
 class CuptiLoadError(Exception):
     """CUPTI (or the CUDA driver it needs) could not be loaded. ``missing``: ``"driver"``,
-    ``"cupti"`` or ``"module"`` (cupti-python not installed)."""
+    ``"cupti"``, ``"nvperf"`` (the libnvperf_host/libnvperf_target PM sampling needs) or ``"module"``
+    (cupti-python not installed)."""
 
     def __init__(self, missing: str, detail: str) -> None:
         super().__init__(detail)
@@ -255,11 +279,20 @@ def _ignore_callback(*args: Any) -> None:  # pragma: no cover - called by CUPTI
 
 
 class CuptiPmSampler:
-    """PM sampling on one device through ``cupti.pm_sampling.Collector`` (real GPU only).
+    """PM sampling on one device through ``cupti.pm_sampling.Collector``.
 
     ``decode()`` returns ``(samples, overflowed)``: samples as ``(start_ns, end_ns, values)``
     tuples in metric order, and whether the hardware buffer overflowed (records lost).
+
+    Errors come out as the adapter's own: :class:`CuptiLoadError` when the CUDA driver, libcupti
+    or the nvperf libraries PM sampling needs cannot be loaded; :class:`CuptiCallError` for a
+    CUPTI status (insufficient privileges, PM sampling already enabled on the device by another
+    tool in this process); ``ValueError`` for metrics or a configuration the GPU cannot sample.
     """
+
+    #: least / most sample slots provisioned per decode
+    MIN_DECODE_SAMPLES = 256
+    MAX_DECODE_SAMPLES = 1_000_000
 
     def __init__(self, device: int, metrics: list[str], interval_ns: int, buffer_bytes: int) -> None:
         self.device = device
@@ -267,36 +300,81 @@ class CuptiPmSampler:
         self.interval_ns = int(interval_ns)
         self.buffer_bytes = int(buffer_bytes)
         self._collector: Any = None
+        self._last_decode_ns = 0
+        self._clock: Callable[[], int] = _monotonic_ns
 
-    def start(self) -> None:  # pragma: no cover - needs a GPU
-        from cupti import pm_sampling
+    def _guard(self, call: str, fn: Callable[[], Any]) -> Any:
+        from cupti import cupti as c
 
-        col = pm_sampling.Collector(self.device)
         try:
-            col.enable()
+            return fn()
+        except c.cuptiError as e:
+            raise CuptiCallError(int(e.status), call) from e
         except PermissionError as e:
-            raise CuptiCallError(ERROR_INSUFFICIENT_PRIVILEGES, "pm_sampling_enable") from e
+            raise CuptiCallError(ERROR_INSUFFICIENT_PRIVILEGES, call, str(e)) from e
+        except RuntimeError as e:
+            raise _pm_runtime_error(e, call) from e
+
+    def start(self) -> None:
         try:
-            col.configure(metrics=self.metrics, hardware_buffer_size=self.buffer_bytes,
-                          sampling_interval=self.interval_ns)
-            col.start()
+            from cupti import pm_sampling
+        except ImportError as e:
+            raise CuptiLoadError("module", f"cupti-python's pm_sampling is not importable: {e}") from e
+        col = pm_sampling.Collector(self.device)
+        self._guard("cuptiPmSamplingEnable", col.enable)
+        try:
+            self._guard("cuptiPmSamplingSetConfig", lambda: col.configure(
+                metrics=self.metrics, hardware_buffer_size=self.buffer_bytes, sampling_interval=self.interval_ns))
+            self._guard("cuptiPmSamplingStart", col.start)
         except BaseException:
-            col.disable()
+            with contextlib.suppress(Exception):
+                col.disable()
             raise
         self._collector = col
+        self._last_decode_ns = self._clock()
 
-    def decode(self) -> tuple[list[tuple[int, int, list[float]]], bool]:  # pragma: no cover - needs a GPU
+    def decode_capacity(self, now_ns: int) -> int:
+        """Sample slots to provision for a decode now: twice the samples due since the last decode."""
+        due = (now_ns - self._last_decode_ns) // max(self.interval_ns, 1)
+        return int(min(max(2 * due + 64, self.MIN_DECODE_SAMPLES), self.MAX_DECODE_SAMPLES))
+
+    def decode(self) -> tuple[list[tuple[int, int, list[float]]], bool]:
+        now = self._clock()
+        capacity = self.decode_capacity(now)
+        self._last_decode_ns = now
         try:
-            data = self._collector.decode()
-        except MemoryError:
+            data = self._guard("cuptiPmSamplingDecodeData", lambda: self._collector.decode(max_samples=capacity))
+        except MemoryError:  # cupti.pm_sampling's word for a hardware-buffer overflow
             return [], True
-        return [(s.start_timestamp, s.end_timestamp, list(s.metric_values)) for s in data], False
+        samples = [(s.start_timestamp, s.end_timestamp, list(s.metric_values)) for s in data]
+        # every slot filled: more samples may have been due than were decoded this time; they stay
+        # in the hardware buffer for the next decode, so nothing is lost here
+        return samples, False
 
-    def stop(self) -> None:  # pragma: no cover - needs a GPU
+    def stop(self) -> None:
         if self._collector is not None:
-            self._collector.stop()
+            self._guard("cuptiPmSamplingStop", self._collector.stop)
 
-    def close(self) -> None:  # pragma: no cover - needs a GPU
+    def close(self) -> None:
         if self._collector is not None:
             col, self._collector = self._collector, None
             col.disable()
+
+
+def _monotonic_ns() -> int:
+    import time
+
+    return time.monotonic_ns()
+
+
+def _pm_runtime_error(e: RuntimeError, call: str) -> Exception:
+    """cupti.pm_sampling's RuntimeErrors -> the adapter's errors (it words them; we classify)."""
+    text = str(e)
+    low = text.lower()
+    if type(e).__name__ in ("NotSupportedError", "FunctionNotFoundError"):
+        return _classify_load(e)
+    if "nvperf" in low:
+        return CuptiLoadError("nvperf", text)
+    if "already" in low:
+        return CuptiCallError(ERROR_INVALID_OPERATION, call, text)
+    return CuptiCallError(-1, call, text)

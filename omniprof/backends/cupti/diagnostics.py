@@ -16,7 +16,9 @@ import attrs
 
 from omniprof.backends.cupti.cupti_adapter import (
     ERROR_INSUFFICIENT_PRIVILEGES,
+    ERROR_INVALID_OPERATION,
     ERROR_MULTIPLE_SUBSCRIBERS,
+    ERROR_VIRTUALIZED_INSUFFICIENT_PRIVILEGES,
     CuptiCallError,
     CuptiLoadError,
 )
@@ -29,7 +31,7 @@ from omniprof.backends.cupti.nvml import (
 from omniprof.errors import BackendUnavailableError
 
 __all__ = ["Check", "gpu_checks", "explain_nvml", "explain_cupti", "raise_first_failure", "PRIVILEGES_HINT",
-           "LD_LIBRARY_PATH_HINT", "SUBSCRIBER_HINT"]
+           "LD_LIBRARY_PATH_HINT", "SUBSCRIBER_HINT", "NVPERF_HINT"]
 
 PRIVILEGES_HINT = (
     "Allow profiling by non-admin users and reboot: "
@@ -44,6 +46,25 @@ LD_LIBRARY_PATH_HINT = (
 SUBSCRIBER_HINT = (
     "CUPTI allows one subscriber per process: stop the other profiler first (torch.profiler/Kineto, jax.profiler, "
     "Nsight Systems, DCGM profiling), and don't combine backend 'cupti' with 'torch' or 'xla' on a GPU in one run")
+NVPERF_HINT = (
+    "Add the directory holding libnvperf_host.so and libnvperf_target.so (they ship beside libcupti.so) to "
+    "LD_LIBRARY_PATH, e.g. export LD_LIBRARY_PATH=/usr/local/cuda/extras/CUPTI/lib64:$LD_LIBRARY_PATH, or leave "
+    "gpu_pm_sample_counters empty")
+#: CUptiResult -> (what cannot be traced, how to get a setup that can), for the device/setup codes
+DEVICE_HINTS = {
+    33: ("on this virtual GPU (vGPU)", "Enable profiling for the vGPU in the hypervisor (NVIDIA vGPU docs: "
+                                       "'enable_profiling'), or profile on a bare-metal or passthrough GPU"),
+    38: ("while the legacy CUDA profiler is active", "Unset CUDA_PROFILE / COMPUTE_PROFILE and stop nvprof"),
+    41: ("with confidential computing on", "Turn confidential computing (CC) mode off for the GPU to profile it"),
+    42: ("on a CMP (crypto-mining) GPU", "Profile on a GPU with profiling support; CMP boards have none"),
+    43: ("on this MIG instance", "Profile a GPU not split into MIG instances, or update to a driver and CUPTI that "
+                                 "trace MIG (NVML metrics still work: device_tracer_level=0)"),
+    44: ("on a GPU in an SLI group", "Disable SLI for the GPU to profile it"),
+    45: ("under WSL with this driver", "Update the Windows NVIDIA driver to one that supports CUPTI under WSL, or "
+                                       "profile on Linux"),
+    47: ("hardware event system tracing under MPS", "Stop the MPS control daemon (echo quit | nvidia-cuda-mps-control) "
+                                                    "or profile without MPS"),
+}
 INSTALL_HINT = ("pip install 'omniprof[gpu]' (nvidia-ml-py provides the pynvml module; the separate 'pynvml' "
                 "package is a deprecated shim) ")
 
@@ -82,11 +103,21 @@ def explain_cupti(e: BaseException) -> tuple[str, str]:
         if e.missing == "driver":
             return (f"the CUDA driver library libcuda.so.1 could not be loaded ({e.detail})",
                     "Install the NVIDIA driver (it provides libcuda.so.1)")
+        if e.missing == "nvperf":
+            return (f"the nvperf libraries PM sampling needs (libnvperf_host.so, libnvperf_target.so) could not be "
+                    f"loaded ({e.detail})", NVPERF_HINT)
         return (f"the CUPTI library libcupti.so could not be loaded ({e.detail})", LD_LIBRARY_PATH_HINT)
     status = getattr(e, "status", None)
-    if status == ERROR_INSUFFICIENT_PRIVILEGES or status == 40:
+    if status in DEVICE_HINTS:
+        what, hint = DEVICE_HINTS[status]
+        return (f"CUPTI cannot trace {what} ({getattr(e, 'name', status)})", hint)
+    if status in (ERROR_INSUFFICIENT_PRIVILEGES, ERROR_VIRTUALIZED_INSUFFICIENT_PRIVILEGES):
         return ("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: the NVIDIA driver restricts GPU profiling to admin users",
                 PRIVILEGES_HINT)
+    if status == ERROR_INVALID_OPERATION and "PmSampling" in str(getattr(e, "call", "")):
+        return ("PM sampling is already enabled on this GPU by another tool in this process",
+                "Stop the other PM sampling session (another profiler, or a second 'cupti' backend) first, or leave "
+                "gpu_pm_sample_counters empty")
     if status == ERROR_MULTIPLE_SUBSCRIBERS:
         return ("another CUPTI subscriber is already attached to this process "
                 "(CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)", SUBSCRIBER_HINT)

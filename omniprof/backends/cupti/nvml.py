@@ -288,6 +288,10 @@ class NvmlSampler:
                 self._fail(d, e)
                 self.lost[d] += 1  # this reading too
                 continue
+            except Exception as e:  # a bug below NVML must not end sampling of the other devices silently
+                self._fail(d, NvmlCallError(-1, "read", f"{type(e).__name__}: {e}"))
+                self.lost[d] += 1
+                continue
             if slow and any(k in values for k in ("pcie_tx", "pcie_rx")):
                 self._last_slow_ns[d] = start
             t = self.clock.now_ns()

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from omniprof.backends.cupti.activity import ActivityCollector, build_timeline, occupancy_pct
+from omniprof.backends.cupti.activity import (
+    ActivityCollector,
+    build_timeline,
+    occupancy_pct,
+)
 
 _ROOT = Path(__file__).resolve().parents[3]
 # shared/ sits beside the repository root (a worktree sits one level deeper)

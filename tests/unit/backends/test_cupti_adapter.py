@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from omniprof.backends.cupti.cupti_adapter import CuptiCallError, CuptiLoadError, CuptiPythonAdapter
+from omniprof.backends.cupti.cupti_adapter import (
+    ERROR_INVALID_OPERATION,
+    ERROR_NOT_SUPPORTED,
+    RESULT_NAMES,
+    CuptiCallError,
+    CuptiLoadError,
+    CuptiPmSampler,
+    CuptiPythonAdapter,
+    _pm_runtime_error,
+)
+from omniprof.backends.cupti.diagnostics import explain_cupti
 
 c = pytest.importorskip("cupti.cupti", reason="cupti-python is not installed")
 
@@ -92,3 +102,51 @@ def test_load_without_driver_says_which_library_is_missing():
         assert e.missing in ("driver", "cupti") and e.detail
         return
     pytest.skip("CUPTI loaded: this machine has a CUDA driver")
+
+
+def test_pm_sampler_start_without_driver_is_a_load_error():
+    """cupti.pm_sampling's own failure here (no libcuda) comes out as CuptiLoadError('driver'), not a RuntimeError."""
+    pytest.importorskip("cupti.pm_sampling", reason="cupti-python without pm_sampling")
+    s = CuptiPmSampler(0, ["sm__cycles_active.avg"], 500_000, 1 << 20)
+    try:
+        s.start()
+    except CuptiLoadError as e:
+        assert e.missing == "driver" and "libcuda" in e.detail
+        reason, hint = explain_cupti(e)
+        assert "libcuda.so.1" in reason and "driver" in hint
+        return
+    s.stop()
+    s.close()
+    pytest.skip("PM sampling started: this machine has a GPU")
+
+
+@pytest.mark.parametrize(("words", "kind", "status", "fix"), [
+    ("CUPTI could not load the nvperf* libraries required for profiling.", "nvperf", None, "libnvperf_target.so"),
+    ("PM sampling is already enabled on this device.", None, 7, "Stop the other PM sampling session"),
+    ("PM Sampling collection has already started", None, 7, "Stop the other PM sampling session"),
+])
+def test_pm_sampling_runtime_errors_are_classified(words, kind, status, fix):
+    """The RuntimeErrors cupti.pm_sampling words its failures in map to the adapter's errors and their fixes."""
+    e = _pm_runtime_error(RuntimeError(words), "cuptiPmSamplingEnable")
+    if kind:
+        assert isinstance(e, CuptiLoadError) and e.missing == kind
+    else:
+        assert isinstance(e, CuptiCallError) and e.status == status and words in str(e)
+    assert fix in explain_cupti(e)[1]
+
+
+def test_pm_decode_capacity_follows_the_time_since_the_last_decode():
+    """Each decode provisions twice the samples due since the last one, within the bounds."""
+    s = CuptiPmSampler(0, ["m"], 500_000, 1 << 20)  # 500 us interval
+    s._last_decode_ns = 0
+    assert s.decode_capacity(100_000_000) == 2 * 200 + 64  # 0.1 s: 200 due
+    assert s.decode_capacity(1_000_000) == s.MIN_DECODE_SAMPLES
+    assert s.decode_capacity(10**15) == s.MAX_DECODE_SAMPLES
+
+
+def test_result_names_are_cuptis_own():
+    """Every CUptiResult code the adapter names is the code cupti-python's enum gives that name."""
+    real = {int(m): f"CUPTI_{m.name}" for m in c.Result if 0 < int(m) < 1 << 31 - 1}
+    assert {k: v for k, v in RESULT_NAMES.items()} == real
+    assert (ERROR_NOT_SUPPORTED, ERROR_INVALID_OPERATION) == (int(c.Result.ERROR_NOT_SUPPORTED),
+                                                               int(c.Result.ERROR_INVALID_OPERATION))

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 import warnings
 from pathlib import Path
 
 import pytest
 
 import omniprof
-from omniprof import BackendError, BackendUnavailableError, InvalidArgumentError, ProfileOptions
+from omniprof import (
+    BackendError,
+    BackendUnavailableError,
+    InvalidArgumentError,
+    ProfileOptions,
+)
 from omniprof.backends.cupti import CuptiBackend, CuptiOptions
-from omniprof.backends.cupti.cupti_adapter import CuptiLoadError
-from omniprof.backends.cupti.diagnostics import LD_LIBRARY_PATH_HINT, PRIVILEGES_HINT, SUBSCRIBER_HINT
+from omniprof.backends.cupti.cupti_adapter import CuptiCallError, CuptiLoadError
+from omniprof.backends.cupti.diagnostics import (
+    DEVICE_HINTS,
+    LD_LIBRARY_PATH_HINT,
+    NVPERF_HINT,
+    PRIVILEGES_HINT,
+    SUBSCRIBER_HINT,
+)
 from omniprof.core.kernels import kernel_stats
 from omniprof.core.options import build_options
 from omniprof.errors import BackendOptionWarning, DataLossWarning
@@ -243,7 +255,8 @@ def test_python_tracer_level_is_refused_visibly():
     (FakeCupti(enable_status={"kernel": 35}), "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES", PRIVILEGES_HINT),
     (FakeCupti(load_error=CuptiLoadError("cupti", "libcupti.so.13: cannot open shared object file")),
      "libcupti.so could not be loaded", LD_LIBRARY_PATH_HINT),
-], ids=["subscriber", "privileges", "libcupti"])
+    (FakeCupti(enable_status={"kernel": 43}), "on this MIG instance", DEVICE_HINTS[43][1]),
+], ids=["subscriber", "privileges", "libcupti", "mig"])
 def test_cupti_failures_explain_the_fix(cupti, match, hint):
     """Each CUPTI failure is a BackendUnavailableError naming the cause and the documented remedy."""
     with pytest.raises((BackendUnavailableError, BackendError), match=match) as info:
@@ -368,3 +381,67 @@ class TestCuptiConformance(BackendConformance):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DataLossWarning)
                 yield
+
+
+def test_pm_sampling_without_nvperf_libraries_says_how_to_fix_it():
+    """PM sampling whose nvperf libraries cannot load is unavailable, with the LD_LIBRARY_PATH fix."""
+    def pm(*a):
+        return FakePmSampler(*a, start_error=CuptiLoadError("nvperf", "CUPTI could not load the nvperf* libraries"))
+
+    opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b"})
+    with pytest.raises(BackendError) as info:
+        run(opts, pm=pm)
+    cause = info.value.__cause__
+    assert isinstance(cause, BackendUnavailableError)
+    assert "PM sampling on GPU 0" in cause.reason and "libnvperf_host.so" in cause.reason
+    assert cause.hint == NVPERF_HINT
+
+
+def test_failed_pm_decode_is_a_loss_and_nvml_sampling_goes_on():
+    """A PM decode that fails on the NVML thread stops PM sampling of that GPU only: counted, and NVML goes on."""
+    made = []
+
+    def pm(*a):
+        s = FakePmSampler(*a, decode_error=CuptiCallError(8, "cuptiPmSamplingDecodeData"))
+        made.append(s)
+        return s
+
+    opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b"})
+    with pytest.warns(DataLossWarning, match="PM sampling stopped when decoding failed"):
+        part, nvml, _ = run(opts, backend_options={"pm_poll_interval_s": 0.001}, pm=pm,
+                            work=lambda: time.sleep(0.1))
+    (s,) = made
+    assert s.decodes == 1  # not retried after the failure
+    (loss,) = [lo for lo in part.losses if lo.source == "cupti.pm"]
+    assert loss.kind == "decode_failed" and "cuptiPmSamplingDecodeData" in loss.detail
+    util = next(c for c in part.counters if c.name == "gpu0.gpu_utilization")
+    assert len(util.values) >= 3 and nvml.reads[0] == len(util.values)
+
+
+def test_device_and_overhead_kinds_cupti_does_not_support_are_notes():
+    """CUPTI_ERROR_NOT_SUPPORTED (27) for the device/overhead records is a note; kernels are still recorded."""
+    part, *_ = run(cupti=FakeCupti(SMALL, enable_status={"device": 27, "overhead": 27}))
+    notes = part.metadata["notes"]
+    assert any("'device' not available here (CUPTI_ERROR_NOT_SUPPORTED)" in n and "occupancy" in n for n in notes)
+    assert any("'overhead'" in n for n in notes)
+    assert any(s.name == "gemm" for s in part.spans)
+
+
+def test_hardware_busy_is_an_error_not_a_note():
+    """Code 26 is CUPTI_ERROR_HARDWARE_BUSY (not NOT_SUPPORTED): enabling fails loudly, naming it."""
+    with pytest.raises(BackendError, match="CUPTI_ERROR_HARDWARE_BUSY"):
+        run(cupti=FakeCupti(SMALL, enable_status={"device": 26}))
+
+
+def test_clock_map_keeps_durations_exact_unless_the_clocks_measurably_drift():
+    """Jitter between two close sync readings is not drift; 500 ppm over 10 s with 1 us readings is."""
+    from omniprof.backends.cupti.backend import clock_map
+
+    # 100 us apart, 30 ns of disagreement (3e-4) but each reading only known to +-1 us: an offset
+    short = clock_map([(1_000, 5_000, 1_000), (101_030, 105_000, 1_000)])
+    assert short(5_080) - short(5_000) == 80 and short(5_000) == 1_015
+    # 10 s apart, the reference clock runs 5e-4 fast, readings known to +-1 us: follow the drift
+    long = clock_map([(0, 1_000_000, 1_000), (10_005_000_000, 10_001_000_000, 1_000)])
+    assert long(1_000_000) == 0 and long(10_001_000_000) == 10_005_000_000
+    assert long(5_001_000_000) == 5_002_500_000
+    assert clock_map([])(123) == 123

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from omniprof.backends.cupti.nvml import NVML_METRICS, NvmlCallError, NvmlSampler, PynvmlAdapter
+from omniprof.backends.cupti.nvml import (
+    NVML_METRICS,
+    NvmlCallError,
+    NvmlSampler,
+    PynvmlAdapter,
+)
 from omniprof.testing.fakes import FakeClock
 from omniprof.testing.gpu_fakes import A100_DEVICE, A100_READINGS, FakeNvml
 
@@ -54,6 +59,24 @@ def test_lost_gpu_stops_sampling_and_counts_missed_readings():
     (loss,) = s.losses()
     assert (loss.kind, loss.count, loss.unit) == ("samples_dropped", 3, "samples")
     assert "GPU 1" in loss.detail and "GPU is lost" in loss.detail
+
+
+def test_unexpected_adapter_exception_stops_that_gpu_only_and_is_counted():
+    """A non-NVML exception from one GPU's reading (a bug below us) does not kill the sampler thread."""
+    class Broken(FakeNvml):
+        def read(self, index, metrics, *, slow):
+            if index == 1 and self.reads.get(1, 0) >= 1:
+                self.reads[1] += 1
+                raise TypeError("unexpected struct layout")
+            return super().read(index, metrics, slow=slow)
+
+    s = _sampler(Broken(devices=[A100_DEVICE, A100_DEVICE]), devices=(0, 1))
+    for _ in range(4):
+        s.tick()
+    by = {c.name: c for c in s.series()}
+    assert len(by["gpu0.power"].values) == 4 and len(by["gpu1.power"].values) == 1
+    (loss,) = s.losses()
+    assert loss.count == 3 and "TypeError: unexpected struct layout" in loss.detail
 
 
 def test_max_samples_caps_readings_and_counts_the_rest():
