@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import types
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,30 +62,36 @@ def _meta() -> dict[str, Any]:
     }
 
 
+def _isa(obj: Any, cls: Any) -> bool:
+    """isinstance by the real type: never runs an object's own ``__class__`` (a proxy's, or a
+    deprecated module attribute's that warns), so walking the heap runs no user code there."""
+    return issubclass(type(obj), cls)
+
+
 def _describe(obj: Any) -> tuple[int, str]:
     try:
         ntype, name = _describe_unchecked(obj)
     except Exception:  # a hostile __getattr__/__class__ must not stop the snapshot
         return T_OBJECT, type(obj).__name__
-    return ntype, name if isinstance(name, str) else str(name)
+    return ntype, name if _isa(name, str) else str(name)
 
 
 def _describe_unchecked(obj: Any) -> tuple[int, Any]:
-    if isinstance(obj, str):
+    if _isa(obj, str):
         return T_STRING, obj[:MAX_NAME]
-    if isinstance(obj, (bool, int, float, complex)):
+    if _isa(obj, (bool, int, float, complex)):
         return T_NUMBER, repr(obj)[:MAX_NAME]
-    if isinstance(obj, (list, tuple, set, frozenset)):
+    if _isa(obj, (list, tuple, set, frozenset)):
         return T_ARRAY, type(obj).__name__
-    if isinstance(obj, types.CodeType):
+    if _isa(obj, types.CodeType):
         return T_CODE, getattr(obj, "co_qualname", obj.co_name)
-    if isinstance(obj, _FUNCS):
+    if _isa(obj, _FUNCS):
         return T_CLOSURE, getattr(obj, "__qualname__", getattr(obj, "__name__", "function"))
-    if isinstance(obj, (bytes, bytearray, memoryview)):
+    if _isa(obj, (bytes, bytearray, memoryview)):
         return T_NATIVE, type(obj).__name__
-    if isinstance(obj, types.ModuleType):
+    if _isa(obj, types.ModuleType):
         return T_OBJECT, f"module {obj.__name__}"
-    if isinstance(obj, type):
+    if _isa(obj, type):
         return T_OBJECT, f"class {obj.__qualname__}"
     return T_OBJECT, type(obj).__qualname__
 
@@ -98,29 +105,29 @@ def _size(obj: Any) -> int:
 
 def _edges(obj: Any) -> Iterator[tuple[int, Any, Any]]:
     """(edge type, name or index, target) for every reference held by ``obj``."""
-    if isinstance(obj, dict):
+    if _isa(obj, dict):
         for i, (k, val) in enumerate(list(obj.items())):
-            if isinstance(k, str):
+            if _isa(k, str):
                 yield E_PROPERTY, k, val
             else:
                 yield E_INTERNAL, f"key {i}", k
                 yield E_INTERNAL, f"[{repr(k)[:60]}]", val
         return
-    if isinstance(obj, (list, tuple)):
+    if _isa(obj, (list, tuple)):
         for i, item in enumerate(obj):  # list iteration tolerates concurrent changes
             yield E_ELEMENT, i, item
         return
-    if isinstance(obj, (set, frozenset)):
+    if _isa(obj, (set, frozenset)):
         for i, item in enumerate(list(obj)):
             yield E_ELEMENT, i, item
         return
     try:
-        d = getattr(obj, "__dict__", None) if not isinstance(obj, (type, types.ModuleType)) else None
+        d = getattr(obj, "__dict__", None) if not _isa(obj, (type, types.ModuleType)) else None
     except Exception:  # properties or __getattr__ that raise
         d = None
-    if isinstance(d, dict):
+    if _isa(d, dict):
         for k, val in list(d.items()):
-            if isinstance(k, str):
+            if _isa(k, str):
                 yield E_PROPERTY, k, val
     try:
         refs = gc.get_referents(obj)
@@ -129,7 +136,7 @@ def _edges(obj: Any) -> Iterator[tuple[int, Any, Any]]:
     for i, r in enumerate(refs):
         if r is d:
             yield E_INTERNAL, "__dict__", r
-        elif isinstance(r, type) and r is type(obj):
+        elif r is type(obj):
             yield E_INTERNAL, "__class__", r
         else:
             yield E_HIDDEN, i, r
@@ -199,7 +206,15 @@ def _walk(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...
     """Visit every live object once; emit nodes (with their edges right after). Returns counts.
 
     ``exclude`` holds the snapshot's own bookkeeping objects, which are left out of the graph.
+    Warnings raised by objects as they are looked at (deprecated attributes reached through
+    ``__dict__``, say) are the heap's business, not the user's: they are not shown.
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _walk_quiet(emit_node, emit_edge, all_one, exclude)
+
+
+def _walk_quiet(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...]) -> tuple[int, int]:
     objs = gc.get_objects()
     own = {id(objs), *(id(x) for x in exclude)}
     seen = _IdSet()
@@ -233,7 +248,7 @@ def _walk(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...
 
     def visit(obj: Any) -> None:
         nonlocal nodes, edges
-        out = [(t, n, r) for t, n, r in _edges(obj) if not isinstance(r, _SKIP) and id(r) not in own]
+        out = [(t, n, r) for t, n, r in _edges(obj) if not _isa(r, _SKIP) and id(r) not in own]
         ntype, name = _describe(obj)
         emit_node(ntype, name, id(obj), 1 if all_one else _size(obj), len(out))
         nodes += 1
@@ -244,9 +259,9 @@ def _walk(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...
             edges += 1
 
     for obj in objs:
-        if id(obj) in own or isinstance(obj, _SKIP):
+        if id(obj) in own or _isa(obj, _SKIP):
             continue
-        if isinstance(obj, types.FrameType) and obj.f_code.co_filename == __file__:
+        if _isa(obj, types.FrameType) and obj.f_code.co_filename == __file__:
             continue  # the snapshot's own frames
         visit(obj)
     while pending:

@@ -320,3 +320,35 @@ def test_peek_writes_heap_snapshot_when_asked(tmp_path, mode):
     _check_structure(doc)
     names = [doc["strings"][doc["nodes"][i + 1]] for i in range(0, len(doc["nodes"]), NF) if doc["nodes"][i] == 3]
     assert names.count("Widget") == 9
+
+
+def test_heap_snapshot_runs_no_user_code_and_shows_no_warnings(tmp_path):
+    """Objects whose __class__ or attribute lookup warns (torch's deprecated module attributes do)
+    neither print warnings nor lose their node: the walk uses the real type, and is quiet."""
+    code = textwrap.dedent(f"""
+        import json, sys, warnings
+        sys.path.insert(0, {str(ROOT)!r})
+
+        class Deprecated:
+            @property
+            def __class__(self):
+                warnings.warn("touched __class__", FutureWarning)
+                return Deprecated
+
+            def __getattribute__(self, name):
+                if name == "__dict__":
+                    warnings.warn("touched __dict__", FutureWarning)
+                return object.__getattribute__(self, name)
+
+        keep = [Deprecated() for _ in range(3)]
+        from omniprof.backends.memory.heapsnapshot import take_heap_snapshot
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            take_heap_snapshot({str(tmp_path / "h.heapsnapshot")!r})
+        print(json.dumps([str(w.message) for w in seen]))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    doc = json.loads((tmp_path / "h.heapsnapshot").read_text())
+    nodes, strings = doc["nodes"], doc["strings"]
+    assert sum(1 for i in range(0, len(nodes), NF) if strings[nodes[i + 1]] == "Deprecated" and nodes[i] == 3) == 3
