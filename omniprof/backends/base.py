@@ -22,7 +22,7 @@ from omniprof.core.clock import DEFAULT_CLOCK, Clock
 from omniprof.core.options import ProfileOptions
 from omniprof.core.results import BackendResult
 
-__all__ = ["Backend", "BackendContext", "SUPPORTED_API_VERSIONS"]
+__all__ = ["Backend", "BackendContext", "Capability", "SUPPORTED_API_VERSIONS"]
 
 #: Backend/Reporter ``api_version`` values this omniprof can load.
 SUPPORTED_API_VERSIONS = frozenset({1})
@@ -54,6 +54,21 @@ class BackendContext:
     scheduled: bool = False
 
 
+@attrs.frozen
+class Capability:
+    """One thing a backend can or cannot do on this machine, as ``omniprof doctor`` lists it.
+
+    Attributes:
+        feature: what it is ("CUDA kernels", "native frames (py-spy)").
+        available: whether it works here.
+        detail: what was found, or why not and how to get it.
+    """
+
+    feature: str
+    available: bool
+    detail: str = ""
+
+
 class Backend(abc.ABC):
     """A source of profile data. Lifecycle: probe -> prepare -> start -> stop -> close.
 
@@ -80,6 +95,15 @@ class Backend(abc.ABC):
     def probe(cls) -> None:
         """Raise :class:`~omniprof.errors.BackendUnavailableError` (reason, hint) if this machine can't
         run the backend. Must be cheap and import heavy libraries only inside."""
+
+    @classmethod
+    def capabilities(cls) -> list[Capability]:
+        """What this backend can do on this machine, feature by feature, for ``omniprof doctor``.
+
+        May import the backend's libraries (``omniprof plugins`` never calls it); should not raise
+        for a machine that lacks something -- report the feature as unavailable, with the fix.
+        """
+        return []
 
     def __init__(self, options: Any = None, *, context: BackendContext | None = None) -> None:
         self.options = options if options is not None else self.Options()

@@ -19,20 +19,23 @@ from typing import Any
 
 import attrs
 
-__all__ = ["DoctorReport", "run_doctor", "format_doctor", "environment_facts"]
+__all__ = ["DoctorReport", "run_doctor", "format_doctor", "environment_facts", "backend_capabilities"]
 
 
 @attrs.frozen
 class DoctorReport:
-    """Attributes: environment ((key, value) pairs), gpu (``Check`` rows), backends (``PluginInfo``)."""
+    """Attributes: environment ((key, value) pairs), gpu (``Check`` rows), backends (``PluginInfo``),
+    capabilities (backend name -> its ``Capability`` rows: what it can do on this machine)."""
 
     environment: tuple[tuple[str, str], ...]
     gpu: tuple[Any, ...]
     backends: tuple[Any, ...]
+    capabilities: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"environment": dict(self.environment), "gpu": [attrs.asdict(c) for c in self.gpu],
-                "backends": [attrs.asdict(b) for b in self.backends]}
+                "backends": [attrs.asdict(b) for b in self.backends],
+                "capabilities": {name: [attrs.asdict(c) for c in caps] for name, caps in self.capabilities}}
 
 
 def _dist_version(name: str) -> str:
@@ -100,8 +103,29 @@ def environment_facts(*, frameworks: bool = True) -> list[tuple[str, str]]:
     return facts
 
 
+def backend_capabilities(registry: Any, infos: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    """Each loadable backend's ``capabilities()``; one that raises gets a row saying so (never raises)."""
+    from omniprof.backends.base import Capability
+
+    out = []
+    for info in infos:
+        if info.status not in ("ok", "unavailable"):
+            continue
+        try:
+            with _quiet():
+                caps = tuple(registry.backend(info.name).capabilities())
+            if not all(isinstance(c, Capability) for c in caps):
+                raise TypeError("capabilities() must return Capability rows")
+        except Exception as e:
+            caps = (Capability("capabilities()", False, f"raised {type(e).__name__}: {e}"),)
+        if caps:
+            out.append((info.name, caps))
+    return out
+
+
 def run_doctor(registry: Any = None, *, frameworks: bool = True) -> DoctorReport:
-    """Collect the environment, the GPU checks and each backend's status (never raises for a broken plugin)."""
+    """Collect the environment, the GPU checks, each backend's status and, with ``frameworks``
+    (it imports jax and torch), what each backend can do here. Never raises for a broken plugin."""
     from omniprof.backends.cupti import diagnostics
     from omniprof.backends.cupti.backend import adapter_factories
     from omniprof.core.registry import get_registry
@@ -110,7 +134,8 @@ def run_doctor(registry: Any = None, *, frameworks: bool = True) -> DoctorReport
     f = adapter_factories()
     gpu = diagnostics.gpu_checks(f["nvml"], f["cupti"])
     backends = reg.infos("backend")
-    return DoctorReport(tuple(environment_facts(frameworks=frameworks)), tuple(gpu), tuple(backends))
+    caps = backend_capabilities(reg, backends) if frameworks else []
+    return DoctorReport(tuple(environment_facts(frameworks=frameworks)), tuple(gpu), tuple(backends), tuple(caps))
 
 
 def format_doctor(report: DoctorReport) -> str:
@@ -123,8 +148,11 @@ def format_doctor(report: DoctorReport) -> str:
         if not c.ok and c.hint:
             lines.append(f"         fix: {c.hint}")
     lines += ["", "Backends"]
+    caps = dict(report.capabilities)
     for b in report.backends:
         lines.append(f"  {b.name}: {b.status}" + (f" - {b.summary}" if b.status == "ok" and b.summary else ""))
         if b.reason:
             lines.append(f"    why: {b.reason}")
+        for c in caps.get(b.name, ()):
+            lines.append(f"    [{'yes' if c.available else 'no '}] {c.feature}" + (f": {c.detail}" if c.detail else ""))
     return "\n".join(lines)

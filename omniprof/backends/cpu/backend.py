@@ -34,7 +34,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend
+from omniprof.backends.base import Backend, Capability
 from omniprof.backends.cpu import api
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import python_stacks
@@ -192,6 +192,24 @@ def _signal_usable() -> bool:
     return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) and signal.getitimer(signal.ITIMER_REAL)[0] == 0
 
 
+def _ptrace_allowed(scope_file: str = "/proc/sys/kernel/yama/ptrace_scope",
+                    euid: int | None = None) -> tuple[bool, str]:
+    """Whether py-spy (a child process) may ptrace this process, and why."""
+    if euid is None:
+        euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    if euid == 0:
+        return True, "running as root"
+    try:
+        with open(scope_file) as f:
+            scope = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return True, "no Yama ptrace restriction"
+    if scope == 0:
+        return True, "kernel.yama.ptrace_scope=0"
+    return False, (f"kernel.yama.ptrace_scope={scope} stops a child from attaching to its parent: run as root, "
+                   f"give py-spy CAP_SYS_PTRACE, or sudo sysctl kernel.yama.ptrace_scope=0")
+
+
 class CpuSamplerBackend(Backend):
     """Sampler of every Python thread's stack (see module docs)."""
 
@@ -199,6 +217,30 @@ class CpuSamplerBackend(Backend):
     summary = "sampler of every Python thread's stack (1 kHz default; native frames through py-spy)"
     single_session = True
     Options = CpuOptions
+
+    @classmethod
+    def capabilities(cls) -> list[Capability]:
+        import shutil
+
+        from omniprof.backends.cpu.stacks import FAST_WALK
+
+        timer = hasattr(signal, "setitimer")
+        caps = [
+            Capability("signal engine (SIGALRM timer, every thread's stack)", timer,
+                       "setitimer(ITIMER_REAL)" if timer else "no setitimer on this platform: use engine='thread'"),
+            Capability("thread engine", True, "a sampling thread; works anywhere"),
+            Capability("fast stack walk (C extension)", FAST_WALK,
+                       "built" if FAST_WALK else "not built or disabled: a pure-Python walk is used (slower)"),
+        ]
+        exe = shutil.which("py-spy")
+        if exe is None:
+            caps.append(Capability("native frames (engine='py-spy')", False, "py-spy is not installed: pip install py-spy"))
+        else:
+            ok, why = _ptrace_allowed()
+            caps.append(Capability("native frames (engine='py-spy')", ok, f"{exe}; {why}"))
+        caps.append(Capability("peek (report on SIGUSR1 while running)", hasattr(signal, "SIGUSR1"),
+                               "kill -USR1 <pid>" if hasattr(signal, "SIGUSR1") else "no SIGUSR1 on this platform"))
+        return caps
 
     def __init__(self, options: CpuOptions | None = None, *, context: Any = None,
                  sampler: Sampler | None = None) -> None:

@@ -171,6 +171,10 @@ class CuptiBackend(Backend):
     Options = CuptiOptions
 
     @classmethod
+    def capabilities(cls) -> list[Any]:
+        return diagnostics.gpu_capabilities(_factories["nvml"], _factories["cupti"])
+
+    @classmethod
     def probe(cls) -> None:
         checks = diagnostics.gpu_checks(_factories["nvml"], _factories["cupti"], stop_at_first=True)
         diagnostics.raise_first_failure(checks, plugin=cls.name)

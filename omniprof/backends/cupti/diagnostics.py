@@ -218,3 +218,62 @@ def raise_first_failure(checks: list[Check], plugin: str = "cupti") -> None:
     for c in checks:
         if not c.ok:
             raise BackendUnavailableError(c.detail, c.hint, plugin=plugin)
+
+
+#: compute capability from which PM sampling's GPU_TIME_INTERVAL trigger works (GA10x; not GA100 or Turing)
+PM_TIME_TRIGGER_MIN_CC = (8, 6)
+
+
+def _cc(text: Any) -> tuple[int, int]:
+    try:
+        major, minor = str(text).split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return (0, 0)
+
+
+def gpu_capabilities(nvml_factory: Callable[[], Any], cupti_factory: Callable[[], Any]) -> list[Any]:
+    """What the ``cupti`` backend can do here, feature by feature (``omniprof doctor``)."""
+    import os
+
+    from omniprof.backends.base import Capability
+
+    checks = {c.name: c for c in gpu_checks(nvml_factory, cupti_factory)}
+    failed = next((c for c in checks.values() if not c.ok), None)
+    why = f"the {failed.name!r} GPU check failed: {failed.detail}" if failed is not None else ""
+    nvml_ok = checks.get("nvml") is not None and checks["nvml"].ok and checks.get("gpus") is not None \
+        and checks["gpus"].ok
+    caps = [Capability("NVML device metrics (utilisation, memory, power, clocks, temperature, PCIe)", nvml_ok,
+                       checks["gpus"].detail if nvml_ok else why)]
+    cupti_ok = nvml_ok and all(checks.get(k) is not None and checks[k].ok for k in ("cupti", "cupti_subscriber"))
+    caps.append(Capability("CUPTI activity (kernels, memcpy/memset, sync, CUDA API calls, CUDA graphs)", cupti_ok,
+                           checks["cupti"].detail if cupti_ok else why))
+    if not cupti_ok:
+        caps.append(Capability("PM sampling (gpu_pm_sample_counters)", False, why))
+        caps.append(Capability("NVTX ranges (gpu_enable_nvtx_tracking)", False, why))
+        return caps
+    devices = []
+    nvml = nvml_factory()
+    try:
+        nvml.init()
+        devices = [nvml.device(i) for i in range(nvml.device_count())]
+    except NvmlCallError:
+        pass
+    finally:
+        _shutdown(nvml)
+    old = [f"GPU {d.get('index', i)} {d.get('name', '?')} (compute capability {d.get('compute_capability', '?')})"
+           for i, d in enumerate(devices) if _cc(d.get("compute_capability")) < PM_TIME_TRIGGER_MIN_CC]
+    if old:
+        caps.append(Capability("PM sampling (gpu_pm_sample_counters)", False,
+                               f"{'; '.join(old)}: PM sampling's GPU time-interval trigger needs compute capability "
+                               f"8.6 or newer (GA10x, Ada, Hopper, Blackwell); not Turing or GA100"))
+    else:
+        detail = "GPU time-interval trigger supported on every GPU"
+        if hasattr(os, "geteuid") and os.geteuid() != 0:
+            detail += ("; as a non-root user it also needs GPU performance-counter access "
+                       "(NVreg_RestrictProfilingToAdminUsers=0)")
+        caps.append(Capability("PM sampling (gpu_pm_sample_counters)", True, detail))
+    injected = os.environ.get("NVTX_INJECTION64_PATH")
+    caps.append(Capability("NVTX ranges (gpu_enable_nvtx_tracking)", bool(injected),
+                           f"NVTX_INJECTION64_PATH={injected}" if injected else nvtx_injection_hint()))
+    return caps

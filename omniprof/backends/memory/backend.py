@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend
+from omniprof.backends.base import Backend, Capability
 from omniprof.backends.cpu.stacks import resolve_frame
 from omniprof.core import validators as v
 from omniprof.core.results import Allocation, BackendResult, ClockInfo, Frame, Loss, ThreadInfo, Track
@@ -90,6 +90,17 @@ class MemoryBackend(Backend):
     summary = "allocation sampling with stacks (sample_rate), leak candidates, peak memory"
     single_session = True
     Options = MemoryOptions
+
+    @classmethod
+    def capabilities(cls) -> list[Capability]:
+        native = native_available()
+        return [
+            Capability("allocation sampling, native engine (C allocator hooks)", native,
+                       "built" if native else "the _allocsampler extension was not built: the tracemalloc engine "
+                                              "is used (slower); reinstall omniprof with a C compiler available"),
+            Capability("allocation sampling, tracemalloc engine", True, "always available"),
+            Capability("heap snapshots (.heapsnapshot for Chrome DevTools)", True, "omniprof.allocs.heap_snapshot"),
+        ]
 
     def __init__(self, options: MemoryOptions | None = None, *, context: Any = None) -> None:
         super().__init__(options, context=context)

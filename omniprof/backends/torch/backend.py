@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend
+from omniprof.backends.base import Backend, Capability
 from omniprof.core import validators as v
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
 from omniprof.errors import BackendOptionWarning, BackendUnavailableError, DataLossWarning
@@ -190,6 +190,34 @@ class TorchBackend(Backend):
         self._notes: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    @classmethod
+    def capabilities(cls) -> list[Capability]:
+        try:
+            _set_quiet_env()
+            import torch
+            from torch.autograd import kineto_available
+        except Exception as e:  # not installed, or a broken install: say which
+            why = f"torch cannot be imported ({type(e).__name__}: {e}); pip install 'omniprof[torch]'"
+            return [Capability("CPU operators", False, why), Capability("CUDA kernels", False, why)]
+        caps = [Capability("CPU operators (shapes, FLOPs, memory, Python stacks, steps)", True,
+                           f"torch {torch.__version__}"),
+                Capability("Kineto tracer (timeline, Perfetto/XProf export)", bool(kineto_available()),
+                           "built in" if kineto_available() else "this torch build has no Kineto: only the legacy "
+                                                                 "autograd profiler (no device activity)")]
+        cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
+        gpu = torch.cuda.is_available()
+        if gpu:
+            names = ", ".join(f"{i}: {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count()))
+            detail = f"{'ROCm ' + str(hip) if hip else 'CUDA ' + str(cuda)} build; {names}"
+        elif cuda or hip:
+            detail = (f"{'ROCm' if hip else 'CUDA'} build of torch, but no GPU is visible "
+                      f"(torch.cuda.is_available() is False): check the driver, CUDA_VISIBLE_DEVICES")
+        else:
+            detail = ("CPU-only torch build: install a CUDA build of torch (see pytorch.org) to record kernels; "
+                      "device_tracer_level=0 skips device activity without a warning")
+        caps.append(Capability("GPU kernels, memcpy and memory (Kineto over CUPTI/roctracer)", gpu, detail))
+        return caps
+
     @classmethod
     def probe(cls) -> None:
         if importlib.util.find_spec("torch") is None:

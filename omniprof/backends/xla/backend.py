@@ -30,7 +30,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend
+from omniprof.backends.base import Backend, Capability
 from omniprof.backends.xla import _runtime
 from omniprof.backends.xla.reader import OMNIPROF_MARK, part_from_files, run_tool
 from omniprof.backends.xla.strip import strip_device_activity
@@ -188,6 +188,34 @@ class XlaBackend(Backend):
         self._step: Any = None
         self.perfetto_server: Any = None
         self.postprocess_s = 0.0
+
+    @classmethod
+    def capabilities(cls) -> list[Capability]:
+        import importlib.metadata as md
+
+        try:
+            jax = _runtime.import_jax(False)
+            devices = jax.devices()
+        except Exception as e:  # BackendUnavailableError, or a jax that cannot start a backend
+            why = str(getattr(e, "reason", "") or f"{type(e).__name__}: {e}")
+            return [Capability("host tracing (Python, XLA ops on the host)", False, why),
+                    Capability("device tracing (GPU kernels, TPU ops)", False, why)]
+        accel = [d for d in devices if d.platform != "cpu"]
+        caps = [Capability("host tracing (Python, XLA ops on the host, annotations, steps)", True,
+                           f"jax {jax.__version__}"),
+                Capability("device tracing (GPU kernels, TPU ops)", bool(accel),
+                           ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in accel) if accel else
+                           "jax sees only the CPU: install jax with GPU or TPU support (pip install 'jax[cuda13]' "
+                           "or 'jax[tpu]') on a machine that has one")]
+        try:
+            xprof = f"xprof {md.version('xprof')}"
+            has_xprof = True
+        except md.PackageNotFoundError:
+            xprof, has_xprof = "xprof is not installed: pip install 'omniprof[jax]'", False
+        caps.append(Capability("xprof tools (op/kernel tables, trace viewer, `omniprof view`)", has_xprof, xprof))
+        caps.append(Capability("remote capture (profiler server, `omniprof collect`)", True,
+                                "jax.profiler.start_server; binds 127.0.0.1 unless told otherwise"))
+        return caps
 
     @classmethod
     def probe(cls) -> None:

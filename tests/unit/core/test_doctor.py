@@ -37,7 +37,7 @@ def test_doctor_json_is_machine_readable(capsys):
     """--json prints one JSON object with environment, gpu and backends."""
     assert main(["doctor", "--json", "--no-frameworks"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"environment", "gpu", "backends"}
+    assert set(data) == {"environment", "gpu", "backends", "capabilities"}
     assert {b["name"] for b in data["backends"]} >= {"cpu", "cupti"}
 
 
@@ -69,3 +69,92 @@ def test_cupti_call_error_names_the_result_code():
     """A CUPTI error message names the CUptiResult and the call."""
     e = CuptiCallError(35, "activity_enable")
     assert str(e) == "activity_enable failed with CUPTI_ERROR_INSUFFICIENT_PRIVILEGES (35)"
+
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-h100", "memory_total_bytes": 85_520_809_984,
+        "pci_bus_id": "00000000:19:00.0", "compute_capability": "9.0"}
+
+
+def _caps(nvml, cupti):
+    from omniprof.backends.cupti import CuptiBackend
+
+    with use_fake_gpu(nvml=nvml, cupti=cupti):
+        return {c.feature.split(" (")[0]: c for c in CuptiBackend.capabilities()}
+
+
+def test_cupti_capabilities_follow_the_gpu_and_its_compute_capability(monkeypatch):
+    """On an H100 everything is available; on an A100 (8.0) PM sampling's time trigger is not, and says why."""
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/opt/cuda/libcupti.so")
+    h100 = _caps(FakeNvml(devices=[H100]), FakeCupti())
+    assert all(c.available for c in h100.values()), h100
+    assert "H100" in h100["NVML device metrics"].detail
+    assert h100["NVTX ranges"].detail == "NVTX_INJECTION64_PATH=/opt/cuda/libcupti.so"
+    a100 = _caps(FakeNvml(), FakeCupti())
+    assert a100["NVML device metrics"].available and a100["CUPTI activity"].available
+    pm = a100["PM sampling"]
+    assert not pm.available and "compute capability 8.0" in pm.detail and "8.6 or newer" in pm.detail
+    monkeypatch.delenv("NVTX_INJECTION64_PATH")
+    nvtx = _caps(FakeNvml(devices=[H100]), FakeCupti())["NVTX ranges"]
+    assert not nvtx.available and "NVTX_INJECTION64_PATH=" in nvtx.detail
+
+
+def test_cupti_capabilities_name_the_check_that_failed():
+    """No driver: nothing is available, each row naming the failed check; CUPTI blocked: NVML still is."""
+    none = _caps(FakeNvml(init_error=12), FakeCupti())
+    assert not any(c.available for c in none.values())
+    assert all("'nvml' GPU check failed: no NVIDIA driver" in c.detail for c in none.values())
+    blocked = _caps(FakeNvml(), FakeCupti(subscribe_status=39))
+    assert blocked["NVML device metrics"].available
+    assert not blocked["CUPTI activity"].available and "another CUPTI subscriber" in blocked["CUPTI activity"].detail
+
+
+def test_framework_capabilities_say_what_this_machine_lacks():
+    """torch and xla report device tracing as this machine allows it, with what to install."""
+    from omniprof.backends.torch.backend import TorchBackend
+    from omniprof.backends.xla.backend import XlaBackend
+
+    torch = pytest.importorskip("torch")
+    caps = {c.feature.split(" (")[0]: c for c in TorchBackend.capabilities()}
+    assert caps["CPU operators"].available and torch.__version__ in caps["CPU operators"].detail
+    assert caps["GPU kernels, memcpy and memory"].available == torch.cuda.is_available()
+    if not torch.version.cuda and not torch.cuda.is_available():
+        assert "CPU-only torch build" in caps["GPU kernels, memcpy and memory"].detail
+    jax = pytest.importorskip("jax")
+    xcaps = {c.feature.split(" (")[0]: c for c in XlaBackend.capabilities()}
+    accel = [d for d in jax.devices() if d.platform != "cpu"]
+    assert xcaps["device tracing"].available == bool(accel)
+    if not accel:
+        assert "jax sees only the CPU" in xcaps["device tracing"].detail
+
+
+@pytest.mark.parametrize("scope, euid, ok, words", [
+    ("0", 1000, True, "ptrace_scope=0"), ("1", 1000, False, "ptrace_scope=1 stops a child"),
+    ("1", 0, True, "running as root"), (None, 1000, True, "no Yama"),
+])
+def test_py_spy_capability_reads_the_ptrace_scope(tmp_path, scope, euid, ok, words):
+    """Whether py-spy may attach follows root and kernel.yama.ptrace_scope."""
+    from omniprof.backends.cpu.backend import _ptrace_allowed
+
+    f = tmp_path / "ptrace_scope"
+    if scope is not None:
+        f.write_text(scope + "\n")
+    allowed, why = _ptrace_allowed(str(f), euid=euid)
+    assert allowed is ok and words in why
+
+
+def test_doctor_lists_capabilities_and_survives_a_plugin_whose_capabilities_raise(capsys, monkeypatch):
+    """Capability rows appear under each backend; a capabilities() that raises is a row, not a crash."""
+    from omniprof.backends.memory.backend import MemoryBackend
+
+    def boom(cls):
+        raise RuntimeError("capability probe exploded")
+
+    monkeypatch.setattr(MemoryBackend, "capabilities", classmethod(boom))
+    report = run_doctor()
+    caps = dict(report.capabilities)
+    assert caps["memory"][0].feature == "capabilities()" and "exploded" in caps["memory"][0].detail
+    assert any(c.feature.startswith("signal engine") and c.available for c in caps["cpu"])
+    text = format_doctor(report)
+    assert "    [no ] capabilities(): raised RuntimeError: capability probe exploded" in text
+    assert "    [yes] thread engine" in text
+    assert json.loads(json.dumps(report.to_dict()))["capabilities"]["cpu"][1]["feature"] == "thread engine"
