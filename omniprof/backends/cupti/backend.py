@@ -257,6 +257,7 @@ class CuptiBackend(Backend):
         self._kinds = kinds
         try:
             self._open_nvml()
+            self._check_pm_support()
             if kinds or self._pm_metrics:
                 self._open_cupti()
         except BaseException:
@@ -290,6 +291,21 @@ class CuptiBackend(Backend):
             self.close()
             reason, hint = diagnostics.explain_nvml(e)
             raise BackendUnavailableError(reason, hint, plugin=self.name) from e
+
+    def _check_pm_support(self) -> None:
+        """PM sampling runs on the GPU time-interval trigger, which GA100 and Turing lack: say so up front."""
+        if not self._pm_metrics:
+            return
+        old = [f"GPU {d.get('index')} {d.get('name', '?')} (compute capability {d['compute_capability']})"
+               for d in self._device_info
+               if (0, 0) < diagnostics.compute_capability(d.get("compute_capability"))
+               < diagnostics.PM_TIME_TRIGGER_MIN_CC]
+        if old:
+            raise InvalidArgumentError(
+                f"backend 'cupti': gpu_pm_sample_counters cannot be sampled on {'; '.join(old)}: PM sampling's GPU "
+                f"time-interval trigger (gpu_pm_sample_interval_us) needs compute capability 8.6 or newer (GA10x, "
+                f"Ada, Hopper, Blackwell). Leave gpu_pm_sample_counters empty, or choose other GPUs with "
+                f"'devices' / gpu_num_chips_to_profile_per_task")
 
     def _open_cupti(self) -> None:
         cupti = _factories["cupti"]()

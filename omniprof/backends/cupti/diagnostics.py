@@ -224,7 +224,8 @@ def raise_first_failure(checks: list[Check], plugin: str = "cupti") -> None:
 PM_TIME_TRIGGER_MIN_CC = (8, 6)
 
 
-def _cc(text: Any) -> tuple[int, int]:
+def compute_capability(text: Any) -> tuple[int, int]:
+    """``"8.6"`` -> (8, 6); (0, 0) when unknown."""
     try:
         major, minor = str(text).split(".")[:2]
         return int(major), int(minor)
@@ -262,7 +263,7 @@ def gpu_capabilities(nvml_factory: Callable[[], Any], cupti_factory: Callable[[]
     finally:
         _shutdown(nvml)
     old = [f"GPU {d.get('index', i)} {d.get('name', '?')} (compute capability {d.get('compute_capability', '?')})"
-           for i, d in enumerate(devices) if _cc(d.get("compute_capability")) < PM_TIME_TRIGGER_MIN_CC]
+           for i, d in enumerate(devices) if compute_capability(d.get("compute_capability")) < PM_TIME_TRIGGER_MIN_CC]
     if old:
         caps.append(Capability("PM sampling (gpu_pm_sample_counters)", False,
                                f"{'; '.join(old)}: PM sampling's GPU time-interval trigger needs compute capability "

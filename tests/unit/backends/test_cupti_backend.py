@@ -65,6 +65,10 @@ SMALL = [
 ]
 
 
+H100 = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-h100", "memory_total_bytes": 85_520_809_984,
+        "pci_bus_id": "00000000:19:00.0", "compute_capability": "9.0"}
+
+
 def run(options=None, backend_options=None, nvml=None, cupti=None, pm=None, work=None):
     nvml = nvml or FakeNvml()
     cupti = cupti if cupti is not None else FakeCupti(SMALL)
@@ -217,7 +221,7 @@ def test_pm_sampling_series_and_configuration():
         "gpu_pm_sample_counters": "sm__cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg",
         "gpu_pm_sample_interval_us": 250, "gpu_pm_sample_buffer_size_per_gpu_mb": 16})
     with pytest.warns(DataLossWarning, match="PM sampling hardware buffer overflowed"):
-        part, *_ = run(opts, pm=pm)
+        part, *_ = run(opts, pm=pm, nvml=FakeNvml(devices=[H100]))
     (s,) = made
     assert (s.interval_ns, s.buffer_bytes, s.state) == (250_000, 16 * 1024 * 1024, "closed")
     series = {c.name: c for c in part.counters if ".pm." in c.name}
@@ -233,7 +237,7 @@ def test_pm_sampling_unsupported_metrics_are_rejected():
 
     opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b,c__d"})
     with pytest.raises(BackendError, match="gpu_pm_sample_counters='a__b,c__d'.*single pass") as info:
-        run(opts, pm=pm)
+        run(opts, pm=pm, nvml=FakeNvml(devices=[H100]))
     assert isinstance(info.value.__cause__, InvalidArgumentError)
 
 
@@ -390,7 +394,7 @@ def test_pm_sampling_without_nvperf_libraries_says_how_to_fix_it():
 
     opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b"})
     with pytest.raises(BackendError) as info:
-        run(opts, pm=pm)
+        run(opts, pm=pm, nvml=FakeNvml(devices=[H100]))
     cause = info.value.__cause__
     assert isinstance(cause, BackendUnavailableError)
     assert "PM sampling on GPU 0" in cause.reason and "libnvperf_host.so" in cause.reason
@@ -409,7 +413,7 @@ def test_failed_pm_decode_is_a_loss_and_nvml_sampling_goes_on():
     opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b"})
     with pytest.warns(DataLossWarning, match="PM sampling stopped when decoding failed"):
         part, nvml, _ = run(opts, backend_options={"pm_poll_interval_s": 0.001}, pm=pm,
-                            work=lambda: time.sleep(0.1))
+                            nvml=FakeNvml(devices=[H100]), work=lambda: time.sleep(0.1))
     (s,) = made
     assert s.decodes == 1  # not retried after the failure
     (loss,) = [lo for lo in part.losses if lo.source == "cupti.pm"]
@@ -445,3 +449,13 @@ def test_clock_map_keeps_durations_exact_unless_the_clocks_measurably_drift():
     assert long(1_000_000) == 0 and long(10_001_000_000) == 10_005_000_000
     assert long(5_001_000_000) == 5_002_500_000
     assert clock_map([])(123) == 123
+
+
+def test_pm_sampling_on_a_gpu_without_the_time_trigger_is_refused_up_front():
+    """An A100 (8.0) cannot run PM sampling's time-interval trigger: refused before CUPTI is touched."""
+    cupti = FakeCupti(SMALL)
+    opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b"})
+    with pytest.raises(BackendError, match=r"GPU 0 NVIDIA A100.*compute capability 8.0.*8.6 or newer") as info:
+        run(opts, cupti=cupti)
+    assert isinstance(info.value.__cause__, InvalidArgumentError)
+    assert not cupti.subscribed and not any(c.startswith("enable") for c in cupti.calls)
