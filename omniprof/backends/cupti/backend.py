@@ -91,6 +91,8 @@ class CuptiOptions:
 
     Attributes:
         record_nvml: sample NVML device metrics (default True).
+        record_activity: use CUPTI at all (default True). False: NVML metrics only, without touching
+            CUPTI -- e.g. beside ``torch.profiler``, which holds the process's one CUPTI subscriber.
         nvml_interval_s: time between NVML readings (default 0.01: 100 Hz).
         nvml_metrics: which NVML metrics (default: all of ``NVML_METRICS``).
         max_nvml_samples: readings kept per device; later ones are counted as lost.
@@ -106,6 +108,7 @@ class CuptiOptions:
     """
 
     record_nvml: bool = attrs.field(default=True, validator=v.is_bool)
+    record_activity: bool = attrs.field(default=True, validator=v.is_bool)
     nvml_interval_s: float = attrs.field(default=0.01, validator=v.number_in_range(0.0, 60.0, lo_open=True))
     nvml_metrics: tuple[str, ...] = attrs.field(default=tuple(NVML_METRICS), converter=_tuple_or_none,
                                                 validator=_metrics_validator)
@@ -176,7 +179,10 @@ class CuptiBackend(Backend):
 
     @classmethod
     def probe(cls) -> None:
-        checks = diagnostics.gpu_checks(_factories["nvml"], _factories["cupti"], stop_at_first=True)
+        # NVML and a GPU are all a session needs (record_activity=false is NVML only); CUPTI's own
+        # problems are raised, with their fix, by the session that needs CUPTI.
+        checks = diagnostics.gpu_checks(_factories["nvml"], _factories["cupti"], stop_at_first=True,
+                                        check_cupti=False)
         diagnostics.raise_first_failure(checks, plugin=cls.name)
 
     def __init__(self, options: CuptiOptions | None = None, *, context: Any = None) -> None:
@@ -212,7 +218,8 @@ class CuptiBackend(Backend):
         if po.python_tracer_level:
             warnings.warn("backend 'cupti': python_tracer_level=1 (Python call tracing) is not supported; "
                           "use backend 'cpu' alongside for Python stacks", BackendOptionWarning, stacklevel=2)
-        device_on = po.device_tracer_level >= 1
+        device_on = po.device_tracer_level >= 1 and opts.record_activity
+        off_by = "device_tracer_level=0" if po.device_tracer_level < 1 else "record_activity=false"
         adv = po.advanced
         self._pm_metrics = [m.strip() for m in str(adv("gpu_pm_sample_counters")).split(",") if m.strip()]
         if not device_on:
@@ -220,7 +227,7 @@ class CuptiBackend(Backend):
                                    "gpu_enable_cupti_activity_graph_trace", "gpu_dump_graph_node_mapping")
                        if po.advanced_configuration.get(k)]
             if ignored:
-                warnings.warn(f"backend 'cupti': device_tracer_level=0 turns CUPTI off, so {', '.join(ignored)} "
+                warnings.warn(f"backend 'cupti': {off_by} turns CUPTI off, so {', '.join(ignored)} "
                               f"has no effect (only NVML metrics are recorded)", BackendOptionWarning, stacklevel=2)
             self._pm_metrics = []
         kinds: list[str] = []
@@ -252,8 +259,8 @@ class CuptiBackend(Backend):
                 kinds.append("overhead")
         if adv("gpu_dump_graph_node_mapping") and "kernel" not in kinds and "memcpy" not in kinds:
             warnings.warn("backend 'cupti': gpu_dump_graph_node_mapping adds graph ids to kernel and memcpy "
-                          "records, but none are recorded (record_kernels/record_memcpy off or "
-                          "device_tracer_level=0)", BackendOptionWarning, stacklevel=2)
+                          "records, but none are recorded (record_kernels/record_memcpy off, "
+                          "record_activity=false or device_tracer_level=0)", BackendOptionWarning, stacklevel=2)
         self._kinds = kinds
         try:
             self._open_nvml()
@@ -323,7 +330,7 @@ class CuptiBackend(Backend):
         except (CuptiLoadError, CuptiCallError) as e:
             self.close()
             reason, hint = diagnostics.explain_cupti(e)
-            raise BackendUnavailableError(reason, hint, plugin=self.name) from e
+            raise BackendUnavailableError(reason, hint + diagnostics.NVML_ONLY_HINT, plugin=self.name) from e
         adv = self.context.profile_options.advanced
         n = adv("gpu_num_chips_to_profile_per_task")
         self._collector = ActivityCollector(

@@ -31,7 +31,8 @@ from omniprof.backends.cupti.nvml import (
 from omniprof.errors import BackendUnavailableError
 
 __all__ = ["Check", "gpu_checks", "explain_nvml", "explain_cupti", "raise_first_failure", "PRIVILEGES_HINT",
-           "LD_LIBRARY_PATH_HINT", "SUBSCRIBER_HINT", "NVPERF_HINT"]
+           "LD_LIBRARY_PATH_HINT", "SUBSCRIBER_HINT", "NVPERF_HINT",
+           "NVML_ONLY_HINT"]
 
 PRIVILEGES_HINT = (
     "Allow profiling by non-admin users and reboot: "
@@ -65,6 +66,7 @@ DEVICE_HINTS = {
     47: ("hardware event system tracing under MPS", "Stop the MPS control daemon (echo quit | nvidia-cuda-mps-control) "
                                                     "or profile without MPS"),
 }
+NVML_ONLY_HINT = ". For NVML metrics without CUPTI, set the cupti option record_activity=false"
 INSTALL_HINT = ("pip install 'omniprof[gpu]' (nvidia-ml-py provides the pynvml module; the separate 'pynvml' "
                 "package is a deprecated shim) ")
 

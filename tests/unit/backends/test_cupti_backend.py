@@ -92,17 +92,36 @@ def test_nvml_and_cupti_records_land_on_one_timeline():
     assert [f.flow_id for f in part.flows] == [1]
     assert part.table("kernel_stats") is not None
     assert part.metadata["devices"][0]["name"] == A100_DEVICE["name"]
-    # probe() first (load, subscribe, unsubscribe), then the session
-    assert cupti.calls[:7] == ["load", "subscribe", "unsubscribe", "load", "subscribe", "system_thread_ids",
-                               "register:8388608"]
+    # probe() checks NVML only; the session loads CUPTI and subscribes
+    assert cupti.calls[:4] == ["load", "subscribe", "system_thread_ids", "register:8388608"]
     assert "unsubscribe" in cupti.calls and nvml.calls[-1] == "shutdown"
 
 
 def test_device_tracer_level_0_samples_nvml_only():
-    """device_tracer_level=0 never starts CUPTI (only probe() touches it): NVML series only, no spans."""
+    """device_tracer_level=0 never touches CUPTI: NVML series only, no spans."""
     part, _, cupti = run(ProfileOptions(device_tracer_level=0))
     assert part.counters and not [s for s in part.spans if s.category != "annotation"]
-    assert cupti.calls == ["load", "subscribe", "unsubscribe"]
+    assert cupti.calls == []
+
+
+@pytest.mark.parametrize("options, backend_options", [
+    (ProfileOptions(device_tracer_level=0), None), (None, {"record_activity": False}),
+], ids=["device_tracer_level=0", "record_activity=false"])
+def test_nvml_only_works_where_cupti_cannot(options, backend_options):
+    """NVML metrics need no CUPTI: with another subscriber attached (torch.profiler, say) they are still recorded."""
+    cupti = FakeCupti(subscribe_status=39)
+    part, _, _ = run(options, backend_options, cupti=cupti)
+    assert {c.name for c in part.counters} >= {"gpu0.gpu_utilization", "gpu0.power"}
+    assert cupti.calls == [] and part.metadata["record_kinds"] == []
+
+
+def test_without_cupti_the_error_says_how_to_get_nvml_only():
+    """A session that needs CUPTI and cannot have it names the cause and the NVML-only way out."""
+    with pytest.raises(BackendUnavailableError) as info:
+        run(cupti=FakeCupti(subscribe_status=39))
+    err = info.value
+    assert isinstance(err, BackendUnavailableError) and "another CUPTI subscriber" in err.reason
+    assert err.hint.endswith("set the cupti option record_activity=false")
 
 
 @pytest.mark.parametrize("level, api", [(0, set()), (1, set()), (2, {"runtime"}), (3, {"runtime", "driver"})],
@@ -266,7 +285,7 @@ def test_cupti_failures_explain_the_fix(cupti, match, hint):
     with pytest.raises((BackendUnavailableError, BackendError), match=match) as info:
         run(cupti=cupti)
     err = info.value if isinstance(info.value, BackendUnavailableError) else info.value.__cause__
-    assert isinstance(err, BackendUnavailableError) and err.hint == hint
+    assert isinstance(err, BackendUnavailableError) and err.hint.startswith(hint)
     assert not cupti.subscribed and not cupti.enabled  # nothing left attached
 
 
@@ -279,12 +298,14 @@ def test_probe_explains_nvml_failures(code, match):
             CuptiBackend.probe()
 
 
-def test_probe_passes_and_releases_cupti_when_all_is_well():
-    """probe() on a working (fake) GPU raises nothing and leaves no subscriber behind."""
-    cupti = FakeCupti()
-    with use_fake_gpu(nvml=FakeNvml(), cupti=cupti):
+def test_probe_checks_nvml_only_and_leaves_cupti_alone():
+    """probe() on a working (fake) GPU raises nothing and does not touch CUPTI, even a blocked one
+    (NVML-only sessions need none; sessions that need CUPTI say why they cannot have it)."""
+    cupti = FakeCupti(subscribe_status=39)
+    nvml = FakeNvml()
+    with use_fake_gpu(nvml=nvml, cupti=cupti):
         CuptiBackend.probe()
-    assert cupti.calls == ["load", "subscribe", "unsubscribe"] and not cupti.subscribed
+    assert cupti.calls == [] and nvml.calls == ["init", "shutdown"]
 
 
 def test_probe_without_gpus():
@@ -459,3 +480,21 @@ def test_pm_sampling_on_a_gpu_without_the_time_trigger_is_refused_up_front():
         run(opts, cupti=cupti)
     assert isinstance(info.value.__cause__, InvalidArgumentError)
     assert not cupti.subscribed and not any(c.startswith("enable") for c in cupti.calls)
+
+
+def test_nvml_metrics_beside_a_real_torch_profiler_session():
+    """torch (real torch.profiler) and cupti with record_activity=false in one run: both parts, one timeline."""
+    torch = pytest.importorskip("torch")
+    with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(subscribe_status=39)), warnings.catch_warnings():
+        warnings.simplefilter("ignore", BackendOptionWarning)  # torch: no CUDA device on this machine
+        with omniprof.Profiler(backend=["torch", "cupti"],
+                               backend_options={"cupti": {"record_activity": False,
+                                                          "nvml_interval_s": 0.005}}) as prof:
+            a = torch.randn(256, 256)
+            for _ in range(20):
+                a = torch.tanh(a @ a)
+            time.sleep(0.05)
+    t, g = prof.result.part("torch"), prof.result.part("cupti")
+    assert any(s.name == "aten::mm" for s in t.spans)
+    util = next(c for c in g.counters if c.name == "gpu0.gpu_utilization")
+    assert len(util.t_ns) >= 3 and g.start_ns <= util.t_ns[0] and util.t_ns[-1] <= g.end_ns
