@@ -320,6 +320,24 @@ def test_pyspy_engine_records_native_frames():
     assert "math_sqrt" in native or "math_1" in native
 
 
+@pytest.mark.skipif(_pyspy_ok() is not None, reason=str(_pyspy_ok()))
+def test_pyspy_is_started_behind_a_gate_under_the_pid_named_as_our_tracer():
+    """py-spy runs under the pid omniprof named with PR_SET_PTRACER (the gate's exec keeps it), so
+    Yama's ptrace_scope=1 lets it attach; the permission is withdrawn when it stops."""
+    from omniprof.backends.cpu.pyspy import PySpyEngine
+
+    yama = Path("/proc/sys/kernel/yama/ptrace_scope").exists()
+    eng = PySpyEngine(os.getpid(), 50, native=False)
+    eng.start()
+    try:
+        assert Path(f"/proc/{eng.proc.pid}/comm").read_text().strip() == "py-spy"
+        assert eng.ptracer_set is yama  # the kernel takes PR_SET_PTRACER exactly where Yama is
+        time.sleep(0.1)
+    finally:
+        eng.stop()
+    assert eng.ptracer_set is False
+
+
 def _child_script(body: str) -> str:
     return textwrap.dedent(body)
 

@@ -206,8 +206,13 @@ def _ptrace_allowed(scope_file: str = "/proc/sys/kernel/yama/ptrace_scope",
         return True, "no Yama ptrace restriction"
     if scope == 0:
         return True, "kernel.yama.ptrace_scope=0"
-    return False, (f"kernel.yama.ptrace_scope={scope} stops a child from attaching to its parent: run as root, "
-                   f"give py-spy CAP_SYS_PTRACE, or sudo sysctl kernel.yama.ptrace_scope=0")
+    if scope == 1:
+        return True, "kernel.yama.ptrace_scope=1: omniprof names py-spy its tracer (PR_SET_PTRACER)"
+    if scope == 2:
+        return False, ("kernel.yama.ptrace_scope=2 lets only admins (CAP_SYS_PTRACE) attach: run as root, give "
+                       "py-spy CAP_SYS_PTRACE, or use engine='signal' (no native frames)")
+    return False, (f"kernel.yama.ptrace_scope={scope} forbids ptrace until reboot: use engine='signal' "
+                   f"(no native frames)")
 
 
 class CpuSamplerBackend(Backend):

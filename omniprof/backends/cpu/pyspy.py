@@ -20,6 +20,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -45,6 +46,27 @@ def find_pyspy() -> str:
                                       "pip install py-spy, or use engine='signal'/'thread' without native frames",
                                       plugin="cpu")
     return exe
+
+
+PR_SET_PTRACER = 0x59616D61  # prctl option of the Yama LSM
+
+
+def set_ptracer(pid: int) -> bool:
+    """Let process ``pid`` ptrace this one under Yama's ptrace_scope=1 (0: no one again).
+
+    True when the kernel took it; False where there is no Yama (nothing to allow: the default
+    ptrace rules apply) or no prctl (not Linux).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _frame(text: str) -> Frame:
@@ -95,6 +117,7 @@ class PySpyEngine:
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self.out_path: Path | None = None
         self.stderr = b""
+        self.ptracer_set = False
 
     def start(self) -> None:
         exe = find_pyspy()
@@ -106,7 +129,19 @@ class PySpyEngine:
             cmd.append("--native")
         if self.include_idle:
             cmd.append("--idle")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        # py-spy, our child, must ptrace us, its parent. Under Yama's ptrace_scope=1 (Ubuntu's default)
+        # only a process we name may: start it held at a gate (a shell waiting for a line on stdin),
+        # name its pid our tracer (the pid survives the exec), then open the gate.
+        gated = ["/bin/sh", "-c", 'read _ && exec "$@" </dev/null', "omniprof-pyspy", *cmd]
+        self.proc = subprocess.Popen(gated, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        self.ptracer_set = set_ptracer(self.proc.pid)
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.close()
+        except OSError:  # the shell died already: reported below, with its stderr
+            pass
         self._stderr_thread = threading.Thread(target=self._drain, name="omniprof-pyspy-stderr", daemon=True)
         self._stderr_thread.start()
         # py-spy prints "Sampling process ..." once it runs (with --native, seconds later, after
@@ -148,6 +183,9 @@ class PySpyEngine:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if self.ptracer_set:
+            set_ptracer(0)  # py-spy is gone: no process may trace us any more
+            self.ptracer_set = False
         if self.proc is not None and self.proc.stderr is not None:
             self.proc.stderr.close()
         if self._dir is not None:

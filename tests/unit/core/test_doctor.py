@@ -131,8 +131,9 @@ def test_framework_capabilities_say_what_this_machine_lacks():
 
 
 @pytest.mark.parametrize("scope, euid, ok, words", [
-    ("0", 1000, True, "ptrace_scope=0"), ("1", 1000, False, "ptrace_scope=1 stops a child"),
-    ("1", 0, True, "running as root"), (None, 1000, True, "no Yama"),
+    ("0", 1000, True, "ptrace_scope=0"), ("1", 1000, True, "PR_SET_PTRACER"),
+    ("2", 1000, False, "only admins (CAP_SYS_PTRACE)"), ("3", 1000, False, "forbids ptrace"),
+    ("2", 0, True, "running as root"), (None, 1000, True, "no Yama"),
 ])
 def test_py_spy_capability_reads_the_ptrace_scope(tmp_path, scope, euid, ok, words):
     """Whether py-spy may attach follows root and kernel.yama.ptrace_scope."""
