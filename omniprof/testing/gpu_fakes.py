@@ -33,11 +33,14 @@ from omniprof.backends.cupti.nvml import (
 )
 
 __all__ = ["FakeNvml", "FakeCupti", "FakePmSampler", "use_fake_gpu", "records_from_kineto", "A100_READINGS",
-           "A100_DEVICE"]
+           "A100_DEVICE", "H100_DEVICE"]
 
 #: One A100 as NVML describes it.
 A100_DEVICE = {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-00000000-fake-0000-0000-000000000000",
                "memory_total_bytes": 42_949_672_960, "pci_bus_id": "00000000:07:00.0", "compute_capability": "8.0"}
+#: One H100 (compute capability 9.0: PM sampling's time trigger, which the A100 lacks).
+H100_DEVICE = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-00000000-fake-0000-0000-000000000001",
+               "memory_total_bytes": 85_520_809_984, "pci_bus_id": "00000000:19:00.0", "compute_capability": "9.0"}
 
 #: NVML readings of a GPU going from idle into a compute-bound loop and back, in NVML's units
 #: after the adapter's conversions (percent, bytes, W, MHz, C, bytes/s).

@@ -303,16 +303,11 @@ class CuptiBackend(Backend):
         """PM sampling runs on the GPU time-interval trigger, which GA100 and Turing lack: say so up front."""
         if not self._pm_metrics:
             return
-        old = [f"GPU {d.get('index')} {d.get('name', '?')} (compute capability {d['compute_capability']})"
-               for d in self._device_info
-               if (0, 0) < diagnostics.compute_capability(d.get("compute_capability"))
-               < diagnostics.PM_TIME_TRIGGER_MIN_CC]
-        if old:
+        why_not = diagnostics.pm_trigger_unsupported(self._device_info)
+        if why_not:
             raise InvalidArgumentError(
-                f"backend 'cupti': gpu_pm_sample_counters cannot be sampled on {'; '.join(old)}: PM sampling's GPU "
-                f"time-interval trigger (gpu_pm_sample_interval_us) needs compute capability 8.6 or newer (GA10x, "
-                f"Ada, Hopper, Blackwell). Leave gpu_pm_sample_counters empty, or choose other GPUs with "
-                f"'devices' / gpu_num_chips_to_profile_per_task")
+                f"backend 'cupti': gpu_pm_sample_counters cannot be sampled on {why_not}. Leave "
+                f"gpu_pm_sample_counters empty, or choose other GPUs with 'devices' / gpu_num_chips_to_profile_per_task")
 
     def _open_cupti(self) -> None:
         cupti = _factories["cupti"]()

@@ -235,6 +235,21 @@ def compute_capability(text: Any) -> tuple[int, int]:
         return (0, 0)
 
 
+def pm_trigger_unsupported(devices: list[Any]) -> str:
+    """Why PM sampling cannot run on some of ``devices`` (NVML device facts), or "" when it can.
+
+    A GPU whose compute capability NVML did not report is given the benefit of the doubt (CUPTI
+    itself refuses it, with its own words, if need be).
+    """
+    old = [f"GPU {d.get('index', i)} {d.get('name', '?')} (compute capability {d['compute_capability']})"
+           for i, d in enumerate(devices)
+           if (0, 0) < compute_capability(d.get("compute_capability")) < PM_TIME_TRIGGER_MIN_CC]
+    if not old:
+        return ""
+    return (f"{'; '.join(old)}: PM sampling's GPU time-interval trigger (gpu_pm_sample_interval_us) needs compute "
+            f"capability 8.6 or newer (GA10x, Ada, Hopper, Blackwell; not Turing or GA100)")
+
+
 def gpu_capabilities(nvml_factory: Callable[[], Any], cupti_factory: Callable[[], Any]) -> list[Any]:
     """What the ``cupti`` backend can do here, feature by feature (``omniprof doctor``)."""
     import os
@@ -264,12 +279,9 @@ def gpu_capabilities(nvml_factory: Callable[[], Any], cupti_factory: Callable[[]
         pass
     finally:
         _shutdown(nvml)
-    old = [f"GPU {d.get('index', i)} {d.get('name', '?')} (compute capability {d.get('compute_capability', '?')})"
-           for i, d in enumerate(devices) if compute_capability(d.get("compute_capability")) < PM_TIME_TRIGGER_MIN_CC]
-    if old:
-        caps.append(Capability("PM sampling (gpu_pm_sample_counters)", False,
-                               f"{'; '.join(old)}: PM sampling's GPU time-interval trigger needs compute capability "
-                               f"8.6 or newer (GA10x, Ada, Hopper, Blackwell); not Turing or GA100"))
+    why_not = pm_trigger_unsupported(devices)
+    if why_not:
+        caps.append(Capability("PM sampling (gpu_pm_sample_counters)", False, why_not))
     else:
         detail = "GPU time-interval trigger supported on every GPU"
         if hasattr(os, "geteuid") and os.geteuid() != 0:

@@ -32,6 +32,7 @@ from omniprof.errors import BackendOptionWarning, DataLossWarning
 from omniprof.testing.conformance import BackendConformance
 from omniprof.testing.gpu_fakes import (
     A100_DEVICE,
+    H100_DEVICE,
     FakeCupti,
     FakeNvml,
     FakePmSampler,
@@ -65,8 +66,6 @@ SMALL = [
 ]
 
 
-H100 = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-h100", "memory_total_bytes": 85_520_809_984,
-        "pci_bus_id": "00000000:19:00.0", "compute_capability": "9.0"}
 
 
 def run(options=None, backend_options=None, nvml=None, cupti=None, pm=None, work=None):
@@ -240,7 +239,7 @@ def test_pm_sampling_series_and_configuration():
         "gpu_pm_sample_counters": "sm__cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg",
         "gpu_pm_sample_interval_us": 250, "gpu_pm_sample_buffer_size_per_gpu_mb": 16})
     with pytest.warns(DataLossWarning, match="PM sampling hardware buffer overflowed"):
-        part, *_ = run(opts, pm=pm, nvml=FakeNvml(devices=[H100]))
+        part, *_ = run(opts, pm=pm, nvml=FakeNvml(devices=[H100_DEVICE]))
     (s,) = made
     assert (s.interval_ns, s.buffer_bytes, s.state) == (250_000, 16 * 1024 * 1024, "closed")
     series = {c.name: c for c in part.counters if ".pm." in c.name}
@@ -256,7 +255,7 @@ def test_pm_sampling_unsupported_metrics_are_rejected():
 
     opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b,c__d"})
     with pytest.raises(BackendError, match="gpu_pm_sample_counters='a__b,c__d'.*single pass") as info:
-        run(opts, pm=pm, nvml=FakeNvml(devices=[H100]))
+        run(opts, pm=pm, nvml=FakeNvml(devices=[H100_DEVICE]))
     assert isinstance(info.value.__cause__, InvalidArgumentError)
 
 
@@ -415,7 +414,7 @@ def test_pm_sampling_without_nvperf_libraries_says_how_to_fix_it():
 
     opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b"})
     with pytest.raises(BackendError) as info:
-        run(opts, pm=pm, nvml=FakeNvml(devices=[H100]))
+        run(opts, pm=pm, nvml=FakeNvml(devices=[H100_DEVICE]))
     cause = info.value.__cause__
     assert isinstance(cause, BackendUnavailableError)
     assert "PM sampling on GPU 0" in cause.reason and "libnvperf_host.so" in cause.reason
@@ -434,7 +433,7 @@ def test_failed_pm_decode_is_a_loss_and_nvml_sampling_goes_on():
     opts = ProfileOptions(advanced_configuration={"gpu_pm_sample_counters": "a__b"})
     with pytest.warns(DataLossWarning, match="PM sampling stopped when decoding failed"):
         part, nvml, _ = run(opts, backend_options={"pm_poll_interval_s": 0.001}, pm=pm,
-                            nvml=FakeNvml(devices=[H100]), work=lambda: time.sleep(0.1))
+                            nvml=FakeNvml(devices=[H100_DEVICE]), work=lambda: time.sleep(0.1))
     (s,) = made
     assert s.decodes == 1  # not retried after the failure
     (loss,) = [lo for lo in part.losses if lo.source == "cupti.pm"]

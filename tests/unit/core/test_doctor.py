@@ -6,11 +6,15 @@ import json
 
 import pytest
 
-from omniprof.backends.cupti.diagnostics import PRIVILEGES_HINT, SUBSCRIBER_HINT, gpu_checks
 from omniprof.backends.cupti.cupti_adapter import CuptiCallError
+from omniprof.backends.cupti.diagnostics import (
+    PRIVILEGES_HINT,
+    SUBSCRIBER_HINT,
+    gpu_checks,
+)
 from omniprof.cli import main
 from omniprof.core.doctor import format_doctor, run_doctor
-from omniprof.testing.gpu_fakes import FakeCupti, FakeNvml, use_fake_gpu
+from omniprof.testing.gpu_fakes import H100_DEVICE, FakeCupti, FakeNvml, use_fake_gpu
 
 
 def test_doctor_on_this_machine_lists_checks_and_backends(capsys):
@@ -74,8 +78,6 @@ def test_cupti_call_error_names_the_result_code():
     assert str(e) == "activity_enable failed with CUPTI_ERROR_INSUFFICIENT_PRIVILEGES (35)"
 
 
-H100 = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-h100", "memory_total_bytes": 85_520_809_984,
-        "pci_bus_id": "00000000:19:00.0", "compute_capability": "9.0"}
 
 
 def _caps(nvml, cupti):
@@ -88,7 +90,7 @@ def _caps(nvml, cupti):
 def test_cupti_capabilities_follow_the_gpu_and_its_compute_capability(monkeypatch):
     """On an H100 everything is available; on an A100 (8.0) PM sampling's time trigger is not, and says why."""
     monkeypatch.setenv("NVTX_INJECTION64_PATH", "/opt/cuda/libcupti.so")
-    h100 = _caps(FakeNvml(devices=[H100]), FakeCupti())
+    h100 = _caps(FakeNvml(devices=[H100_DEVICE]), FakeCupti())
     assert all(c.available for c in h100.values()), h100
     assert "H100" in h100["NVML device metrics"].detail
     assert h100["NVTX ranges"].detail == "NVTX_INJECTION64_PATH=/opt/cuda/libcupti.so"
@@ -97,7 +99,7 @@ def test_cupti_capabilities_follow_the_gpu_and_its_compute_capability(monkeypatc
     pm = a100["PM sampling"]
     assert not pm.available and "compute capability 8.0" in pm.detail and "8.6 or newer" in pm.detail
     monkeypatch.delenv("NVTX_INJECTION64_PATH")
-    nvtx = _caps(FakeNvml(devices=[H100]), FakeCupti())["NVTX ranges"]
+    nvtx = _caps(FakeNvml(devices=[H100_DEVICE]), FakeCupti())["NVTX ranges"]
     assert not nvtx.available and "NVTX_INJECTION64_PATH=" in nvtx.detail
 
 
