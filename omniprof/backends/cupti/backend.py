@@ -378,7 +378,7 @@ class CuptiBackend(Backend):
             reason, hint = diagnostics.explain_cupti(e)
             if e.status in (ERROR_INSUFFICIENT_PRIVILEGES, ERROR_MULTIPLE_SUBSCRIBERS,
                             ERROR_VIRTUALIZED_INSUFFICIENT_PRIVILEGES) or e.status in diagnostics.DEVICE_HINTS:
-                raise BackendUnavailableError(reason, hint, plugin=self.name) from e
+                raise BackendUnavailableError(reason, hint + diagnostics.NVML_ONLY_HINT, plugin=self.name) from e
             raise BackendError(f"backend 'cupti': enabling CUPTI {kind} records failed: {e}", plugin=self.name) from e
         self._enabled.append(kind)
         if kind == "graph":
