@@ -192,29 +192,6 @@ def _signal_usable() -> bool:
     return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) and signal.getitimer(signal.ITIMER_REAL)[0] == 0
 
 
-def _ptrace_allowed(scope_file: str = "/proc/sys/kernel/yama/ptrace_scope",
-                    euid: int | None = None) -> tuple[bool, str]:
-    """Whether py-spy (a child process) may ptrace this process, and why."""
-    if euid is None:
-        euid = os.geteuid() if hasattr(os, "geteuid") else -1
-    if euid == 0:
-        return True, "running as root"
-    try:
-        with open(scope_file) as f:
-            scope = int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return True, "no Yama ptrace restriction"
-    if scope == 0:
-        return True, "kernel.yama.ptrace_scope=0"
-    if scope == 1:
-        return True, "kernel.yama.ptrace_scope=1: omniprof names py-spy its tracer (PR_SET_PTRACER)"
-    if scope == 2:
-        return False, ("kernel.yama.ptrace_scope=2 lets only admins (CAP_SYS_PTRACE) attach: run as root, give "
-                       "py-spy CAP_SYS_PTRACE, or use engine='signal' (no native frames)")
-    return False, (f"kernel.yama.ptrace_scope={scope} forbids ptrace until reboot: use engine='signal' "
-                   f"(no native frames)")
-
-
 class CpuSamplerBackend(Backend):
     """Sampler of every Python thread's stack (see module docs)."""
 
@@ -241,7 +218,9 @@ class CpuSamplerBackend(Backend):
         if exe is None:
             caps.append(Capability("native frames (engine='py-spy')", False, "py-spy is not installed: pip install py-spy"))
         else:
-            ok, why = _ptrace_allowed()
+            from omniprof.backends.cpu.pyspy import ptrace_allowed
+
+            ok, why = ptrace_allowed()
             caps.append(Capability("native frames (engine='py-spy')", ok, f"{exe}; {why}"))
         caps.append(Capability("peek (report on SIGUSR1 while running)", hasattr(signal, "SIGUSR1"),
                                "kill -USR1 <pid>" if hasattr(signal, "SIGUSR1") else "no SIGUSR1 on this platform"))

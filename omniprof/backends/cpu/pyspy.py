@@ -69,6 +69,29 @@ def set_ptracer(pid: int) -> bool:
         return False
 
 
+def ptrace_allowed(scope_file: str = "/proc/sys/kernel/yama/ptrace_scope",
+                   euid: int | None = None) -> tuple[bool, str]:
+    """Whether py-spy (a child process) may ptrace this process, and why."""
+    if euid is None:
+        euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    if euid == 0:
+        return True, "running as root"
+    try:
+        with open(scope_file) as f:
+            scope = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return True, "no Yama ptrace restriction"
+    if scope == 0:
+        return True, "kernel.yama.ptrace_scope=0"
+    if scope == 1:
+        return True, "kernel.yama.ptrace_scope=1: omniprof names py-spy its tracer (PR_SET_PTRACER)"
+    if scope == 2:
+        return False, ("kernel.yama.ptrace_scope=2 lets only admins (CAP_SYS_PTRACE) attach: run as root, give "
+                       "py-spy CAP_SYS_PTRACE, or use engine='signal' (no native frames)")
+    return False, (f"kernel.yama.ptrace_scope={scope} forbids ptrace until reboot: use engine='signal' "
+                   f"(no native frames)")
+
+
 def _frame(text: str) -> Frame:
     m = _FRAME.match(text)
     if m is None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -100,6 +101,11 @@ class CuptiLoadError(Exception):
         self.detail = detail
 
 
+def _is_load_failure(e: BaseException) -> bool:
+    """cupti-python's words for "the CUDA driver or libcupti is missing" (RuntimeError subclasses)."""
+    return type(e).__name__ in ("NotSupportedError", "FunctionNotFoundError")
+
+
 def _classify_load(e: BaseException) -> CuptiLoadError:
     text = str(e)
     low = text.lower()
@@ -126,7 +132,7 @@ class CuptiPythonAdapter:
         except c.cuptiError as e:
             raise CuptiCallError(int(e.status), name) from e
         except RuntimeError as e:  # cupti._internal.utils.NotSupportedError: driver or libcupti missing
-            if type(e).__name__ in ("NotSupportedError", "FunctionNotFoundError"):
+            if _is_load_failure(e):
                 raise _classify_load(e) from e
             raise
 
@@ -301,7 +307,6 @@ class CuptiPmSampler:
         self.buffer_bytes = int(buffer_bytes)
         self._collector: Any = None
         self._last_decode_ns = 0
-        self._clock: Callable[[], int] = _monotonic_ns
 
     def _guard(self, call: str, fn: Callable[[], Any]) -> Any:
         from cupti import cupti as c
@@ -331,7 +336,7 @@ class CuptiPmSampler:
                 col.disable()
             raise
         self._collector = col
-        self._last_decode_ns = self._clock()
+        self._last_decode_ns = time.monotonic_ns()
 
     def decode_capacity(self, now_ns: int) -> int:
         """Sample slots to provision for a decode now: twice the samples due since the last decode."""
@@ -339,7 +344,7 @@ class CuptiPmSampler:
         return int(min(max(2 * due + 64, self.MIN_DECODE_SAMPLES), self.MAX_DECODE_SAMPLES))
 
     def decode(self) -> tuple[list[tuple[int, int, list[float]]], bool]:
-        now = self._clock()
+        now = time.monotonic_ns()
         capacity = self.decode_capacity(now)
         self._last_decode_ns = now
         try:
@@ -361,17 +366,11 @@ class CuptiPmSampler:
             col.disable()
 
 
-def _monotonic_ns() -> int:
-    import time
-
-    return time.monotonic_ns()
-
-
 def _pm_runtime_error(e: RuntimeError, call: str) -> Exception:
     """cupti.pm_sampling's RuntimeErrors -> the adapter's errors (it words them; we classify)."""
     text = str(e)
     low = text.lower()
-    if type(e).__name__ in ("NotSupportedError", "FunctionNotFoundError"):
+    if _is_load_failure(e):
         return _classify_load(e)
     if "nvperf" in low:
         return CuptiLoadError("nvperf", text)

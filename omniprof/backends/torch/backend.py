@@ -199,10 +199,11 @@ class TorchBackend(Backend):
         except Exception as e:  # not installed, or a broken install: say which
             why = f"torch cannot be imported ({type(e).__name__}: {e}); pip install 'omniprof[torch]'"
             return [Capability("CPU operators", False, why), Capability("CUDA kernels", False, why)]
+        kineto = bool(kineto_available())
         caps = [Capability("CPU operators (shapes, FLOPs, memory, Python stacks, steps)", True,
                            f"torch {torch.__version__}"),
-                Capability("Kineto tracer (timeline, Perfetto/XProf export)", bool(kineto_available()),
-                           "built in" if kineto_available() else "this torch build has no Kineto: only the legacy "
+                Capability("Kineto tracer (timeline, Perfetto/XProf export)", kineto,
+                           "built in" if kineto else "this torch build has no Kineto: only the legacy "
                                                                  "autograd profiler (no device activity)")]
         cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
         gpu = torch.cuda.is_available()

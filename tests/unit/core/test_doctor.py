@@ -139,12 +139,12 @@ def test_framework_capabilities_say_what_this_machine_lacks():
 ])
 def test_py_spy_capability_reads_the_ptrace_scope(tmp_path, scope, euid, ok, words):
     """Whether py-spy may attach follows root and kernel.yama.ptrace_scope."""
-    from omniprof.backends.cpu.backend import _ptrace_allowed
+    from omniprof.backends.cpu.pyspy import ptrace_allowed
 
     f = tmp_path / "ptrace_scope"
     if scope is not None:
         f.write_text(scope + "\n")
-    allowed, why = _ptrace_allowed(str(f), euid=euid)
+    allowed, why = ptrace_allowed(str(f), euid=euid)
     assert allowed is ok and words in why
 
 
