@@ -278,7 +278,7 @@ def report_building(n: int) -> None:
     from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
     from omniprof.core.clock import DEFAULT_CLOCK
     from omniprof.core.results import BackendResult, Frame, StackSample, ThreadInfo
-    from omniprof.core.stackreport import build_report, format_report
+    from omniprof.analysis.stackreport import build_report, format_report
 
     print(f"== 4. Report building: {n:,} samples")
     rng = random.Random(1)

@@ -4,7 +4,7 @@ Generates a synthetic GPU-training-like trace (CPU ops with shapes, CUDA launche
 parameters, memcpys, launch flows, memory events, step annotations) of ``--events`` events, then reads it
 in fresh subprocesses:
 
-* ``omniprof``: ``omniprof.backends.torch.kineto.read_trace`` (streaming; builds the full ProfileResult,
+* ``omniprof``: ``omniprof.formats.kineto.read_trace`` (streaming; builds the full ProfileResult,
   op and kernel tables included);
 * ``json.load``: the whole file parsed into Python objects, nothing else done (the floor of a naive
   reader, before it builds anything).
@@ -107,7 +107,7 @@ import json, resource, sys, time, tracemalloc
 mode, how, path = sys.argv[1], sys.argv[2], sys.argv[3]
 if mode == "omniprof":
     import warnings
-    from omniprof.backends.torch.kineto import read_trace
+    from omniprof.formats.kineto import read_trace
     def work():
         r = read_trace(path)
         return len(r.parts[0].spans)

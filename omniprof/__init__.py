@@ -34,7 +34,7 @@ _LAZY = {
     "assemble_snapshot": ("omniprof.backends.memory.heapsnapshot", "assemble_snapshot"),
     "load_config": ("omniprof.core.config", "load_config"),
     "RunConfig": ("omniprof.core.config", "RunConfig"),
-    "diff": ("omniprof.core.diff", "diff"),
+    "diff": ("omniprof.analysis.diff", "diff"),
     # jax-backed entry points: `import omniprof` never imports jax.
     "time": ("omniprof.backends.xla.timing", "time"),
     "timed": ("omniprof.backends.xla.timing", "timed"),

@@ -51,6 +51,9 @@ class ConfigError(OmniprofError, ValueError):
             problems = [problems]
         self.problems = list(problems)
         self.path = path
+        if len(self.problems) == 1 and not path:  # e.g. one bad flag: one line, as every usage error
+            super().__init__(self.problems[0])
+            return
         head = f"{len(self.problems)} problem(s) in {path}" if path else f"{len(self.problems)} problem(s)"
         super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
 

@@ -20,17 +20,13 @@ own ``Options`` class through the registry, so this module knows no backend's fi
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import importlib
 import importlib.util
 import json
 import os
 import re
-import runpy
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +36,7 @@ from omniprof.core import validators as v
 from omniprof.core.options import ADVANCED_KEYS, ProfileOptions, parse_cli_value
 from omniprof.core.schedule import Schedule
 from omniprof.core.tomlpos import key_lines, line_of
-from omniprof.errors import ConfigError, InvalidArgumentError, OmniprofError, PluginError
+from omniprof.errors import ConfigError, InvalidArgumentError, PluginError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,8 +44,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = [
-    "RunConfig", "TargetSpec", "ReporterSpec", "RunOutcome", "Layer", "load_config", "check_config",
-    "find_config", "read_layers", "check_plugins_file", "env_layer", "cli_layer", "resolve", "execute", "dump_toml",
+    "RunConfig", "TargetSpec", "ReporterSpec", "Layer", "load_config", "check_config",
+    "find_config", "read_layers", "check_plugins_file", "env_layer", "cli_layer", "resolve", "dump_toml",
     "CONFIG_ENV", "PROFILE_ENV", "ENV_KEYS", "TOP_KEYS",
 ]
 
@@ -405,8 +401,11 @@ def cli_layer(*, backends: Sequence[str] = (), options: Sequence[str] = (), repo
             _set(data, ("backends", head, *rest.split(".")), value)
         elif key in ADVANCED_KEYS:
             _set(data, ("options", "advanced_configuration", key), value)
-        else:
+        elif key in _PROFILE_OPTION_KEYS:
             _set(data, ("options", key), value)
+        else:  # a misspelt option or advanced key: name the nearest of both
+            raise InvalidArgumentError(v.unknown_key_message(key, [*_PROFILE_OPTION_KEYS, *ADVANCED_KEYS],
+                                                             what="profile option"))
     for item in reporter_options:
         key, value = _kv(item, "-R")
         name, dot, rest = key.partition(".")
@@ -430,6 +429,8 @@ def cli_layer(*, backends: Sequence[str] = (), options: Sequence[str] = (), repo
         data["args"] = [parse_cli_value(a) for a in args]  # JSON where it parses: `20` is an int
     return Layer(data, "command line")
 
+
+_PROFILE_OPTION_KEYS = ("host_tracer_level", "device_tracer_level", "python_tracer_level", "advanced_configuration")
 
 FUNCTION_TARGET = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -507,6 +508,11 @@ class _Problems:
         where = layer.origin(keys) if layer is not None else self.default
         full = layer.key_path(path) if layer is not None else tuple(path)
         self.items.append(f"{where}: {show_path(full)}: {message}")
+
+
+def _from_command_line(pr: _Problems, path: tuple[str, ...]) -> bool:
+    """Whether any key under ``path`` was set on the command line (``-O``)."""
+    return any(k[:len(path)] == path and layer.name == "command line" for k, layer in pr.origin.items())
 
 
 def show_path(path: Sequence[str | int]) -> str:
@@ -593,6 +599,10 @@ def _validate(d: Mapping[str, Any], pr: _Problems, reg: Any, source: str | None,
         path = ("backends", name)
         if not isinstance(given_opts, dict):
             pr.add(path, f"must be a table of options (got {given_opts!r})")
+            continue
+        if name not in backends and _from_command_line(pr, path):
+            pr.add(path, f"-O {name}.KEY: backend {name!r} is not selected (selected: {', '.join(backends)}); "
+                         f"add -b {name}")
             continue
         cls = _check_plugin(reg, "backend", name, path, pr, known_backends)
         if cls is not None:
@@ -929,153 +939,6 @@ def check_plugins_file(path: str | os.PathLike[str], *, entry_points: Any = None
             continue
         _option_problems(cls.Options, options, (kind, name, "options"), f"{kind} {name!r}", pr, options)
     return pr.items
-
-
-# -- running ----------------------------------------------------------------------------------------
-@attrs.define
-class RunOutcome:
-    """What :func:`execute` did.
-
-    Attributes:
-        results: every finished result (one per recorded schedule cycle).
-        runs: how many times the target ran.
-        exit_code: the target's ``SystemExit`` code (0 when it returned normally).
-        error: the exception the target raised (not SystemExit), or None.
-        session_dir: the last session directory, when ``logdir`` was set.
-        problem: omniprof's own failure after results were recorded (e.g. the session could not be
-            saved), or None.
-    """
-
-    results: list[Any] = attrs.field(factory=list)
-    runs: int = 0
-    exit_code: int = 0
-    error: BaseException | None = None
-    session_dir: Path | None = None
-    problem: OmniprofError | None = None
-
-
-@contextlib.contextmanager
-def environment(env: Mapping[str, str]) -> Iterator[None]:
-    """Set ``env`` for the duration, then restore the previous values (and unset new ones)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, old in saved.items():
-            if old is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = old
-
-
-def make_call(target: TargetSpec) -> Callable[[], Any]:
-    """A no-argument callable that runs ``target`` once. A function's module is imported now."""
-    if target.kind == "function":
-        mod_name, _, attr = target.value.partition(":")
-        added = False
-        base = target.base_dir or os.getcwd()
-        if base not in sys.path:
-            sys.path.insert(0, base)
-            added = True
-        try:
-            obj: Any = importlib.import_module(mod_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as e:
-            raise InvalidArgumentError(f"cannot load function {target.value!r}: {type(e).__name__}: {e}. Check the "
-                                       f"module is importable from {base} and defines it") from e
-        finally:
-            if added:
-                sys.path.remove(base)
-        if not callable(obj):
-            raise InvalidArgumentError(f"{target.value!r} is a {type(obj).__name__}, not a function")
-        args, kwargs = tuple(target.args), dict(target.kwargs)
-        return lambda: call_function(obj, args, kwargs)
-    if target.kind == "module":
-        def run_module() -> Any:
-            with _argv_path([target.value, *target.args], os.getcwd()):
-                return runpy.run_module(target.value, run_name="__main__", alter_sys=True)
-        return run_module
-
-    def run_script() -> Any:
-        with _argv_path([target.value, *target.args], str(Path(target.value).resolve().parent)):
-            return runpy.run_path(target.value, run_name="__main__")
-    return run_script
-
-
-def call_function(func: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """Call a function target (the CLI cuts sampled stacks here, so they start at the target)."""
-    return func(*args, **kwargs)
-
-
-@contextlib.contextmanager
-def _argv_path(argv: list[str], path0: str) -> Iterator[None]:
-    saved_argv = list(sys.argv)
-    sys.argv = list(argv)
-    sys.path.insert(0, path0)
-    try:
-        yield
-    finally:
-        sys.argv = saved_argv
-        with contextlib.suppress(ValueError):
-            sys.path.remove(path0)
-
-
-def execute(cfg: RunConfig, *, registry: Any = None, clock: Any = None) -> RunOutcome:
-    """Run ``cfg``: set its environment, run the target ``repeats`` times (or for ``duration_s``)
-    under one :class:`~omniprof.Profiler`, calling ``Profiler.step()`` between runs so the schedule
-    applies. The target's own exceptions are caught into the outcome (and recorded in the result);
-    omniprof's errors propagate.
-    """
-    from omniprof.core.profiler import Profiler
-    from omniprof.core.registry import get_registry
-
-    if cfg.target is None:
-        raise InvalidArgumentError("the configuration names nothing to run: set script, module or function")
-    reg = registry or get_registry()
-    out = RunOutcome()
-    with environment(cfg.env):
-        prof = Profiler(backend=list(cfg.backends), options=cfg.options, backend_options=dict(cfg.backend_options),
-                        logdir=cfg.logdir, schedule=cfg.schedule, registry=reg, label=cfg.label,
-                        verbose=cfg.verbose, clock=clock)
-        call = make_call(cfg.target)
-        count = cfg.repeat_count()
-        deadline = time.monotonic() + cfg.duration_s if cfg.duration_s is not None else None
-        try:
-            with prof:
-                while True:
-                    try:
-                        call()
-                    except SystemExit as e:
-                        out.exit_code = _exit_code(e.code)
-                        if out.exit_code:
-                            raise
-                    out.runs += 1
-                    if count is not None and out.runs >= count:
-                        break
-                    if deadline is not None and time.monotonic() >= deadline:
-                        break
-                    prof.step()
-        except SystemExit:
-            pass
-        except OmniprofError as e:
-            if not prof.results:
-                raise
-            out.problem = e  # e.g. the session could not be saved: the results still get reported
-        except BaseException as e:  # the target's failure: reported, the partial result kept
-            out.error = e
-    out.results = list(prof.results)
-    out.session_dir = prof.session_dir
-    return out
-
-
-def _exit_code(code: Any) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    return 1
 
 
 # -- show -------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """``omniprof doctor``: what this machine can profile, and why not.
 
 Reports the environment (Python, jax and its devices, the torch build, xprof, the NVIDIA
-libraries), each GPU check with its fix (:mod:`omniprof.backends.cupti.diagnostics`), and every
-registered backend's status from its own ``probe()``. Builds plain data first
+libraries), each machine check a backend runs (its ``checks()``: cupti's GPU checks) with its fix,
+and every registered backend's status from its own ``probe()`` and ``capabilities()``. It knows no
+backend by name: everything backend-specific comes through the registry. Builds plain data first
 (:func:`run_doctor`), formats second (:func:`format_doctor`).
 """
 
@@ -24,7 +25,7 @@ __all__ = ["DoctorReport", "run_doctor", "format_doctor", "environment_facts", "
 
 @attrs.frozen
 class DoctorReport:
-    """Attributes: environment ((key, value) pairs), gpu (``Check`` rows), backends (``PluginInfo``),
+    """Attributes: environment ((key, value) pairs), gpu (the backends' ``checks()`` rows), backends (``PluginInfo``),
     capabilities (backend name -> its ``Capability`` rows: what it can do on this machine)."""
 
     environment: tuple[tuple[str, str], ...]
@@ -105,7 +106,7 @@ def environment_facts(*, frameworks: bool = True) -> list[tuple[str, str]]:
 
 def backend_capabilities(registry: Any, infos: Any) -> list[tuple[str, tuple[Any, ...]]]:
     """Each loadable backend's ``capabilities()``; one that raises gets a row saying so (never raises)."""
-    from omniprof.backends.base import Capability
+    from omniprof.core.backend import Capability
 
     out = []
     for info in infos:
@@ -123,17 +124,37 @@ def backend_capabilities(registry: Any, infos: Any) -> list[tuple[str, tuple[Any
     return out
 
 
+def backend_checks(registry: Any, infos: Any) -> list[Any]:
+    """Every loadable backend's ``checks()`` rows, in registry order (a backend that raises gets a
+    failed row naming it)."""
+    out: list[Any] = []
+    for info in infos:
+        if info.status not in ("ok", "unavailable"):
+            continue
+        try:
+            out.extend(registry.backend(info.name).checks())
+        except Exception as e:
+            out.append(_FailedCheck(f"{info.name}.checks()", False, f"raised {type(e).__name__}: {e}",
+                                    "report this to the backend's authors"))
+    return out
+
+
+@attrs.frozen
+class _FailedCheck:
+    name: str
+    ok: bool
+    detail: str
+    hint: str = ""
+
+
 def run_doctor(registry: Any = None, *, frameworks: bool = True) -> DoctorReport:
     """Collect the environment, the GPU checks, each backend's status and, with ``frameworks``
     (it imports jax and torch), what each backend can do here. Never raises for a broken plugin."""
-    from omniprof.backends.cupti import diagnostics
-    from omniprof.backends.cupti.backend import adapter_factories
     from omniprof.core.registry import get_registry
 
     reg = registry or get_registry()
-    f = adapter_factories()
-    gpu = diagnostics.gpu_checks(f["nvml"], f["cupti"])
     backends = reg.infos("backend")
+    gpu = backend_checks(reg, backends)
     caps = backend_capabilities(reg, backends) if frameworks else []
     return DoctorReport(tuple(environment_facts(frameworks=frameworks)), tuple(gpu), tuple(backends), tuple(caps))
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omniprof.backends.base import Backend, BackendContext
+from omniprof.core.backend import Backend, BackendContext
 from omniprof.core import annotations
 from omniprof.core.clock import DEFAULT_CLOCK, Clock
 from omniprof.core.fileio import unique_run_dir

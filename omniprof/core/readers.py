@@ -1,28 +1,73 @@
 """Read any saved result or native trace into a :class:`ProfileResult`.
 
-Formats are recognised by name and first bytes; each reader lives beside its backend and is
-imported only when a file of its format is read.
+Readers are plugins (entry-point group ``omniprof.readers``; omniprof's own are declared in its
+``pyproject.toml``): a :class:`Reader` subclass named like the format it reads. Formats are
+recognised by name and first bytes: omniprof's own formats first, then each other reader's
+:meth:`Reader.sniff`. A reader's module is imported only when a file of its format is read.
 """
 
 from __future__ import annotations
 
+import abc
 import gzip
-import importlib
 import os
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ClassVar
 
-from omniprof.core.results import ProfileResult
+import attrs
+
+from omniprof.core.results import ProfileResult, load
 from omniprof.errors import TraceReadError
 
-__all__ = ["read_any", "detect_format", "READERS"]
+__all__ = ["Reader", "ResultReader", "read_any", "detect_format", "BUILTIN_FORMATS"]
 
-#: format name -> "module:function" taking a Path and returning a ProfileResult.
-READERS: dict[str, str] = {
-    "result": "omniprof.core.results:load",
-    "xplane": "omniprof.backends.xla.reader:read_xplane",
-    "kineto": "omniprof.backends.torch.kineto:read_trace",
-}
+#: The formats :func:`detect_format` recognises itself (their readers are omniprof's own plugins).
+BUILTIN_FORMATS = ("result", "xplane", "kineto")
+
+
+class Reader(abc.ABC):
+    """Reads one file format into a :class:`ProfileResult` (``omniprof report``, ``omniprof diff``).
+
+    Class attributes:
+        name: entry-point name == the format name (``omniprof report --format`` is not needed:
+            files are recognised by :meth:`sniff`).
+        api_version: plugin API version (checked at load).
+        summary: one line for ``omniprof plugins``.
+        Options: an attrs class of this reader's options (none by default).
+
+    .. versionadded:: 0.1
+    """
+
+    name: ClassVar[str]
+    api_version: ClassVar[int] = 1
+    summary: ClassVar[str] = ""
+
+    @attrs.frozen(kw_only=True)
+    class Options:
+        """No options."""
+
+    def __init__(self, options: Any = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+    @classmethod
+    def sniff(cls, path: Path, head: bytes) -> bool:
+        """Whether ``path`` (a file whose first bytes, un-gzipped, are ``head``; or a directory,
+        with ``head`` empty) is in this reader's format. Must be cheap and must not raise."""
+        return False
+
+    @abc.abstractmethod
+    def read(self, path: Path) -> ProfileResult:
+        """Read ``path``; raise :class:`~omniprof.errors.TraceReadError` naming what is wrong."""
+
+
+class ResultReader(Reader):
+    """omniprof's own result JSON (``omniprof.result.json``)."""
+
+    name = "result"
+    summary = "omniprof result JSON (omniprof.result.json)"
+
+    def read(self, path: Path) -> ProfileResult:
+        return load(path)
 
 
 def _head(path: Path, n: int = 4096) -> bytes:
@@ -37,8 +82,39 @@ def _head(path: Path, n: int = 4096) -> bytes:
     return raw
 
 
-def detect_format(path: str | os.PathLike[str]) -> str:
-    """``"result"``, ``"kineto"``, ``"xplane"`` (a ``.xplane.pb`` or an XProf logdir)."""
+def detect_format(path: str | os.PathLike[str], registry: Any = None) -> str:
+    """``"result"``, ``"kineto"``, ``"xplane"`` (a ``.xplane.pb`` or an XProf logdir), or the name of
+    another installed reader whose :meth:`Reader.sniff` recognises the file."""
+    fmt = _builtin_format(path)
+    if fmt is not None:
+        return fmt
+    p = Path(path)
+    head = b"" if p.is_dir() else _head(p)
+    reg = registry or _registry()
+    for name in reg.names("reader"):
+        if name in BUILTIN_FORMATS:
+            continue
+        try:
+            if reg.reader(name).sniff(p, head):
+                return name
+        except Exception:  # noqa: S112 -- a broken third-party sniffer does not stop the others
+            continue
+    raise TraceReadError(
+        f"{p}: unrecognised file format (expected an omniprof result JSON, a Kineto trace JSON, "
+        f"an .xplane.pb or an XProf logdir{', or a file one of the readers ' + ', '.join(_others(reg)) + ' reads' if _others(reg) else ''})")
+
+
+def _others(reg: Any) -> list[str]:
+    return [n for n in reg.names("reader") if n not in BUILTIN_FORMATS]
+
+
+def _registry() -> Any:
+    from omniprof.core.registry import get_registry
+
+    return get_registry()
+
+
+def _builtin_format(path: str | os.PathLike[str]) -> str | None:
     p = Path(path)
     if not p.exists():
         raise TraceReadError(f"no such file or directory: {str(p)!r}")
@@ -60,19 +136,21 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         return "result"
     if text.startswith(b"["):
         return "kineto"
-    raise TraceReadError(
-        f"{p}: unrecognised file format (expected an omniprof result JSON, a Kineto trace JSON, "
-        f"an .xplane.pb or an XProf logdir)")
+    return None
 
 
-def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> ProfileResult:
+def read_any(path: str | os.PathLike[str], fmt: str | None = None, *, registry: Any = None) -> ProfileResult:
     """Read ``path`` with the reader for its format (detected unless ``fmt`` is given)."""
-    fmt = fmt or detect_format(path)
-    target = READERS.get(fmt)
-    if target is None:
+    from omniprof.errors import PluginError
+
+    reg = registry or _registry()
+    fmt = fmt or detect_format(path, reg)
+    if fmt not in reg.names("reader"):
         raise TraceReadError(
             f"{path}: reading {fmt} files needs a reader that this installation lacks "
-            f"(known: {', '.join(sorted(READERS))})")
-    module, _, func = target.partition(":")
-    reader: Callable[[Path], ProfileResult] = getattr(importlib.import_module(module), func)
-    return reader(Path(path))
+            f"(known: {', '.join(reg.names('reader')) or 'none'}); install or enable the reader plugin for {fmt}")
+    try:
+        cls = reg.reader(fmt)
+    except PluginError as e:
+        raise TraceReadError(f"{path}: the {fmt} reader cannot be used: {e}") from e
+    return cls().read(Path(path))

@@ -37,7 +37,7 @@ __all__ = ["PluginInfo", "Registry", "get_registry", "reset_registry", "KINDS", 
 
 log = logging.getLogger("omniprof.registry")
 
-KINDS = {"backend": "omniprof.backends", "reporter": "omniprof.reporters"}
+KINDS = {"backend": "omniprof.backends", "reporter": "omniprof.reporters", "reader": "omniprof.readers"}
 PLUGINS_ENV = "OMNIPROF_PLUGINS"
 AUTOLOAD_ENV = "OMNIPROF_DISABLE_PLUGIN_AUTOLOAD"
 SELF_DIST = "omniprof"
@@ -261,6 +261,10 @@ class Registry:
         """The reporter class called ``name``."""
         return self._get("reporter", name)
 
+    def reader(self, name: str) -> type:
+        """The reader class for format ``name``."""
+        return self._get("reader", name)
+
     # -- loading -----------------------------------------------------------------------------
     def _get(self, kind: str, name: str) -> type:
         if not isinstance(name, str):
@@ -310,14 +314,15 @@ def _import_target(target: str) -> Any:
 
 
 def _validate(e: _Entry, cls: Any) -> None:
-    from omniprof.backends.base import SUPPORTED_API_VERSIONS, Backend
-    from omniprof.reporters.base import Reporter
+    from omniprof.core.backend import SUPPORTED_API_VERSIONS, Backend
+    from omniprof.core.readers import Reader
+    from omniprof.core.reporter import Reporter
 
-    base = Backend if e.kind == "backend" else Reporter
+    base = {"backend": Backend, "reporter": Reporter, "reader": Reader}[e.kind]
     where = f"{e.kind} {e.name!r} from {e.source} ({e.target})"
     if not isinstance(cls, type) or not issubclass(cls, base):
         raise PluginValidationError(
-            f"{where} is not a subclass of omniprof.{'backends' if e.kind == 'backend' else 'reporters'}.base.{base.__name__}; "
+            f"{where} is not a subclass of omniprof.plugin.{base.__name__}; "
             f"make the entry point name such a class", plugin=e.name)
     if getattr(cls, "name", None) != e.name:
         raise PluginValidationError(

@@ -15,7 +15,7 @@ import attrs
 
 from omniprof.core import validators as v
 from omniprof.core.results import ProfileResult
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 from omniprof.reporters.stackdata import SOURCES, StackProfile, frame_label, stack_profile
 
 __all__ = ["CollapsedReporter", "CollapsedOptions", "collapsed_lines"]

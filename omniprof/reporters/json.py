@@ -9,7 +9,7 @@ import attrs
 
 from omniprof.core import validators as v
 from omniprof.core.results import ProfileResult
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 
 __all__ = ["JsonReporter"]
 

@@ -47,7 +47,7 @@ import attrs
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
 from omniprof.errors import DataLossWarning, OmniprofWarning
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 
 __all__ = [
     "PerfettoReporter", "ChromeTraceReporter", "PerfettoOptions", "ChromeTraceOptions", "layout", "Layout",

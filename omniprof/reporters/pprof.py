@@ -25,7 +25,7 @@ import attrs
 
 from omniprof.core import validators as v
 from omniprof.core.results import Frame, ProfileResult
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 from omniprof.reporters.stackdata import SOURCES, StackProfile, stack_profile
 
 __all__ = ["PprofReporter", "PprofOptions", "encode_profile"]

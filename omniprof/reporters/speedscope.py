@@ -23,7 +23,7 @@ import attrs
 
 from omniprof.core import validators as v
 from omniprof.core.results import Frame, ProfileResult
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 from omniprof.reporters.stackdata import span_lanes, stack_profile, time_zero_ns
 
 __all__ = ["SpeedscopeReporter", "SpeedscopeOptions", "speedscope_document", "SCHEMA_URL"]

@@ -13,12 +13,12 @@ from typing import IO, Any
 
 import attrs
 
-from omniprof.core import stackreport, stacktree
+from omniprof.analysis import stackreport, stacktree
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Table
 from omniprof.core.units import format_bytes as _fmt_bytes
 from omniprof.core.units import format_ns as _fmt_ns
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 
 __all__ = ["TableReporter", "TableOptions", "tree_rows", "flat_rows_for", "frame_label", "span_rows", "counter_rows",
            "instant_rows", "allocation_rows"]
@@ -36,7 +36,7 @@ class TableOptions:
         width: line width (None: the terminal's, or 120 when not a terminal).
         color: ``"auto"`` (rich on a terminal), ``"always"`` or ``"never"``.
         groupby: sampled stacks per ``"thread"``, ``"task"``, both (``["thread", "task"]``) or
-            ``"none"`` (see :class:`omniprof.core.stackreport.PrintOptions`).
+            ``"none"`` (see :class:`omniprof.analysis.stackreport.PrintOptions`).
         native: show native (C) frames when the part has them.
     """
 

@@ -1,11 +1,11 @@
-"""Reporter ``tensorboard``: a result in the XProf logdir layout, and a loopback XProf server.
+"""Reporter ``tensorboard``: a result in the XProf logdir layout.
 
 Every report adds one new run, never overwriting another::
 
     LOGDIR/plugins/profile/<YYYY_MM_DD_HH_MM_SS_mmm>/<host>.xplane.pb
 
 XProf (TensorBoard's profile plugin, ``pip install xprof``) opens it: ``omniprof view LOGDIR`` or
-:func:`serve_logdir`. The file is one ``XSpace``:
+:func:`omniprof.viewers.xprof.serve_logdir`. The file is one ``XSpace``:
 
 * A part that carries jax's own ``xplane`` artifact (the ``xla`` backend) is written as jax wrote it,
   so every XProf tool (HLO op stats, memory viewer, graph viewer) works. A result with only that
@@ -26,14 +26,11 @@ The conversion builds plain data first (:func:`build_timeline`) and protobuf sec
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import sys
-import threading
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +38,15 @@ import attrs
 
 from omniprof._version import __version__
 from omniprof.core import validators as v
-from omniprof.core import xspace as xs
 from omniprof.core.fileio import atomic_write_bytes, hostname, unique_run_dir
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
-from omniprof.errors import InvalidArgumentError, OmniprofError
-from omniprof.reporters.base import Reporter
+from omniprof.errors import InvalidArgumentError
+from omniprof.formats import xspace as xs
+from omniprof.plugin import Reporter
 
 __all__ = [
     "TensorBoardReporter", "TensorBoardOptions", "build_timeline", "to_xspace", "write_logdir",
-    "Timeline", "PlaneData", "LineData", "EventData", "XProfServer", "serve_logdir", "xplane_files",
+    "Timeline", "PlaneData", "LineData", "EventData", "xplane_files",
 ]
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -607,161 +604,3 @@ class TensorBoardReporter(Reporter):
 
     def report(self, result: ProfileResult, dest: Path) -> None:  # type: ignore[override]
         self.last_path = write_logdir(result, dest, self.options)
-
-
-# -- serving ---------------------------------------------------------------------------------------
-class _DropRequestLog:
-    """A stream for XProf's per-request JSON log lines: dropped unless verbose."""
-
-    def __init__(self, verbose: bool) -> None:
-        self.verbose = verbose
-
-    def write(self, text: str) -> int:
-        if self.verbose:
-            sys.stderr.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        if self.verbose:
-            sys.stderr.flush()
-
-
-@contextlib.contextmanager
-def _quiet_xprof(verbose: bool) -> Iterator[None]:
-    """Keep absl/XProf logging quiet unless verbose (TF_CPP_MIN_LOG_LEVEL must precede the import)."""
-    import logging
-
-    names = ("tensorboard.plugins.profile", "tensorboard-plugin-profile", "tensorboard")
-    if not verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        for name in names:
-            # A handler present before import stops XProf adding its own stderr handler.
-            log = logging.getLogger(name)
-            if not log.handlers:
-                log.addHandler(logging.NullHandler())
-            log.propagate = False
-    yield
-    if not verbose:
-        for name in names:
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-class XProfServer:
-    """XProf's web UI over ``logdir``, bound to ``host`` (127.0.0.1 unless you name another address).
-
-    Unlike the stock ``xprof`` command, which binds every interface and also opens a gRPC port, this
-    serves only the UI, on the address given. ``port=0`` picks a free port (read :attr:`port`).
-
-    Use as a context manager, or :meth:`start` / :meth:`stop`; :func:`serve_logdir` blocks.
-
-    Raises:
-        OmniprofError: xprof is not installed, or the address cannot be bound.
-    """
-
-    def __init__(self, logdir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 6006,
-                 *, verbose: bool = False) -> None:
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise InvalidArgumentError(f"'port' must be an integer between 0 and 65535 (got {port!r})")
-        from omniprof.core.serve import check_bind_address
-
-        check_bind_address(host, "XProf viewer")  # a malformed address is refused; a non-loopback one warned
-        self.logdir = Path(logdir).expanduser().resolve()
-        if not self.logdir.is_dir():
-            raise InvalidArgumentError(f"no logdir at {str(logdir)!r}: give a directory written by the tensorboard "
-                                       f"reporter or jax.profiler (it holds plugins/profile/<run>/)")
-        self.host = host
-        self._want_port = port
-        self.verbose = verbose
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            return self._want_port
-        return int(self._server.bind_addr[1])
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
-
-    def _app(self) -> Any:
-        with _quiet_xprof(self.verbose):
-            try:
-                from xprof import profile_plugin, profile_plugin_loader
-                from xprof import server as xprof_server
-                from xprof.standalone import base_plugin, plugin_event_multiplexer
-            except ImportError as e:
-                raise OmniprofError(f"cannot start XProf: {e}. Install it with: pip install 'omniprof[tensorboard]'") from e
-        logdir = str(self.logdir)
-        context = base_plugin.TBContext(logdir, plugin_event_multiplexer.DataProvider(logdir),
-                                        base_plugin.TBContext.Flags(False))
-        context.hide_capture_profile_button = True
-        context.enable_tab_name_label = False
-        context.src_prefix = None
-        plugin = profile_plugin_loader.ProfilePluginLoader().load(context)
-        # XProf writes one JSON line per request to the stderr it saw at import; route those lines
-        # through a stream that drops them unless verbose. Its default arguments are read when the
-        # routes are built, so the swap is undone right after.
-        wrapper = getattr(profile_plugin, "_logging_wrapper", None)
-        defaults = getattr(wrapper, "__defaults__", None)
-        if defaults is not None and len(defaults) == 2:
-            wrapper.__defaults__ = (defaults[0], _DropRequestLog(self.verbose))  # type: ignore[union-attr]
-        try:
-            return xprof_server.make_wsgi_app(plugin)
-        finally:
-            if defaults is not None and len(defaults) == 2:
-                wrapper.__defaults__ = defaults  # type: ignore[union-attr]
-
-    def start(self) -> XProfServer:
-        """Bind and serve in a background thread; returns self."""
-        from cheroot import wsgi
-
-        app = self._app()
-        server = wsgi.Server((self.host, self._want_port), app)
-        try:
-            server.prepare()
-        except OSError as e:
-            raise OmniprofError(f"cannot serve XProf on {self.host}:{self._want_port}: {e.strerror or e}. "
-                                f"Choose another port (--port 0 picks a free one)") from e
-        self._server = server
-        self._thread = threading.Thread(target=server.serve, name="omniprof-xprof-server", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and wait for the server's threads."""
-        if self._server is not None:
-            self._server.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> XProfServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def serve_logdir(logdir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 6006, *,
-                 verbose: bool = False, on_ready: Any = None) -> None:
-    """Serve XProf over ``logdir`` until interrupted (Ctrl-C). Binds 127.0.0.1 unless told otherwise.
-
-    Args:
-        logdir: a directory holding ``plugins/profile/<run>/<host>.xplane.pb``.
-        host: address to bind.
-        port: port (0: a free one).
-        verbose: let XProf log every request and absl messages.
-        on_ready: called with the :class:`XProfServer` once it listens (e.g. to print its URL).
-    """
-    server = XProfServer(logdir, host, port, verbose=verbose).start()
-    try:
-        if on_ready is not None:
-            on_ready(server)
-        while server._thread is not None and server._thread.is_alive():
-            server._thread.join(timeout=0.5)
-    finally:
-        server.stop()

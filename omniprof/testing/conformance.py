@@ -22,13 +22,13 @@ from typing import Any, ClassVar
 
 import attrs
 
-from omniprof.backends.base import SUPPORTED_API_VERSIONS, Backend, BackendContext
+from omniprof.plugin import SUPPORTED_API_VERSIONS, Backend, BackendContext
 from omniprof.core.options import build_options
 from omniprof.core.profiler import Profiler
 from omniprof.core.registry import KINDS, Registry
 from omniprof.core.results import BackendResult, ProfileResult
 from omniprof.errors import BackendUnavailableError, InvalidArgumentError
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 from omniprof.testing.fakes import make_result
 
 __all__ = ["BackendConformance", "ReporterConformance"]
@@ -139,7 +139,7 @@ class BackendConformance:
     def test_times_line_up_with_the_reference_clock(self, tmp_path: Path) -> None:
         """Shifted by ``clock.offset_ns``, the session bounds, spans, instants and counter samples fall between
         the reference-clock readings taken just before start() and just after stop() (5 ms slack)."""
-        from omniprof.core.timeline import merge
+        from omniprof.analysis.timeline import merge
 
         b = self._make(tmp_path)
         b.prepare()

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from omniprof.backends.base import Backend
+from omniprof.plugin import Backend
 from omniprof.core.results import (
     Allocation,
     Artifact,

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 
 import omniprof
 from omniprof.core.readers import read_any
-from omniprof.core import xspace as xs
+from omniprof.formats import xspace as xs
 from omniprof.core.results import (
     Artifact,
     BackendResult,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from omniprof.core.results import BackendResult
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 from omniprof.testing.fakes import FakeBackend
 
 

@@ -84,7 +84,7 @@ def test_xla_empty_xspace_is_a_counted_loss(monkeypatch, tmp_path, tally):
     limit), the run is not a silent empty success: a size_limit loss is counted, warned about and
     reported, and no 0-byte xplane is written."""
     pytest.importorskip("jax")
-    from omniprof.backends.xla import _runtime
+    from omniprof.formats import xprof_runtime as _runtime
 
     real = _runtime.import_profiler_bindings
 

@@ -17,7 +17,7 @@ from omniprof.core import config as cfgmod
 from omniprof.core.registry import get_registry
 from omniprof.core.results import BackendResult, RunMetadata
 from omniprof.core.readers import read_any
-from omniprof.core.serve import TraceFileServer, check_bind_address
+from omniprof.viewers.serve import TraceFileServer, check_bind_address
 from omniprof.errors import ConfigError, InvalidArgumentError, OmniprofWarning, TraceReadError
 
 PKG = Path(omniprof.__file__).resolve().parent
@@ -179,7 +179,7 @@ def test_xprof_viewer_binds_loopback_by_default(tmp_path, tally):
     """`omniprof view`'s XProf server listens on 127.0.0.1 unless told otherwise, answers there,
     refuses malformed addresses and warns when another address is named."""
     pytest.importorskip("xprof")
-    from omniprof.reporters.tensorboard import XProfServer
+    from omniprof.viewers.xprof import XProfServer
 
     with XProfServer(tmp_path, port=0) as srv:
         assert srv._server.bind_addr[0] == "127.0.0.1"

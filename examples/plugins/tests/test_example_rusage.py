@@ -9,7 +9,7 @@ pytest.importorskip("omniprof_example_plugins", reason="not installed: pip insta
 import time
 
 from omniprof import InvalidArgumentError, Profiler, ProfileOptions
-from omniprof.backends.base import BackendContext
+from omniprof.plugin import BackendContext
 from omniprof.core.options import build_options
 from omniprof.testing.conformance import BackendConformance
 from omniprof_example_plugins.rusage import RusageBackend

@@ -31,8 +31,8 @@ import attrs
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.core.clock import DEFAULT_CLOCK
 from omniprof.core.results import BackendResult, ClockInfo, Frame, ProfileResult, RunMetadata, Track
-from omniprof.core.stackreport import GroupReport, PrintOptions, build_report, format_report
-from omniprof.core.stackreport import callers as _callers
+from omniprof.analysis.stackreport import GroupReport, PrintOptions, build_report, format_report
+from omniprof.analysis.stackreport import callers as _callers
 from omniprof.errors import InvalidArgumentError, ProfilerStateError
 
 __all__ = ["init", "fetch", "retrieve", "clear", "print", "callers", "report_groups", "RawBuffer",
@@ -182,7 +182,7 @@ def print(result: ProfileResult | BackendResult | None = None, file: IO[str] | N
         result: a :class:`ProfileResult`/:class:`BackendResult` (a saved one works too), or None
             for every sample in the buffer (:func:`retrieve`).
         file: where to write (default ``sys.stdout``).
-        **options: :class:`~omniprof.core.stackreport.PrintOptions` fields: ``format`` ("tree" or
+        **options: :class:`~omniprof.analysis.stackreport.PrintOptions` fields: ``format`` ("tree" or
             "flat"), ``C``/``native``, ``combine``, ``maxdepth``, ``sortedby``, ``groupby``,
             ``noisefloor``, ``mincount``, ``recur``, ``threads``, ``tasks``, ``cols``.
     """

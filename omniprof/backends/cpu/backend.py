@@ -34,7 +34,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend, Capability
+from omniprof.plugin import Backend, Capability
 from omniprof.backends.cpu import api
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import python_stacks

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend
+from omniprof.plugin import Backend
 from omniprof.backends.cupti import diagnostics
 from omniprof.backends.cupti.activity import ActivityCollector, build_timeline
 from omniprof.backends.cupti.cupti_adapter import (
@@ -40,7 +40,7 @@ from omniprof.backends.cupti.cupti_adapter import (
 )
 from omniprof.backends.cupti.nvml import NVML_METRICS, NvmlCallError, NvmlSampler
 from omniprof.core import validators as v
-from omniprof.core.kernels import add_kernel_stats
+from omniprof.analysis.kernels import add_kernel_stats
 from omniprof.core.results import (
     BackendResult,
     ClockInfo,
@@ -176,6 +176,10 @@ class CuptiBackend(Backend):
     @classmethod
     def capabilities(cls) -> list[Any]:
         return diagnostics.gpu_capabilities(_factories["nvml"], _factories["cupti"])
+
+    @classmethod
+    def checks(cls) -> list[Any]:
+        return diagnostics.gpu_checks(_factories["nvml"], _factories["cupti"])
 
     @classmethod
     def probe(cls) -> None:

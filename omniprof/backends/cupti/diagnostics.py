@@ -254,7 +254,7 @@ def gpu_capabilities(nvml_factory: Callable[[], Any], cupti_factory: Callable[[]
     """What the ``cupti`` backend can do here, feature by feature (``omniprof doctor``)."""
     import os
 
-    from omniprof.backends.base import Capability
+    from omniprof.plugin import Capability
 
     checks = {c.name: c for c in gpu_checks(nvml_factory, cupti_factory)}
     failed = next((c for c in checks.values() if not c.ok), None)

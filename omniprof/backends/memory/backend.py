@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend, Capability
+from omniprof.plugin import Backend, Capability
 from omniprof.backends.cpu.stacks import resolve_frame
 from omniprof.core import validators as v
 from omniprof.core.results import Allocation, BackendResult, ClockInfo, Frame, Loss, ThreadInfo, Track

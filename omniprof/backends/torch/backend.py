@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend, Capability
+from omniprof.plugin import Backend, Capability
 from omniprof.core import validators as v
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
 from omniprof.errors import BackendOptionWarning, BackendUnavailableError, DataLossWarning
@@ -380,7 +380,7 @@ class TorchBackend(Backend):
             _warn("backend 'torch': Kineto stopped collecting device activity early (buffer full); the "
                   "result says so in its losses", DataLossWarning)
         path, keep = self._trace_path()
-        from omniprof.backends.torch import kineto
+        from omniprof.formats import kineto
 
         try:
             with self._quiet():

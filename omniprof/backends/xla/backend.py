@@ -30,9 +30,9 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend, Capability
-from omniprof.backends.xla import _runtime
-from omniprof.backends.xla.reader import OMNIPROF_MARK, part_from_files, run_tool
+from omniprof.plugin import Backend, Capability
+from omniprof.formats import xprof_runtime as _runtime
+from omniprof.formats.xplane import OMNIPROF_MARK, part_from_files, run_tool
 from omniprof.backends.xla.strip import strip_device_activity
 from omniprof.core import validators as v
 from omniprof.core.fileio import atomic_write_bytes, hostname
@@ -107,7 +107,7 @@ def write_perfetto_trace(xplanes: list[Path], dest: Path, verbose: bool = False)
     """
     import json
 
-    from omniprof.backends.xla.reader import host_of
+    from omniprof.formats.xplane import host_of
 
     merged: dict[str, Any] | None = None
     for index, xplane in enumerate(xplanes):
@@ -139,7 +139,7 @@ def serve_perfetto(path: Path, *, port: int, wait: bool, timeout_s: float,
     With ``wait`` this blocks until the file was fetched once or ``timeout_s`` passed; otherwise a
     watcher thread stops the server after the first fetch or the timeout. Returns the server.
     """
-    from omniprof.core.serve import TraceFileServer
+    from omniprof.viewers.serve import TraceFileServer
 
     server = TraceFileServer(path, port=port).start()
     message = f"Open URL in browser: {server.link}"

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.xla import _runtime
+from omniprof.formats import xprof_runtime as _runtime
 from omniprof.core.fileio import unique_run_dir
 from omniprof.core.options import ProfileOptions
 from omniprof.core.results import Loss, ProfileResult, RunMetadata
@@ -192,7 +192,7 @@ def collect(addresses: str | Sequence[str], duration_ms: int, logdir: str | os.P
     .. versionadded:: 0.1
     """
     from omniprof.backends.xla.backend import serve_perfetto, write_perfetto_trace
-    from omniprof.backends.xla.reader import part_from_files
+    from omniprof.formats.xplane import part_from_files
 
     addrs = parse_addresses(addresses)
     if not isinstance(duration_ms, int) or isinstance(duration_ms, bool) or not 1 <= duration_ms <= 3_600_000:

@@ -2,7 +2,7 @@
 
 jax has no device-tracer switch and XLA records device activity anyway; this rewrites the xplane
 before it is saved, so the native artifact (what XProf and TensorBoard show) holds no more than the
-result does. Device activity is what :func:`omniprof.backends.xla.reader._is_device_activity`
+result does. Device activity is what :func:`omniprof.formats.xplane._is_device_activity`
 leaves out of the result: every ``/device:*`` plane, and on host planes the events of XLA ops the
 host device executed (events carrying ``hlo_op`` or ``device_ordinal``) and XLA's ``end: <op>``
 markers.
@@ -19,7 +19,7 @@ DEVICE_STATS = frozenset({"hlo_op", "device_ordinal"})
 
 def strip_device_activity(data: bytes) -> tuple[bytes, int]:
     """``(new xspace bytes, number of events removed)``."""
-    from omniprof.core import xspace as xs
+    from omniprof.formats import xspace as xs
 
     space = xs.XSpace.FromString(data)
     removed = 0

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 import attrs
 
-from omniprof.backends.xla import _runtime
+from omniprof.formats import xprof_runtime as _runtime
 from omniprof.core import validators as v
 from omniprof.errors import InvalidArgumentError
 

@@ -26,7 +26,7 @@ from omniprof.backends.cupti.diagnostics import (
     PRIVILEGES_HINT,
     SUBSCRIBER_HINT,
 )
-from omniprof.core.kernels import kernel_stats
+from omniprof.analysis.kernels import kernel_stats
 from omniprof.core.options import build_options
 from omniprof.errors import BackendOptionWarning, DataLossWarning
 from omniprof.testing.conformance import BackendConformance

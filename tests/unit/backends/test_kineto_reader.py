@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import omniprof
-from omniprof.backends.torch import kineto
-from omniprof.backends.torch.kineto import FWDBWD_FLOW_BASE, read_trace, us_text_to_ns
+from omniprof.formats import kineto
+from omniprof.formats.kineto import FWDBWD_FLOW_BASE, read_trace, us_text_to_ns
 from omniprof.cli import main
 from omniprof.core.readers import detect_format, read_any
 from omniprof.errors import DataLossWarning, TraceReadError
@@ -291,7 +291,7 @@ def test_detect_and_read_any(tmp_path):
 
 def test_reader_does_not_import_torch():
     """Reading a Kineto trace never imports torch (GPU traces read on laptops)."""
-    code = ("import sys, omniprof, omniprof.backends.torch as t, omniprof.backends.torch.kineto as k;"
+    code = ("import sys, omniprof, omniprof.backends.torch as t, omniprof.formats.kineto as k;"
             f"k.read_trace({str(EXAMPLE)!r}); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import omniprof
-from omniprof.backends.base import BackendContext
+from omniprof.plugin import BackendContext
 from omniprof.backends.torch import TorchBackend, TorchOptions
-from omniprof.backends.torch.kineto import read_trace
+from omniprof.formats.kineto import read_trace
 from omniprof.errors import BackendOptionWarning, InvalidArgumentError
 from omniprof.testing.conformance import BackendConformance
 

@@ -16,7 +16,7 @@ pytest.importorskip("xprof")
 
 import omniprof  # noqa: E402
 from omniprof.backends.xla.backend import XlaBackend, jax_profile_options  # noqa: E402
-from omniprof.backends.xla.reader import OMNIPROF_MARK, read_xplane, run_tool, xplane_files  # noqa: E402
+from omniprof.formats.xplane import OMNIPROF_MARK, read_xplane, run_tool, xplane_files  # noqa: E402
 from omniprof.core import annotations  # noqa: E402
 from omniprof.core.results import ProfileResult  # noqa: E402
 from omniprof.errors import InvalidArgumentError, OmniprofWarning  # noqa: E402
@@ -407,7 +407,7 @@ def test_memory_profile_summary_from_xprof_message():
     from google.protobuf import json_format
     from xprof.protobuf import memory_profile_pb2
 
-    from omniprof.backends.xla.reader import memory_profile_summaries
+    from omniprof.formats.xplane import memory_profile_summaries
 
     msg = memory_profile_pb2.MemoryProfile()
     prof = msg.memory_profile_per_allocator["GPU_0_bfc"]
@@ -441,7 +441,7 @@ def test_schedule_gives_one_trace_per_active_window(tmp_path):
 
 def test_undecodable_stats_are_counted_and_warned(tmp_path):
     """An event stat jaxlib cannot decode is counted as a Loss and warned about, never dropped silently."""
-    from omniprof.backends.xla._runtime import import_profiler_bindings
+    from omniprof.formats.xprof_runtime import import_profiler_bindings
     from omniprof.errors import DataLossWarning
 
     _, pd = import_profiler_bindings()

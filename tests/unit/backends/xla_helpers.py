@@ -34,7 +34,7 @@ planes {{
 
 def write_gpu_xplane(path: Path, kernel: str = "gemm_fusion_dot_1") -> Path:
     """A GPU trace (one stream, two launches of ``kernel``) serialised by jaxlib from XSpace text."""
-    from omniprof.backends.xla._runtime import import_profiler_bindings
+    from omniprof.formats.xprof_runtime import import_profiler_bindings
 
     _, pd = import_profiler_bindings()
     path.parent.mkdir(parents=True, exist_ok=True)

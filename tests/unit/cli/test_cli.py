@@ -86,11 +86,11 @@ def test_run_options_and_reporters(script, tmp_path, capsys):
     (["run", "-O", "host_tracer_level=9", "x.py"], "'host_tracer_level' must be one of 0, 1, 2, 3 (got 9)"),
     (["run", "-O", "gpu_max_activity_events=5", "x.py"], "did you mean 'gpu_max_activity_api_events'"),
     (["run", "-O", "noequals", "x.py"], "-O expects KEY=VALUE"),
-    (["run", "-b", "cpux", "x.py"], "unknown backend 'cpux'. Did you mean 'cpu'?"),
-    (["run", "-r", "tabel", "x.py"], "unknown reporter 'tabel'. Did you mean 'table'?"),
+    (["run", "-b", "cpux", "x.py"], "unknown backend 'cpux'; did you mean 'cpu'?"),
+    (["run", "-r", "tabel", "x.py"], "unknown reporter 'tabel'; did you mean 'table'?"),
     (["run", "-O", "xla.foo=1", "x.py"], "backend 'xla' is not selected"),
     (["run", "--no-config"], "give a script"),
-    (["run", "does_not_exist.py"], "cannot open file 'does_not_exist.py'"),
+    (["run", "does_not_exist.py"], "no such script"),
     (["run", "-R", "table.max_rows=0", "x.py"], "'max_rows' must be >= 1 (got 0)"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])
@@ -144,7 +144,7 @@ def test_python_dash_m_omniprof_and_console_script(tmp_path):
                            str(ROOT / "examples" / "hot_loop.py"), "5"], capture_output=True, text=True, check=True)
     assert "result:" in proc.stdout
     r = omniprof.load(tmp_path / "omniprof.result.json")
-    flat = omniprof.core.stacktree.flat_rows(r.part("cpu"))
+    flat = omniprof.analysis.stacktree.flat_rows(r.part("cpu"))
     assert flat[0].frame.name == "hot_function"
     assert json.loads(r.to_json())["schema_version"] == 1
 

@@ -208,7 +208,7 @@ def test_reporter_options_from_the_command_line_override_the_file(proj, capsys):
 def test_config_plugins_key_registers_local_plugins(proj, monkeypatch):
     """`plugins = "FILE"` in a config makes that plugins.toml's local backends selectable in the same file."""
     write(proj / "tickmod.py", """
-        from omniprof.backends.base import Backend
+        from omniprof.plugin import Backend
         from omniprof.core.results import BackendResult
 
         class TickBackend(Backend):
@@ -236,7 +236,7 @@ def test_config_plugins_key_registers_local_plugins(proj, monkeypatch):
 def test_plugins_command_lists_a_broken_local_plugin_with_the_fix(tmp_path, monkeypatch, capsys):
     """`omniprof plugins` shows a plugins.toml backend with a wrong api_version as broken, with the fix; exit 0."""
     (tmp_path / "oldplug.py").write_text(textwrap.dedent("""
-        from omniprof.backends.base import Backend
+        from omniprof.plugin import Backend
         class OldBackend(Backend):
             name = "old"
             api_version = 2

@@ -10,7 +10,7 @@ import pytest
 
 import omniprof
 from omniprof.cli import main
-from omniprof.core.serve import PERFETTO_ORIGIN
+from omniprof.viewers.serve import PERFETTO_ORIGIN
 from omniprof.testing.fakes import make_result
 
 
@@ -61,16 +61,3 @@ def test_view_perfetto_rejects_a_missing_file(tmp_path, capsys):
     """A path that is not a file is a usage error (exit 2) naming it."""
     assert main(["view", "--perfetto", str(tmp_path / "nope.perfetto-trace")]) == 2
     assert "nope.perfetto-trace" in capsys.readouterr().err
-
-
-def test_view_logdir_without_tensorboard_support_is_a_clear_error(tmp_path, capsys):
-    """A logdir without --perfetto needs the tensorboard reporter's serve_logdir; without it, exit 2 with a hint."""
-    try:
-        from omniprof.reporters import tensorboard
-    except ImportError:
-        tensorboard = None
-    if getattr(tensorboard, "serve_logdir", None) is not None:
-        pytest.skip("the tensorboard reporter is installed: its own tests cover serving a logdir")
-    assert main(["view", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "tensorboard" in err and "--perfetto" in err

@@ -6,9 +6,9 @@ from typing import ClassVar
 
 import attrs
 
-from omniprof.backends.base import Backend
+from omniprof.plugin import Backend
 from omniprof.core.results import BackendResult
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 from omniprof.testing.fakes import FakeBackend
 
 

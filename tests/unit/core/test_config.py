@@ -14,17 +14,17 @@ from hypothesis import strategies as st
 
 from omniprof import ConfigError, ProfileOptions
 from omniprof.core import config as cfgmod
+from omniprof.runner import execute
 from omniprof.core.config import (
     check_config,
     check_plugins_file,
     cli_layer,
     dump_toml,
     env_layer,
-    execute,
     find_config,
     load_config,
 )
-from omniprof.core import stacktree
+from omniprof.analysis import stacktree
 from omniprof.core.schedule import Schedule
 from omniprof.core.tomlpos import key_lines, line_of
 
@@ -191,7 +191,7 @@ def test_env_verbose_accepts_usual_spellings(raw, value):
 def test_public_names_are_lazy_reexports():
     """omniprof.load_config / RunConfig / diff are the core functions, imported on first use."""
     import omniprof
-    from omniprof.core.diff import diff
+    from omniprof.analysis.diff import diff
 
     assert omniprof.load_config is load_config and omniprof.RunConfig is cfgmod.RunConfig and omniprof.diff is diff
     with pytest.raises(AttributeError, match="no attribute 'nope'"):

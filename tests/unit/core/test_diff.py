@@ -1,12 +1,12 @@
-"""omniprof.core.diff: function, op and kernel tables compared; what counts as a regression."""
+"""omniprof.analysis.diff: function, op and kernel tables compared; what counts as a regression."""
 
 from __future__ import annotations
 
 import pytest
 
 from omniprof import InvalidArgumentError
-from omniprof.core.diff import TOTAL_KEY, diff, format_diff
-from omniprof.core.kernels import kernel_stats_table
+from omniprof.analysis.diff import TOTAL_KEY, diff, format_diff
+from omniprof.analysis.kernels import kernel_stats_table
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Span, StackSample, Table
 from omniprof.testing import make_result
 

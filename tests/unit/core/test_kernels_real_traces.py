@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from omniprof.core.kernels import KERNEL_STATS_COLUMNS, kernel_stats, kernel_stats_table
+from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, kernel_stats, kernel_stats_table
 from omniprof.core.readers import read_any
 
 _ROOT = Path(__file__).resolve().parents[3]

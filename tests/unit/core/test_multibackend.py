@@ -10,7 +10,7 @@ import pytest
 import omniprof
 from omniprof import BackendError, OmniprofWarning, Profiler
 from omniprof.core.registry import get_registry
-from omniprof.core.timeline import measure_offset, merge
+from omniprof.analysis.timeline import measure_offset, merge
 from omniprof.testing import FakeClock
 
 FAKE = ("backend", "fake", "omniprof.testing.fakes:FakeBackend")
@@ -131,7 +131,8 @@ def test_all_backends_failing_raises(registry_with):
 
 def test_backend_list_from_config_runs_together(registry_with, tmp_path, monkeypatch):
     """backend = ["cpu", "fake"] in a config file runs both backends in one result."""
-    from omniprof.core.config import execute, load_config
+    from omniprof.core.config import load_config
+    from omniprof.runner import execute
 
     monkeypatch.chdir(tmp_path)
     reg = registry_with(FAKE)
@@ -207,7 +208,7 @@ def test_cpu_with_a_framework_backend(other):
 def test_unavailable_backend_among_several_is_recorded_and_skipped(tmp_path, monkeypatch, registry_with):
     """cpu + a backend whose probe says 'no GPU here': the run goes on with cpu, the probe failure is recorded."""
     (tmp_path / "nogpu_plugin.py").write_text(
-        "from omniprof.backends.base import Backend\n"
+        "from omniprof.plugin import Backend\n"
         "from omniprof.errors import BackendUnavailableError\n"
         "class NoGpuBackend(Backend):\n"
         "    name = 'nogpu'\n"

@@ -15,9 +15,9 @@ OWN_EPS = [ep for g in ("omniprof.backends", "omniprof.reporters") for ep in md.
            if ep.dist is not None and ep.dist.metadata["Name"] == "omniprof"]
 
 PLUGIN_MODULE = '''
-from omniprof.backends.base import Backend
+from omniprof.plugin import Backend
 from omniprof.core.results import BackendResult
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 
 
 class OldApiBackend(Backend):
@@ -101,7 +101,7 @@ def fake_dist(tmp_path, monkeypatch):
     ("misnamed", PluginValidationError,
      ["backend 'misnamed' from fake-plugins 1.2.3", "name='othername'", "must equal the entry-point name"]),
     ("notabackend", PluginValidationError,
-     ["backend 'notabackend' from fake-plugins 1.2.3", "is not a subclass of omniprof.backends.base.Backend"]),
+     ["backend 'notabackend' from fake-plugins 1.2.3", "is not a subclass of omniprof.plugin.Backend"]),
     ("broken", PluginLoadError,
      ["backend 'broken' from fake-plugins 1.2.3 failed to import", "ImportError: libfoo.so.1 not found",
       "Fix or reinstall the plugin, or disable it with --no-plugin broken"]),
@@ -155,7 +155,7 @@ def test_unknown_plugin_name_suggests_nearest(fake_dist):
 # -- plugins.toml ---------------------------------------------------------------------------------------
 LOCAL_MODULE = '''
 import attrs
-from omniprof.backends.base import Backend
+from omniprof.plugin import Backend
 from omniprof.core.results import BackendResult, Span, Track
 
 

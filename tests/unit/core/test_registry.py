@@ -26,7 +26,7 @@ def test_builtins_registered_through_entry_points():
 @pytest.mark.parametrize("name,target,status,fragment", [
     ("widget", f"{T.rsplit('.', 1)[0]}.broken_plugin_module:Anything", "broken", "libwidget.so.3"),
     ("nomod", "no_such_module_xyz:Thing", "broken", "No module named 'no_such_module_xyz'"),
-    ("notabackend", f"{T}:NotABackend", "broken", "not a subclass of omniprof.backends.base.Backend"),
+    ("notabackend", f"{T}:NotABackend", "broken", "not a subclass of omniprof.plugin.Backend"),
     ("wrongapi", f"{T}:WrongApiBackend", "broken", "api_version=99"),
     ("nostop", f"{T}:MissingStopBackend", "broken", "does not implement stop"),
     ("misnamed", f"{T}:MisnamedBackend", "broken", "must equal the entry-point name"),

@@ -8,7 +8,7 @@ import pytest
 
 import omniprof
 from omniprof.core.results import BackendResult, Frame, ProfileResult, StackSample, TaskInfo, ThreadInfo
-from omniprof.core.stackreport import PrintOptions, build_report, callers, format_report
+from omniprof.analysis.stackreport import PrintOptions, build_report, callers, format_report
 from omniprof.errors import InvalidArgumentError
 
 M = Frame("main", "app.py", 1)

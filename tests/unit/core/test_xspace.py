@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from omniprof.core import xspace as xs
+from omniprof.formats import xspace as xs
 
 
 def _space() -> object:

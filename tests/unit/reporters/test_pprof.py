@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 import omniprof
-from omniprof.core import stacktree
+from omniprof.analysis import stacktree
 from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Span, StackSample, ThreadInfo
 from omniprof.reporters.pprof import PprofOptions, PprofReporter, _varint
 from omniprof.testing.conformance import ReporterConformance

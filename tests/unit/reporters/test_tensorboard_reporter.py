@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import omniprof
-from omniprof.core import xspace as xs
+from omniprof.formats import xspace as xs
 from omniprof.core.fileio import OutputError
 from omniprof.core.results import (
     Artifact,

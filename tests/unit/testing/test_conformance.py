@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from omniprof.backends.base import Backend
+from omniprof.plugin import Backend
 from omniprof.backends.cpu import CpuSamplerBackend
 from omniprof.core.results import BackendResult, CounterSeries
 from omniprof.reporters.json import JsonReporter

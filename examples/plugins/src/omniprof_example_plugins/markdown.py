@@ -12,10 +12,10 @@ from typing import IO, Any
 
 import attrs
 
-from omniprof.core import stacktree
+from omniprof.analysis import stacktree
 from omniprof.core import validators as v
 from omniprof.core.results import ProfileResult
-from omniprof.reporters.base import Reporter
+from omniprof.plugin import Reporter
 
 __all__ = ["MarkdownReporter", "MarkdownOptions", "sections", "to_markdown"]
 

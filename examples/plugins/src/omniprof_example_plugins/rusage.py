@@ -6,7 +6,7 @@ system CPU time between samples), resident set size high-water mark, context swi
 faults since the start, and the 1-minute load average.
 
 Timestamps are taken on this backend's own clock, ``time.monotonic_ns``; the offset to the run's
-reference clock is measured at start with :func:`omniprof.core.timeline.measure_offset` and stored
+reference clock is measured at start with :func:`omniprof.plugin.measure_offset` and stored
 in the part's ``ClockInfo``, so the counters line up with the other backends of a multi-backend run.
 
 Levels: ``host_tracer_level`` 0 records nothing; 1 and above sample. Device and Python tracer
@@ -23,10 +23,10 @@ from typing import Any
 
 import attrs
 
-from omniprof.backends.base import Backend
+from omniprof.plugin import Backend
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, ClockInfo, CounterSeries, Loss, Track
-from omniprof.core.timeline import measure_offset
+from omniprof.plugin import measure_offset
 from omniprof.errors import BackendUnavailableError
 
 __all__ = ["RusageBackend", "RusageOptions"]

@@ -9,7 +9,7 @@ descriptor pool, so they never clash with another copy of the schema loaded in t
 
 Only protobuf is needed; it is imported on first use.
 
-    >>> from omniprof.core import xspace
+    >>> from omniprof.formats import xspace
     >>> space = xspace.XSpace()
     >>> space.hostnames.append("h")
     >>> xspace.XSpace.FromString(space.SerializeToString()).hostnames[0]

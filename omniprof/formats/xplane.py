@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.core.kernels import KERNEL_STATS_COLUMNS, kernel_stats_table
+from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, kernel_stats_table
 from omniprof.core.results import (
     Artifact,
     BackendResult,
@@ -371,7 +371,7 @@ def _tables_of(data: Any) -> list[Mapping[str, Any]]:
 
 def run_tool(paths: Sequence[Path], tool: str, verbose: bool = False) -> Any:
     """xprof tool data for the xplane files, never from a saved (possibly stale) result."""
-    from omniprof.backends.xla._runtime import import_xprof_convert
+    from omniprof.formats.xprof_runtime import import_xprof_convert
 
     convert = import_xprof_convert(verbose)
     dirs = {p.parent for p in paths}
@@ -560,7 +560,7 @@ def host_of(path: Path) -> str:
 
 
 def load_profile_data(path: Path) -> Any:
-    from omniprof.backends.xla._runtime import import_profiler_bindings
+    from omniprof.formats.xprof_runtime import import_profiler_bindings
 
     _, pdmod = import_profiler_bindings()
     try:

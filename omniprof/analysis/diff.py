@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.core import stacktree
+from omniprof.analysis import stacktree
 from omniprof.core.results import BackendResult, ProfileResult, Table
 from omniprof.errors import InvalidArgumentError
 

@@ -36,7 +36,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import IO, Any
 
-from omniprof.core.kernels import add_kernel_stats
+from omniprof.analysis.kernels import add_kernel_stats
 from omniprof.core.results import (
     Artifact,
     BackendResult,
@@ -881,7 +881,7 @@ def read_trace(path: str | os.PathLike[str]) -> ProfileResult:
     import attrs
 
     part = attrs.evolve(part, metadata={**part.metadata, "clock_note": note})
-    from omniprof import __version__
+    from omniprof._version import __version__
 
     md = RunMetadata(
         host=str(top.get("host_name", "")), pid=int(part.metadata.get("pid", 0) or 0)

@@ -105,6 +105,13 @@ class Backend(abc.ABC):
         """
         return []
 
+    @classmethod
+    def checks(cls) -> list[Any]:
+        """Checks of this machine for ``omniprof doctor``, in order, each with ``name``, ``ok``,
+        ``detail`` and ``hint`` (the fix) attributes (cupti: driver, GPUs, CUPTI). Like
+        :meth:`capabilities`, should not raise for a machine that lacks something."""
+        return []
+
     def __init__(self, options: Any = None, *, context: BackendContext | None = None) -> None:
         self.options = options if options is not None else self.Options()
         self.context = context if context is not None else BackendContext()

@@ -1,0 +1,128 @@
+"""What the commands share: the registry from --plugins/--no-plugin, -R parsing, writing reports."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from omniprof.errors import OmniprofError, UsageError
+
+#: Set when a run was ended by SIGTERM; main() then dies of SIGTERM itself (as python would).
+terminated_by: int | None = None
+
+
+def note_terminated(e: Any) -> int:
+    """A run ended by SIGTERM (:class:`omniprof.runner.Terminated`): say so; the exit status."""
+    global terminated_by
+    terminated_by = e.signum
+    print(f"omniprof: {e}; the profile so far is kept (marked partial)", file=sys.stderr)
+    return 128 + e.signum
+
+
+def registry(ns: argparse.Namespace) -> Any:
+    from omniprof.core.registry import Registry, reset_registry
+
+    reg = Registry(plugins_file=ns.plugins, disable=ns.no_plugin)
+    reset_registry(reg)
+    return reg
+
+
+def csv(values: list[str], default: list[str]) -> list[str]:
+    out = [x.strip() for v in values for x in v.split(",") if x.strip()]
+    return out or default
+
+
+def reporter_options(items: list[str], reporters: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, value = kv(item, "-R")
+        name, dot, rest = key.partition(".")
+        if not dot:
+            raise UsageError(f"-R expects REPORTER.KEY=VALUE (got {item!r})")
+        if name not in reporters:
+            raise UsageError(f"-R {key}: reporter {name!r} is not selected (selected: {', '.join(reporters)})")
+        out.setdefault(name, {})[rest] = value
+    return out
+
+
+def emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, Any]], outdir: str | None,
+                  registry: Any) -> int:
+    from omniprof.core.reporting import make_reporter, report
+
+    status = 0
+    if outdir is not None:  # -o names a directory: create it, so reports go inside, not over it
+        from omniprof.core.fileio import output_error
+
+        try:
+            Path(outdir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"omniprof: error: {output_error(outdir, e)}", file=sys.stderr)
+            return 1
+    for name in reporters:
+        try:
+            rep = make_reporter(name, ropts.get(name), registry)
+            if rep.output == "stream":  # text reports go to the terminal; files to the output directory
+                report(result, name, sys.stdout, options=ropts.get(name), registry=registry)
+            else:
+                path = report(result, name, Path(outdir) if outdir else None, options=ropts.get(name),
+                              registry=registry, overwrite=False)
+                print(f"omniprof: {name} report written to {path}", file=sys.stderr)
+                if getattr(rep, "name", "") in ("perfetto", "chrome"):
+                    print(f"omniprof: open it with: omniprof view --perfetto {path}", file=sys.stderr)
+        except OmniprofError as e:
+            print(f"omniprof: error: {e}", file=sys.stderr)
+            status = 1
+    return status
+
+
+def emit_to_file(result: Any, name: str, options: dict[str, Any], path: str, registry: Any) -> int:
+    """Write one report to the file a config names (a free name beside it if it exists)."""
+    from omniprof.core.reporting import report
+
+    try:
+        written = report(result, name, path, options=options, registry=registry, overwrite=False)
+    except OmniprofError as e:
+        print(f"omniprof: error: {e}", file=sys.stderr)
+        return 1
+    print(f"omniprof: {name} report written to {written}", file=sys.stderr)
+    return 0
+
+
+def make_outdir(outdir: str | None) -> None:
+    """``-o DIR`` names a directory: make it when missing (rather than writing a file called DIR)."""
+    if outdir is None:
+        return
+    from omniprof.core.fileio import output_error
+
+    try:
+        Path(outdir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(outdir, e) from e
+
+
+def print_user_traceback() -> None:
+    """Print the target's traceback as python would, without omniprof's and runpy's frames."""
+    etype, value, tb = sys.exc_info()
+    print_exception(etype, value, tb)
+
+
+def print_exception(etype: Any, value: Any, tb: Any) -> None:
+    frames = traceback.extract_tb(tb)
+    pkg = str(Path(__file__).resolve().parent.parent)
+    keep = [f for f in frames if not f.filename.startswith(pkg) and "runpy" not in f.filename]
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print("".join(traceback.format_list(keep)), end="", file=sys.stderr)
+    print("".join(traceback.format_exception_only(etype, value)), end="", file=sys.stderr)
+
+
+def kv(text: str, flag: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of a ``-R`` flag, the value parsed as on every command line (JSON where it parses)."""
+    from omniprof.core.options import parse_cli_value
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"{flag} expects KEY=VALUE (got {text!r})")
+    return key.strip(), parse_cli_value(value)

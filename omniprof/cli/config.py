@@ -1,0 +1,66 @@
+"""``omniprof config check|show``, and finding and layering the config file for ``omniprof run``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from omniprof.cli import _common as c
+from omniprof.errors import UsageError
+
+
+def config_layers(ns: argparse.Namespace, path: str | None, cli: Any = None) -> Any:
+    from omniprof.core import config as cfgmod
+
+    c.registry(ns)  # the process-wide registry; a `plugins` key in the file or on the command line replaces it
+    return cfgmod.load_config(path, getattr(ns, "profile", None) or os.environ.get(cfgmod.PROFILE_ENV) or None,
+                              cli=cli)
+
+
+def config_path(explicit: str | None, required: bool) -> str | None:
+    from omniprof.core import config as cfgmod
+
+    path = explicit or os.environ.get(cfgmod.CONFIG_ENV)
+    if path:
+        return path
+    found = cfgmod.find_config()
+    if found is None and required:
+        raise UsageError("no configuration found: give a script (omniprof run script.py [args]) or -m module, "
+                         "or a config file (--config FILE), or create omniprof.toml (or [tool.omniprof] in "
+                         "pyproject.toml) in the current directory")
+    return str(found) if found is not None else None
+
+
+def config(ns: argparse.Namespace) -> int:
+    from omniprof.core import config as cfgmod
+
+    if ns.config_command is None:
+        raise UsageError("omniprof config: give a subcommand: check or show")
+    path = config_path(ns.file, required=True)
+    if ns.config_command == "check":
+        if Path(path).name == "plugins.toml":
+            problems = cfgmod.check_plugins_file(path)
+        else:
+            c.registry(ns)
+            problems = cfgmod.check_config(path, profile=ns.profile)
+        if problems:
+            for p in problems:
+                print(p, file=sys.stderr)
+            print(f"omniprof: {len(problems)} problem(s) in {path}", file=sys.stderr)
+            return 1
+        print(f"{path}: ok")
+        return 0
+    cfg = config_layers(ns, path)
+    data = cfg.to_dict(c.registry(argparse.Namespace(plugins=cfg.plugins or ns.plugins,
+                                                    no_plugin=[*cfg.no_plugin, *ns.no_plugin])))
+    if ns.format == "json":
+        import json
+
+        print(json.dumps(data, indent=2))
+    else:
+        print(f"# effective configuration from {path}" + (f", profile {cfg.profile}" if cfg.profile else ""))
+        print(cfgmod.dump_toml(data), end="")
+    return 0

@@ -1,0 +1,68 @@
+"""``omniprof run``: one pipeline for every run.
+
+The config file (``--config``, ``$OMNIPROF_CONFIG`` or one found in the working directory, unless
+``--no-config``), the ``OMNIPROF_*`` environment and the flags become one
+:class:`~omniprof.core.config.RunConfig` (later layers win); :func:`omniprof.runner.run` runs its
+target under a Profiler; the reporters write the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from omniprof.cli import _common as c
+from omniprof.cli.config import config_layers, config_path
+from omniprof.errors import UsageError
+
+
+def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:
+    from omniprof import runner
+    from omniprof.core import config as cfgmod
+    from omniprof.core.reporting import make_reporter
+
+    path = None if ns.no_config else config_path(ns.config, required=not (target or is_module))
+    function = target[0] if target and not is_module and cfgmod.is_function_target(target[0]) else None
+    script = None if is_module or not target or function else target[0]
+    cli = cfgmod.cli_layer(backends=ns.backend, options=ns.option, reporters=ns.reporter,
+                           reporter_options=ns.reporter_option, outdir=ns.outdir, logdir=ns.logdir,
+                           label=ns.label or None, verbose=True if ns.verbose else None,
+                           script=script, module=module if is_module else None, function=function,
+                           args=target if is_module else target[1:], plugins=ns.plugins, no_plugin=ns.no_plugin)
+    cfg = config_layers(ns, path, cli)
+    if cfg.target is None:
+        raise UsageError(f"omniprof run: {path or 'the configuration'} names nothing to run: set script, module or "
+                         f"function there, or give a script on the command line")
+    reg = c.registry(argparse.Namespace(plugins=cfg.plugins, no_plugin=list(cfg.no_plugin)))
+    for spec in cfg.reporters:  # validate reporters and their options before running anything
+        make_reporter(spec.name, spec.options, reg)
+    outcome = runner.run(cfg, registry=reg, peek=ns.peek)
+    exit_code = outcome.exit_code
+    if outcome.exit_message is not None:
+        print(outcome.exit_message, file=sys.stderr)  # sys.exit("message") prints it, as python does
+    if outcome.error is not None:
+        e = outcome.error
+        if isinstance(e, runner.Terminated):
+            exit_code = c.note_terminated(e)
+        else:
+            c.print_exception(type(e), e, e.__traceback__)
+            exit_code = 130 if isinstance(e, KeyboardInterrupt) else 1
+    status = 0
+    if outcome.problem is not None:
+        print(f"omniprof: error: {outcome.problem}", file=sys.stderr)
+        status = 1
+    for result in outcome.results:
+        for spec in cfg.reporters:
+            if spec.output and not ns.outdir:  # an explicit output file from the config
+                status |= c.emit_to_file(result, spec.name, dict(spec.options), spec.output, reg)
+                continue
+            dest = ns.outdir or cfg.outdir  # -o on the command line wins over the file
+            if dest:
+                c.make_outdir(dest)
+            status |= c.emit_reports(result, [spec.name], {spec.name: dict(spec.options)}, dest, reg)
+    if outcome.session_dir is not None:
+        print(f"omniprof: session saved in {outcome.session_dir}", file=sys.stderr)
+    if not outcome.results:
+        print("omniprof: the schedule recorded nothing (more repeats needed?)", file=sys.stderr)
+    return exit_code or status
+

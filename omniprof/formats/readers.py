@@ -1,0 +1,37 @@
+"""omniprof's own readers of native trace files (entry-point group ``omniprof.readers``).
+
+Each imports its format module only when a file is read, so listing plugins stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omniprof.core.readers import Reader
+from omniprof.core.results import ProfileResult
+
+__all__ = ["XPlaneReader", "KinetoReader"]
+
+
+class XPlaneReader(Reader):
+    """``.xplane.pb`` files, XProf run directories and logdirs (needs jax's profiler bindings)."""
+
+    name = "xplane"
+    summary = "XProf .xplane.pb files, run directories and logdirs"
+
+    def read(self, path: Path) -> ProfileResult:
+        from omniprof.formats.xplane import read_xplane
+
+        return read_xplane(path)
+
+
+class KinetoReader(Reader):
+    """PyTorch Kineto trace JSON (``.json`` or ``.json.gz``); torch is not imported."""
+
+    name = "kineto"
+    summary = "PyTorch Kineto trace JSON (.json, .json.gz)"
+
+    def read(self, path: Path) -> ProfileResult:
+        from omniprof.formats.kineto import read_trace
+
+        return read_trace(path)

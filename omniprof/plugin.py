@@ -1,0 +1,25 @@
+"""The public plugin API: what a third-party backend, reporter or reader subclasses and uses.
+
+Import from here (``from omniprof.plugin import Backend, Reporter``); the classes are defined in
+the kernel (:mod:`omniprof.core.backend`, :mod:`omniprof.core.reporter`, :mod:`omniprof.core.readers`)
+so the Profiler and the registry need nothing outside ``core``. The old paths
+``omniprof.backends.base`` and ``omniprof.reporters.base`` name this module and keep working.
+
+Entry-point groups: ``omniprof.backends``, ``omniprof.reporters``, ``omniprof.readers``; the
+entry-point name must equal the class's ``name``.
+"""
+
+from __future__ import annotations
+
+from omniprof.analysis.timeline import measure_offset
+from omniprof.core.backend import SUPPORTED_API_VERSIONS, Backend, BackendContext, Capability
+from omniprof.core.clock import DEFAULT_CLOCK, Clock
+from omniprof.core.options import ProfileOptions
+from omniprof.core.readers import Reader
+from omniprof.core.reporter import Reporter
+from omniprof.core.results import BackendResult, ProfileResult
+
+__all__ = [
+    "Backend", "BackendContext", "Capability", "Reporter", "Reader", "SUPPORTED_API_VERSIONS",
+    "BackendResult", "ProfileResult", "ProfileOptions", "Clock", "DEFAULT_CLOCK", "measure_offset",
+]
