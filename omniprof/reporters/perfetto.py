@@ -25,7 +25,9 @@ How it is built:
   spans carrying flow ids (to chain them), spans moved to lanes, and, for a part not listed in
   start order, the sorted index.
 * Timestamps are the run's reference clock: ``t + part.clock.offset_ns``, in ns (the JSON has
-  microseconds with three decimals, so no precision is lost). No ``displayTimeUnit`` key is
+  microseconds with three decimals, so no precision is lost). Where a part's clock offset puts
+  data before 0, the whole trace moves later by the same amount
+  (:func:`omniprof.analysis.timeline.reference_offsets`): nothing is clamped. No ``displayTimeUnit`` key is
   written (some Perfetto versions misread it).
 """
 
@@ -44,6 +46,7 @@ from typing import IO, Any
 
 import attrs
 
+from omniprof.analysis.timeline import Nesting, nest_lanes, reference_offsets
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
 from omniprof.errors import DataLossWarning, OmniprofWarning
@@ -302,30 +305,8 @@ def _track_row(lay: Layout, result: ProfileResult, host: TrackRow, t: Track) -> 
 
 
 # -- lanes: keep every slice track properly nested -----------------------------------------------
-class _Nesting:
-    """Per-track stack of open slice ends; says whether the next span (in input order) nests."""
-
-    __slots__ = ("stack", "last_start")
-
-    def __init__(self) -> None:
-        self.stack: list[int] = []
-        self.last_start = -(1 << 63)
-
-    def fits(self, start: int, end: int) -> bool:
-        if start < self.last_start:
-            return False
-        st = self.stack
-        while st and st[-1] <= start:
-            st.pop()
-        if st and end > st[-1]:
-            return False
-        st.append(end)
-        self.last_start = start
-        return True
-
-
 def _assign_lanes(deferred: list[tuple[int, int, Any]], lay: Layout, base: TrackRow,
-                  lane_state: dict[int, list[_Nesting]]) -> Iterator[tuple[TrackRow, Any]]:
+                  lane_state: dict[int, list[Nesting]]) -> Iterator[tuple[TrackRow, Any]]:
     """Place spans that did not fit ``base`` onto overflow lanes 2, 3, ... (sorted, nested).
 
     ``lane_state`` keeps each lane's nesting across parts, so parts sharing a track never
@@ -333,16 +314,8 @@ def _assign_lanes(deferred: list[tuple[int, int, Any]], lay: Layout, base: Track
     """
     deferred.sort(key=lambda x: (x[0], -x[1]))
     lanes = lane_state.setdefault(base.uuid, [])
-    for start, end, item in deferred:
-        for i, n in enumerate(lanes):
-            if n.fits(start, end):
-                yield lay.lane(base, i + 2), item
-                break
-        else:
-            n = _Nesting()
-            n.fits(start, end)
-            lanes.append(n)
-            yield lay.lane(base, len(lanes) + 1), item
+    for (lane, _, _), (_, _, item) in zip(nest_lanes([(start, end) for start, end, _ in deferred], lanes), deferred):
+        yield lay.lane(base, lane + 2), item
 
 
 def _flow_roles(part: BackendResult, links: list[int],
@@ -610,12 +583,13 @@ def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions |
     arg_names = _Interner(sink, _I_ARG_NAMES)
     links = [0]
     track_state: dict[int, tuple[list[Any], list[int]]] = {}
-    lane_state: dict[int, list[_Nesting]] = {}
+    lane_state: dict[int, list[Nesting]] = {}
+    offsets, _ = reference_offsets(result)
     for row in lay.tracks:
         sink.packet(_descriptor(row))
     n_tracks = len(lay.tracks)
     for pi, part in enumerate(result.parts):
-        off = part.clock.offset_ns
+        off = offsets[pi]
         roles = _flow_roles(part, links) if o.include_flows else {}
         deferred: dict[int, list[tuple[int, int, Any]]] = {}
         _emit_spans(sink, lay, pi, part, off, roles, names, cats, arg_names, o, deferred, track_state)
@@ -664,7 +638,11 @@ def _finite_points(series: Any) -> Iterator[tuple[int, float]]:
 
 
 def _ts(t: int) -> int:
-    return t if t >= 0 else 0
+    # reference_offsets() moved the whole trace so that no time is negative; a negative one here
+    # would be a bug, not data to clamp.
+    if t < 0:
+        raise ValueError(f"negative timestamp {t} reached the Perfetto encoder")
+    return t
 
 
 def _row_for(lay: Layout, pi: int, track_id: str) -> TrackRow:
@@ -682,7 +660,7 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
 
     For each (track, name, category) the TrackEvent bytes after the timestamp are built once. A
     timestamp varint is its two low groups from a table plus the cached varint of ``t >> 14``.
-    The nesting check of :class:`_Nesting` is inlined: a per-track stack of open ends with an
+    The nesting check of :class:`omniprof.analysis.timeline.Nesting` is inlined: a per-track stack of open ends with an
     infinite sentinel at the bottom, and the track's last start in a one-element list.
     """
     ext = sink.parts.extend
@@ -919,10 +897,11 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
     n_tracks = len(lay.tracks)
     links = [0]
     labels: dict[int, str] = {}
-    nests: dict[int, _Nesting] = {}
-    lane_state: dict[int, list[_Nesting]] = {}
+    nests: dict[int, Nesting] = {}
+    lane_state: dict[int, list[Nesting]] = {}
+    offsets, _ = reference_offsets(result)
     for pi, part in enumerate(result.parts):
-        off = part.clock.offset_ns
+        off = offsets[pi]
         roles = _flow_roles(part, links, labels) if o.include_flows else {}
         deferred: dict[int, list[tuple[int, int, Any]]] = {}
         names: dict[str, str] = {}
@@ -933,8 +912,8 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
             end = start + s.dur_ns
             n = nests.get(row.uuid)
             if n is None:
-                n = nests[row.uuid] = _Nesting()
-            if not n.fits(start, end):
+                n = nests[row.uuid] = Nesting()
+            if n.place(start, end) < 0:
                 deferred.setdefault(row.uuid, []).append((start, end, si))
                 continue
             _json_span(emit, row, s, off, roles.get(si), o, names, dumps, labels, flow_ends)

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from omniprof.analysis.timeline import nest_lanes
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Span
 from omniprof.errors import DataLossWarning, InvalidArgumentError
 
@@ -166,10 +167,9 @@ class Lane:
 def span_lanes(part: BackendResult) -> tuple[list[Lane], int]:
     """Split each track's spans into properly nested lanes.
 
-    Spans sorted by start (longest first on ties) go to the first lane where they nest inside
-    the open span or follow it. A span that starts inside another but ends after it cannot nest
-    there; it goes to the next lane that takes it (a new one if needed). Returns the lanes and
-    how many spans went to an overlap lane.
+    :func:`omniprof.analysis.timeline.nest_lanes` places the spans: by start (longest first on
+    ties), each in the first lane where it nests inside the open span or follows it. Returns the
+    lanes and how many spans went to an overlap lane.
     """
     names = {t.id: t.name for t in part.tracks}
     by_track: dict[str, list[tuple[int, Span]]] = {}
@@ -180,29 +180,17 @@ def span_lanes(part: BackendResult) -> tuple[list[Lane], int]:
     order = {tid: i for i, tid in enumerate(names)}
     for track in sorted(by_track, key=lambda t: (order.get(t, len(order)), t)):
         spans = sorted(by_track[track], key=lambda p: (p[1].start_ns, -p[1].dur_ns, p[0]))
-        open_stacks: list[list[int]] = []          # per lane: indices (into lane_spans) of open spans
-        lane_spans: list[list[Span]] = []
-        lane_depth: list[list[int]] = []
-        lane_parent: list[list[int]] = []
-        for _, s in spans:
-            for k in range(len(open_stacks) + 1):
-                if k == len(open_stacks):
-                    open_stacks.append([])
-                    lane_spans.append([])
-                    lane_depth.append([])
-                    lane_parent.append([])
-                stack = open_stacks[k]
-                while stack and lane_spans[k][stack[-1]].end_ns <= s.start_ns:
-                    stack.pop()
-                if stack and s.end_ns > lane_spans[k][stack[-1]].end_ns:
-                    continue  # overlaps the open span without nesting: try the next lane
-                if k:
-                    moved += 1
-                lane_parent[k].append(stack[-1] if stack else -1)
-                lane_depth[k].append(len(stack))
-                stack.append(len(lane_spans[k]))
-                lane_spans[k].append(s)
-                break
+        placed = nest_lanes([(s.start_ns, s.end_ns) for _, s in spans])
+        lane_spans: list[list[Span]] = [[] for _ in range(max((lane for lane, _, _ in placed), default=-1) + 1)]
+        lane_depth: list[list[int]] = [[] for _ in lane_spans]
+        lane_parent: list[list[int]] = [[] for _ in lane_spans]
+        position: list[int] = []  # index of each span within its lane
+        for (_, s), (lane, depth, parent) in zip(spans, placed):
+            position.append(len(lane_spans[lane]))
+            lane_parent[lane].append(position[parent] if parent >= 0 else -1)
+            lane_depth[lane].append(depth)
+            lane_spans[lane].append(s)
+            moved += lane > 0
         base = names.get(track, track)
         for k in range(len(lane_spans)):
             lanes.append(Lane(track, base if k == 0 else f"{base} (overlap {k})", k, tuple(lane_spans[k]),

@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 
 from omniprof._version import __version__
+from omniprof.analysis.timeline import nest_lanes
 from omniprof.core import validators as v
 from omniprof.core.fileio import atomic_write_bytes, hostname, unique_run_dir
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
@@ -198,24 +199,13 @@ def _stream_of(track: Track) -> int | None:
 
 
 def _pack(events: list[EventData]) -> list[list[EventData]]:
-    """Split events into rows where each row only nests (XProf lines must not partially overlap).
-
-    Longer events first at equal starts, so parents come before their children.
-    """
-    rows: list[list[EventData]] = []
-    stacks: list[list[int]] = []  # per row: end times of the open events
-    for ev in sorted(events, key=lambda e: (e.start_ns, -e.dur_ns)):
-        end = ev.start_ns + ev.dur_ns
-        for row, stack in zip(rows, stacks):
-            while stack and stack[-1] <= ev.start_ns and not (stack[-1] == ev.start_ns and ev.dur_ns == 0):
-                stack.pop()
-            if not stack or end <= stack[-1]:
-                row.append(ev)
-                stack.append(end)
-                break
-        else:
-            rows.append([ev])
-            stacks.append([end])
+    """Split events into rows where each row only nests (XProf lines must not partially overlap):
+    :func:`omniprof.analysis.timeline.nest_lanes`, each row in start order, parents first."""
+    placed = nest_lanes([(ev.start_ns, ev.start_ns + ev.dur_ns) for ev in events])
+    order = sorted(range(len(events)), key=lambda i: (events[i].start_ns, -events[i].dur_ns, i))
+    rows: list[list[EventData]] = [[] for _ in range(max((lane for lane, _, _ in placed), default=-1) + 1)]
+    for i in order:
+        rows[placed[i][0]].append(events[i])
     return rows
 
 

@@ -789,3 +789,19 @@ def test_visit_order_keeps_per_track_order_and_sorts_only_when_needed():
     assert [i for i, _ in _in_order(interleaved_back)] == [0, 1, 2, 3]  # each track still in order
     closed_first = (Span("child", "t", 20, 5), Span("parent", "t", 10, 50), Span("twin", "t", 10, 60))
     assert [s.name for _, s in _in_order(closed_first)] == ["twin", "parent", "child"]
+
+
+def test_times_before_zero_move_the_whole_trace_not_one_event():
+    """A part whose clock offset puts a span before 0 shifts every event by the same amount (here
+    50 ns): nothing is clamped, every duration and every gap between backends is kept."""
+    a = BackendResult(backend="a", tracks=(Track("t", "A"),), spans=(Span("x", "t", 100, 10),))
+    b = BackendResult(backend="b", clock=ClockInfo("dev", offset_ns=-300), tracks=(Track("t", "B"),),
+                      spans=(Span("k", "t", 250, 5), Span("j", "t", 400, 7)))
+    result = ProfileResult(parts=(a, b))
+    # on the reference clock: x at 100, k at -50, j at 100; moved by 50 so that k starts at 0
+    got = {(name, ts, dur) for name, _, ts, dur in slices_from_packets(decode(proto_bytes(result)))}
+    assert got == {("x", 150, 10), ("k", 0, 5), ("j", 150, 7)}
+    _, doc = json_doc(result)
+    spans = {(e["name"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e.get("ph") == "X"}
+    assert spans == {("x", Decimal("0.150"), Decimal("0.010")), ("k", Decimal("0.000"), Decimal("0.005")),
+                     ("j", Decimal("0.150"), Decimal("0.007"))}
