@@ -50,6 +50,13 @@ from omniprof.analysis.timeline import Nesting, nest_lanes, reference_offsets
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
 from omniprof.errors import DataLossWarning, OmniprofWarning
+from omniprof.formats.protowire import f_bytes as _f_bytes
+from omniprof.formats.protowire import f_double as _f_double
+from omniprof.formats.protowire import f_fixed64 as _f_fixed64
+from omniprof.formats.protowire import f_str as _f_str
+from omniprof.formats.protowire import f_uint as _f_uint
+from omniprof.formats.protowire import tag as _tag
+from omniprof.formats.protowire import varint as _varint
 from omniprof.plugin import Reporter
 
 __all__ = [
@@ -67,7 +74,6 @@ _PID_BASE = 10_000_000  # synthetic pids/tids start here: above Linux's pid_max 
 # 2-4x its protobuf size (perfetto.dev/docs/visualization/large-traces); JSON traces of ~900 MB
 # crashed the UI (google/perfetto#99). Uncompressed bytes.
 UI_LIMIT_BYTES = {"proto": 1 << 30, "json": 512 << 20}
-_U64 = (1 << 64) - 1
 _INF = float("inf")
 EMPTY_STACK = "<no frames>"  # the frame name shown for a sample whose stack was empty
 
@@ -407,40 +413,7 @@ def expected_counts(result: ProfileResult, options: PerfettoOptions | None = Non
             "flows": flows, "samples": samples}
 
 
-# -- protobuf wire format -----------------------------------------------------------------------
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _tag(field: int, wire_type: int) -> bytes:
-    return _varint(field << 3 | wire_type)
-
-
-def _f_uint(field: int, value: int) -> bytes:
-    return _tag(field, 0) + _varint(value & _U64)
-
-
-def _f_bytes(field: int, payload: bytes) -> bytes:
-    return _tag(field, 2) + _varint(len(payload)) + payload
-
-
-def _f_str(field: int, text: str) -> bytes:
-    return _f_bytes(field, text.encode("utf-8", "replace"))
-
-
-def _f_double(field: int, value: float) -> bytes:
-    return _tag(field, 1) + struct.pack("<d", value)
-
-
-def _f_fixed64(field: int, value: int) -> bytes:
-    return _tag(field, 1) + struct.pack("<Q", value & _U64)
-
-
+# -- protobuf wire format: omniprof.formats.protowire -------------------------------------------
 # TracePacket fields
 _P_TIMESTAMP, _P_TRACK_EVENT, _P_SEQ_ID, _P_INTERNED, _P_FLAGS = 8, 11, 10, 12, 13
 _P_CLEARED, _P_TRACK_DESCRIPTOR, _P_PERF_SAMPLE, _P_FIRST_ON_SEQ = 41, 60, 66, 87

@@ -25,6 +25,7 @@ import attrs
 
 from omniprof.core import validators as v
 from omniprof.core.results import Frame, ProfileResult
+from omniprof.formats.protowire import f_bytes, f_packed, f_uint
 from omniprof.plugin import Reporter
 from omniprof.reporters.stackdata import SOURCES, StackProfile, stack_profile
 
@@ -50,38 +51,18 @@ class PprofOptions:
     compress: bool = attrs.field(default=True, validator=v.is_bool)
 
 
-# -- protobuf wire format ---------------------------------------------------------------------------
-def _varint(n: int, out: bytearray) -> None:
-    if n < 0:
-        n += 1 << 64  # int64 negatives are ten-byte two's complement varints
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _key(field: int, wire: int, out: bytearray) -> None:
-    _varint((field << 3) | wire, out)
-
-
+# -- protobuf wire format: omniprof.formats.protowire ---------------------------------------------
 def _int(field: int, n: int, out: bytearray) -> None:
     if n:  # proto3: zero is the default and is not written
-        _key(field, 0, out)
-        _varint(n, out)
+        out += f_uint(field, n)
 
 
 def _bytes(field: int, data: bytes | bytearray, out: bytearray) -> None:
-    _key(field, 2, out)
-    _varint(len(data), out)
-    out += data
+    out += f_bytes(field, data)
 
 
 def _packed(field: int, values: list[int], out: bytearray) -> None:
-    if values:
-        body = bytearray()
-        for n in values:
-            _varint(n, body)
-        _bytes(field, body, out)
+    out += f_packed(field, values)
 
 
 class _Strings:

@@ -13,7 +13,7 @@ import pytest
 import omniprof
 from omniprof.analysis import stacktree
 from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Span, StackSample, ThreadInfo
-from omniprof.reporters.pprof import PprofOptions, PprofReporter, _varint
+from omniprof.reporters.pprof import PprofOptions, PprofReporter
 from omniprof.testing.conformance import ReporterConformance
 from omniprof.testing.fakes import make_result
 from tests.unit.reporters.pprof_decode import decode
@@ -42,13 +42,6 @@ def _stacks(p) -> Counter:
     for s in p.sample:
         out[tuple(loc[i] for i in reversed(s.location_id))] += s.value[-1] if len(s.value) == 2 else s.value[1]
     return out
-
-
-def test_varint_encodes_negative_int64_as_ten_bytes():
-    """Negative int64 values use protobuf's ten-byte two's-complement varint."""
-    out = bytearray()
-    _varint(-1, out)
-    assert bytes(out) == b"\xff" * 9 + b"\x01"
 
 
 def test_wire_format_parses_with_protobuf_runtime():
