@@ -17,11 +17,12 @@ The JSON Schema of ``to_dict()`` is ``docs/schema/profile-result.schema.json``.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -510,53 +511,64 @@ def _reference_problem(result: ProfileResult) -> str | None:
     return None
 
 
-# -- (un)structuring: explicit, no pickle, no eval ------------------------------------------------
+# -- (un)structuring: cattrs by the declared field types; no pickle, no eval -----------------------
+@functools.lru_cache(maxsize=None)
+def _converter() -> Any:
+    """The cattrs converter of the result schema, built on first use (``import omniprof`` stays light).
+
+    Unstructuring writes tuples as lists and non-finite floats as "nan"/"inf"/"-inf". Structuring
+    refuses unknown keys and JSON values of the wrong type for ``int``/``str``/``bool`` fields
+    (``true`` is no integer, ``2.0`` no integer, ``1`` no string); the classes' own converters and
+    validators then normalise and check the values.
+    """
+    import cattrs
+
+    conv = cattrs.Converter(forbid_extra_keys=True,
+                            unstruct_collection_overrides={Sequence: list, tuple: list})
+    conv.register_unstructure_hook(float, lambda x: x if math.isfinite(x) else json_safe(x))
+
+    def scalar(kind: type, what: str) -> Any:
+        def structure(value: Any, _: Any) -> Any:
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise TypeError(f"must be {what} (got {value!r})")
+            return value
+        return structure
+
+    conv.register_structure_hook(int, scalar(int, "an integer"))
+    conv.register_structure_hook(str, scalar(str, "a string"))
+    conv.register_structure_hook(bool, scalar(bool, "a boolean"))
+    conv.register_structure_hook(float, lambda v, _: float(v))  # numbers, and "nan"/"inf" as written
+    conv.register_structure_hook(Any, lambda v, _: v)
+    for cls in (Frame, ThreadInfo, TaskInfo, Track, Span, Instant, Flow, StackSample, CounterSeries, Allocation,
+                Table, Loss, ErrorRecord, Artifact, ClockInfo, BackendResult, RunMetadata, ProfileResult):
+        attrs.resolve_types(cls, globals())
+    return conv
+
+
 def _unstructure(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return json_safe(obj)  # "nan"/"inf"/"-inf": JSON has no spelling; float() reads them back
-    if attrs.has(type(obj)):
-        return {a.name: _unstructure(getattr(obj, a.name)) for a in attrs.fields(type(obj))}
-    if isinstance(obj, (tuple, list)):
-        return [_unstructure(x) for x in obj]
-    if isinstance(obj, Mapping):
-        return {k: _unstructure(v) for k, v in obj.items()}
-    return obj
+    return _converter().unstructure(obj)
 
 
 def _structure(cls: type, data: Any) -> Any:
     if not isinstance(data, Mapping):
         raise TypeError(f"expected an object for {cls.__name__}, got {type(data).__name__}")
-    fields = {a.name: a for a in attrs.fields(cls)}
-    unknown = set(data) - set(fields)
-    if unknown:
-        raise TypeError(f"unknown field(s) {sorted(unknown)} for {cls.__name__}")
-    kwargs = {}
-    for name, value in data.items():
-        kwargs[name] = value
-    for name, a in fields.items():
-        if a.default is attrs.NOTHING and name not in kwargs:
-            raise TypeError(f"missing field {name!r} for {cls.__name__}")
-    _check_scalars(cls, kwargs)
-    return cls(**kwargs)
+    import cattrs
+
+    try:
+        return _converter().structure(data, cls)
+    except cattrs.BaseValidationError as e:
+        raise TypeError("; ".join(cattrs.transform_error(e, path=cls.__name__, format_exception=_why))) from e
 
 
-_SCALAR_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "str": (str,), "bool": (bool,)}
+def _why(exc: BaseException, type_: Any) -> str:
+    if isinstance(exc, _extra_keys_error()):
+        return f"unknown field(s) {sorted(exc.extra_fields)}"
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    return str(exc) or type(exc).__name__
 
 
-def _check_scalars(cls: type, kwargs: dict[str, Any]) -> None:
-    # Reject wrong JSON types early with a message naming the field (e.g. t_ns: "abc").
-    for a in attrs.fields(cls):
-        if a.name not in kwargs:
-            continue
-        t = a.type if isinstance(a.type, str) else getattr(a.type, "__name__", "")
-        value = kwargs[a.name]
-        if t == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise TypeError(f"{cls.__name__}.{a.name} must be an integer (got {value!r})")
-        if t == "str" and not isinstance(value, str):
-            raise TypeError(f"{cls.__name__}.{a.name} must be a string (got {value!r})")
-        if t == "bool" and not isinstance(value, bool):
-            raise TypeError(f"{cls.__name__}.{a.name} must be a boolean (got {value!r})")
-        if t in ("int | None", "str | None") and value is not None:
-            want = int if t.startswith("int") else str
-            if not isinstance(value, want) or isinstance(value, bool):
-                raise TypeError(f"{cls.__name__}.{a.name} must be {want.__name__} or null (got {value!r})")
+def _extra_keys_error() -> type:
+    from cattrs.errors import ForbiddenExtraKeysError
+
+    return ForbiddenExtraKeysError

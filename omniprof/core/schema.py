@@ -46,7 +46,8 @@ def _class_schema(cls: type) -> dict[str, Any]:
     props = {}
     required = []
     for a in attrs.fields(cls):
-        props[a.name] = _type(a.type if isinstance(a.type, str) else a.type.__name__)
+        t = cls.__annotations__.get(a.name, a.type)  # the source text (attrs.resolve_types replaces a.type)
+        props[a.name] = _type(t if isinstance(t, str) else t.__name__)
         if a.default is attrs.NOTHING:
             required.append(a.name)
     doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else cls.__name__
