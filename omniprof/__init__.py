@@ -32,8 +32,8 @@ _LAZY = {
     "allocs": ("omniprof.backends.memory.api", None),
     "take_heap_snapshot": ("omniprof.backends.memory.heapsnapshot", "take_heap_snapshot"),
     "assemble_snapshot": ("omniprof.backends.memory.heapsnapshot", "assemble_snapshot"),
-    "load_config": ("omniprof.core.config", "load_config"),
-    "RunConfig": ("omniprof.core.config", "RunConfig"),
+    "load_config": ("omniprof.config", "load_config"),
+    "RunConfig": ("omniprof.config", "RunConfig"),
     "diff": ("omniprof.analysis.diff", "diff"),
     # jax-backed entry points: `import omniprof` never imports jax.
     "time": ("omniprof.backends.xla.timing", "time"),

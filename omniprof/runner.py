@@ -1,7 +1,7 @@
 """Run a target -- a script, ``-m module`` or ``package.module:function`` -- under a Profiler.
 
 The one way ``omniprof run`` runs anything, with or without a config file: the CLI builds a
-:class:`~omniprof.core.config.RunConfig` (file < ``OMNIPROF_*`` environment < flags) and calls
+:class:`~omniprof.config.RunConfig` (file < ``OMNIPROF_*`` environment < flags) and calls
 :func:`run`. Library code may call :func:`execute` directly::
 
     cfg = load_config("omniprof.toml")
@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.core.config import RunConfig, TargetSpec
+from omniprof.config import RunConfig, TargetSpec
 from omniprof.core.profiler import Profiler
 from omniprof.core.registry import get_registry
 from omniprof.errors import InvalidArgumentError, OmniprofError

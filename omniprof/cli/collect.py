@@ -13,7 +13,7 @@ def collect(ns: argparse.Namespace) -> int:
     from omniprof.backends.xla.remote import collect
 
     reg = c.registry(ns)
-    from omniprof.core.config import cli_layer
+    from omniprof.config import cli_layer
     from omniprof.core.options import ProfileOptions
 
     layer = cli_layer(options=ns.option)  # the one -O parser, as `omniprof run` reads it

@@ -13,7 +13,7 @@ from omniprof.errors import UsageError
 
 
 def config_layers(ns: argparse.Namespace, path: str | None, cli: Any = None) -> Any:
-    from omniprof.core import config as cfgmod
+    from omniprof import config as cfgmod
 
     c.registry(ns)  # the process-wide registry; a `plugins` key in the file or on the command line replaces it
     return cfgmod.load_config(path, getattr(ns, "profile", None) or os.environ.get(cfgmod.PROFILE_ENV) or None,
@@ -21,7 +21,7 @@ def config_layers(ns: argparse.Namespace, path: str | None, cli: Any = None) -> 
 
 
 def config_path(explicit: str | None, required: bool) -> str | None:
-    from omniprof.core import config as cfgmod
+    from omniprof import config as cfgmod
 
     path = explicit or os.environ.get(cfgmod.CONFIG_ENV)
     if path:
@@ -35,7 +35,7 @@ def config_path(explicit: str | None, required: bool) -> str | None:
 
 
 def config(ns: argparse.Namespace) -> int:
-    from omniprof.core import config as cfgmod
+    from omniprof import config as cfgmod
 
     if ns.config_command is None:
         raise UsageError("omniprof config: give a subcommand: check or show")

@@ -2,7 +2,7 @@
 
 The config file (``--config``, ``$OMNIPROF_CONFIG`` or one found in the working directory, unless
 ``--no-config``), the ``OMNIPROF_*`` environment and the flags become one
-:class:`~omniprof.core.config.RunConfig` (later layers win); :func:`omniprof.runner.run` runs its
+:class:`~omniprof.config.RunConfig` (later layers win); :func:`omniprof.runner.run` runs its
 target under a Profiler; the reporters write the results.
 """
 
@@ -18,7 +18,7 @@ from omniprof.errors import UsageError
 
 def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:
     from omniprof import runner
-    from omniprof.core import config as cfgmod
+    from omniprof import config as cfgmod
     from omniprof.core.reporting import make_reporter
 
     path = None if ns.no_config else config_path(ns.config, required=not (target or is_module))

@@ -80,7 +80,7 @@ def test_cli_run_with_the_plugins(tmp_path, monkeypatch, capsys):
 
 def test_config_file_selects_and_validates_plugin_options(tmp_path, monkeypatch):
     """A config file can select the plugins and its problems are checked by the plugin's own Options class."""
-    from omniprof.core.config import check_config
+    from omniprof.config import check_config
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "omniprof.toml").write_text(textwrap.dedent("""

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import omniprof
 from omniprof.cli import main
-from omniprof.core import config as cfgmod
+from omniprof import config as cfgmod
 from omniprof.core.options import ADVANCED_KEYS, ProfileOptions
 from omniprof.core.readers import read_any
 from omniprof.core.registry import get_registry, options_for

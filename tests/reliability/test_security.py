@@ -13,7 +13,7 @@ import pytest
 
 import omniprof
 from omniprof.cli import main
-from omniprof.core import config as cfgmod
+from omniprof import config as cfgmod
 from omniprof.core.registry import get_registry
 from omniprof.core.results import BackendResult, RunMetadata
 from omniprof.core.readers import read_any

@@ -144,7 +144,9 @@ def test_python_dash_m_omniprof_and_console_script(tmp_path):
                            str(ROOT / "examples" / "hot_loop.py"), "5"], capture_output=True, text=True, check=True)
     assert "result:" in proc.stdout
     r = omniprof.load(tmp_path / "omniprof.result.json")
-    flat = omniprof.analysis.stacktree.flat_rows(r.part("cpu"))
+    from omniprof.analysis import stacktree
+
+    flat = stacktree.flat_rows(r.part("cpu"))
     assert flat[0].frame.name == "hot_function"
     assert json.loads(r.to_json())["schema_version"] == 1
 

@@ -10,7 +10,7 @@ import pytest
 
 import omniprof
 from omniprof.cli import main
-from omniprof.core import config as cfgmod
+from omniprof import config as cfgmod
 from omniprof.core.results import BackendResult, ProfileResult, Table
 
 

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omniprof import ConfigError, ProfileOptions
-from omniprof.core import config as cfgmod
+from omniprof import config as cfgmod
 from omniprof.runner import execute
-from omniprof.core.config import (
+from omniprof.config import (
     check_config,
     check_plugins_file,
     cli_layer,

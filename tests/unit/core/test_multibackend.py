@@ -131,7 +131,7 @@ def test_all_backends_failing_raises(registry_with):
 
 def test_backend_list_from_config_runs_together(registry_with, tmp_path, monkeypatch):
     """backend = ["cpu", "fake"] in a config file runs both backends in one result."""
-    from omniprof.core.config import load_config
+    from omniprof.config import load_config
     from omniprof.runner import execute
 
     monkeypatch.chdir(tmp_path)

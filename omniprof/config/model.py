@@ -1,0 +1,180 @@
+"""The validated configuration of a run: :class:`RunConfig` and its parts, and the keys a
+config may hold (file, ``OMNIPROF_*`` environment, command line)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from omniprof.core.options import ProfileOptions
+from omniprof.core.schedule import Schedule
+
+
+CONFIG_ENV = "OMNIPROF_CONFIG"
+PROFILE_ENV = "OMNIPROF_PROFILE"
+
+#: Top-level keys of a config (and of each ``[profiles.NAME]``), with one line on each.
+TOP_KEYS: dict[str, str] = {
+    "script": "path of a Python script to run (relative to the config file)",
+    "module": "module to run as `python -m MODULE`",
+    "function": "'package.module:function' to call",
+    "args": "argv of the script/module, or positional arguments of the function",
+    "kwargs": "keyword arguments of the function",
+    "backend": "backend name or list of names run together on one timeline (default: cpu)",
+    "options": "ProfileOptions: host/device/python tracer levels, advanced_configuration",
+    "backends": "per-backend options: [backends.NAME] key = value",
+    "schedule": "wait / warmup / active / repeat / skip_first steps",
+    "repeats": "run the target this many times, Profiler.step() between runs",
+    "duration_s": "run the target again and again until this many seconds have passed",
+    "reporter": "reporter name or list of names (default: the [reporters] tables, else table)",
+    "reporters": "per-reporter options: [reporters.NAME] key = value; `output` is its output path",
+    "env": "environment variables set for the run",
+    "logdir": "save each session in the XProf layout under this directory",
+    "outdir": "directory for file reports",
+    "label": "free text stored in the result",
+    "verbose": "let native profiler libraries log",
+    "plugins": "a plugins.toml to use",
+    "no_plugin": "plugin names to switch off",
+    "profiles": "named profiles: [profiles.NAME] with any of the keys above",
+}
+_TARGET_KEYS = ("script", "module", "function")
+_PATH_KEYS = ("script", "logdir", "outdir", "plugins")
+
+#: ``OMNIPROF_*`` variables read as a layer above the file: variable -> key path.
+ENV_KEYS: dict[str, tuple[str, ...]] = {
+    "OMNIPROF_BACKEND": ("backend",),
+    "OMNIPROF_REPORTER": ("reporter",),
+    "OMNIPROF_LOGDIR": ("logdir",),
+    "OMNIPROF_OUTDIR": ("outdir",),
+    "OMNIPROF_LABEL": ("label",),
+    "OMNIPROF_REPEATS": ("repeats",),
+    "OMNIPROF_DURATION_S": ("duration_s",),
+    "OMNIPROF_VERBOSE": ("verbose",),
+    "OMNIPROF_HOST_TRACER_LEVEL": ("options", "host_tracer_level"),
+    "OMNIPROF_DEVICE_TRACER_LEVEL": ("options", "device_tracer_level"),
+    "OMNIPROF_PYTHON_TRACER_LEVEL": ("options", "python_tracer_level"),
+}
+_LIST_ENV = {"OMNIPROF_BACKEND", "OMNIPROF_REPORTER"}
+
+
+# -- the validated configuration ------------------------------------------------------------------
+@attrs.frozen
+class TargetSpec:
+    """What to run.
+
+    Attributes:
+        kind: ``"script"``, ``"module"`` or ``"function"``.
+        value: the script path, module name, or ``"pkg.mod:function"``.
+        args: argv (script/module) or positional arguments (function).
+        kwargs: keyword arguments (function only).
+        base_dir: directory put first on ``sys.path`` while importing a function's module.
+    """
+
+    kind: str
+    value: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    base_dir: str = ""
+
+
+@attrs.frozen
+class ReporterSpec:
+    """A reporter to run after profiling: its name, validated options (plain mapping) and output path."""
+
+    name: str
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    output: str | None = None
+
+
+@attrs.frozen
+class RunConfig:
+    """A whole, validated run.
+
+    Attributes:
+        target: what to run, or None (``config check`` of a file that only sets options).
+        backends: backend names, run together.
+        options: the :class:`ProfileOptions`.
+        backend_options: ``{backend: {key: value}}`` as given (validated by each backend's Options);
+            plugins.toml defaults are added under these when the Profiler is built.
+        schedule: a :class:`Schedule` or None.
+        repeats, duration_s: how often to run the target (at most one is set).
+        reporters: reporters in order.
+        env: environment variables set for the run.
+        logdir, outdir, label, verbose, plugins, no_plugin: as the CLI flags of the same names.
+        source: the config file, profile: the selected profile name.
+    """
+
+    target: TargetSpec | None = None
+    backends: tuple[str, ...] = ("cpu",)
+    options: ProfileOptions = attrs.field(factory=ProfileOptions)
+    backend_options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    schedule: Schedule | None = None
+    repeats: int | None = None
+    duration_s: float | None = None
+    reporters: tuple[ReporterSpec, ...] = (ReporterSpec("table"),)
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    logdir: str | None = None
+    outdir: str | None = None
+    label: str = ""
+    verbose: bool = False
+    plugins: str | None = None
+    no_plugin: tuple[str, ...] = ()
+    source: str | None = None
+    profile: str | None = None
+
+    def repeat_count(self) -> int | None:
+        """Runs of the target: ``repeats``; else one schedule's worth of steps; None with ``duration_s``."""
+        if self.duration_s is not None:
+            return None
+        if self.repeats is not None:
+            return self.repeats
+        if self.schedule is not None:
+            s = self.schedule
+            return s.skip_first + (s.wait + s.warmup + s.active) * max(s.repeat, 1)
+        return 1
+
+    def to_dict(self, registry: Any = None) -> dict[str, Any]:
+        """The effective configuration as plain data, defaults filled in (``omniprof config show``)."""
+        from omniprof.core.registry import get_registry
+
+        reg = registry or get_registry()
+        out: dict[str, Any] = {}
+        if self.target is not None:
+            out[self.target.kind] = self.target.value
+            out["args"] = list(self.target.args)
+            if self.target.kind == "function":
+                out["kwargs"] = dict(self.target.kwargs)
+        out["backend"] = list(self.backends)
+        out["options"] = self.options.to_dict()
+        out["backends"] = {n: _full_options(reg, "backend", n, self.backend_options.get(n)) for n in self.backends}
+        if self.schedule is not None:
+            out["schedule"] = self.schedule.to_dict()
+        if self.repeats is not None:
+            out["repeats"] = self.repeats
+        if self.duration_s is not None:
+            out["duration_s"] = self.duration_s
+        out["reporter"] = [r.name for r in self.reporters]
+        out["reporters"] = {}
+        for r in self.reporters:
+            entry = _full_options(reg, "reporter", r.name, r.options)
+            if r.output is not None:
+                entry["output"] = r.output
+            out["reporters"][r.name] = entry
+        out["env"] = dict(self.env)
+        for key in ("logdir", "outdir", "plugins"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out["label"] = self.label
+        out["verbose"] = self.verbose
+        if self.no_plugin:
+            out["no_plugin"] = list(self.no_plugin)
+        return out
+
+
+def _full_options(reg: Any, kind: str, name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    from omniprof.core.registry import options_for
+
+    cls = reg.backend(name) if kind == "backend" else reg.reporter(name)
+    return attrs.asdict(options_for(kind, name, cls, dict(given or {}), reg))
