@@ -18,9 +18,11 @@ Two engines, tried in this order:
 The ``perfetto`` package's default (download ``trace_processor_shell`` at first use) is never
 taken: it needs the network.
 
->>> engine = find_engine()          # doctest: +SKIP
->>> with open_trace("trace.perfetto-trace") as tp:   # doctest: +SKIP
-...     tp.query("select count(*) as n from slice").as_pandas_dataframe()
+Use (the tests run it on every trace the Perfetto reporter writes)::
+
+    engine = find_engine()
+    with open_trace("trace.perfetto-trace") as tp:
+        tp.query("select count(*) as n from slice").as_pandas_dataframe()
 """
 
 from __future__ import annotations

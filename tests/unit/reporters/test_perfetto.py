@@ -137,6 +137,25 @@ def stress_result() -> ProfileResult:
     return ProfileResult(metadata=RunMetadata(host="h", pid=77), parts=(a, b, c))
 
 
+def reference_counts(result: ProfileResult) -> dict[str, int]:
+    """What a reader must find, counted here from the result (not by the reporter's own
+    expected_counts()): spans, instants, finite counter values, samples, and flow arrows (k spans
+    sharing a flow id are chained by k-1 arrows)."""
+    import collections
+    import math
+
+    spans = sum(len(p.spans) for p in result.parts)
+    instants = sum(len(p.instants) for p in result.parts)
+    counter_values = sum(math.isfinite(v) for p in result.parts for c in p.counters for v in c.values)
+    samples = sum(len(p.samples) for p in result.parts)
+    flows = 0
+    for p in result.parts:
+        members = collections.Counter(f for s in p.spans for f in set(s.flow_ids))
+        flows += sum(n - 1 for n in members.values())
+    return {"slices": spans + instants, "spans": spans, "instants": instants, "counter_values": counter_values,
+            "flows": flows, "samples": samples}
+
+
 def expected_slices(result: ProfileResult) -> list[tuple[str, int, int]]:
     out = []
     for p in result.parts:
@@ -319,9 +338,11 @@ def test_layout_maps_tracks_threads_and_counters():
 
 
 def test_expected_counts_follow_options():
-    """expected_counts() counts spans, instants, counter values, flow links and samples."""
+    """expected_counts() (the benchmark's read-back check) counts spans, instants, counter values,
+    flow links and samples: the numbers stress_result() was built with."""
     c = expected_counts(stress_result())
     assert c == {"slices": 23, "spans": 22, "instants": 1, "counter_values": 3, "flows": 2, "samples": 2}
+    assert reference_counts(stress_result()) == c
     assert expected_counts(stress_result(), PerfettoOptions(include_flows=False))["flows"] == 0
 
 
@@ -346,7 +367,7 @@ def test_chrome_events_are_plain_dicts_of_every_event():
     from omniprof.reporters.perfetto import chrome_events
 
     events = list(chrome_events(stress_result()))
-    c = expected_counts(stress_result())
+    c = reference_counts(stress_result())
     by = {ph: sum(e["ph"] == ph for e in events) for ph in "XiCsf"}
     assert by == {"X": c["spans"], "i": c["instants"] + c["samples"], "C": c["counter_values"],
                   "s": c["flows"], "f": c["flows"]}
@@ -580,7 +601,7 @@ def test_trace_processor_sees_every_span_instant_and_sample(engine, name, fmt, t
     """Every span and instant is a slice with its exact ns time and duration; every sample is there."""
     got = load(engine, name, fmt, tmp_path_factory)
     result = result_for(name)
-    counts = expected_counts(result)
+    counts = reference_counts(result)
     slices = [s for s in got["slices"] if s["category"] != "sample"]
     seen = sorted((s["name"], s["ts"], s["dur"]) for s in slices)
     want = expected_slices(result)
@@ -601,7 +622,7 @@ def test_trace_processor_sees_counters_flows_and_names(engine, name, fmt, tmp_pa
     """Counter values, flow links, thread and process names all arrive."""
     got = load(engine, name, fmt, tmp_path_factory)
     result = result_for(name)
-    counts = expected_counts(result)
+    counts = reference_counts(result)
     want = sorted((c.name, t + p.clock.offset_ns, v) for p in result.parts for c in p.counters
                   for t, v in zip(c.t_ns, c.values))
     suffix = " value" if fmt == "json" else ""  # the JSON importer names a counter "<name> <arg>"
@@ -757,7 +778,7 @@ def test_non_finite_counter_values_are_left_out_with_a_warning(fmt):
             got = [p.track_event.double_counter_value for p in decode(proto_bytes(result)) if p.HasField("track_event")]
         else:
             got = [float(e["args"]["value"]) for e in json_doc(result)[1]["traceEvents"] if e["ph"] == "C"]
-    assert got == [1.0] and expected_counts(result)["counter_values"] == 1
+    assert got == [1.0]
 
 
 def test_find_engine_prefers_a_native_binary_and_skips_download_scripts(tmp_path, monkeypatch):

@@ -1,4 +1,6 @@
-"""The conformance suites pass for omniprof's own plugins and catch plugins that break the contract."""
+"""The conformance kit itself: the FakeBackend conforms, and the suites catch plugins that break the
+contract. (Each built-in plugin runs its suite once, beside its own tests: tests/unit/backends/,
+tests/unit/reporters/.)"""
 
 from __future__ import annotations
 
@@ -8,35 +10,16 @@ import time
 import pytest
 
 from omniprof.plugin import Backend
-from omniprof.backends.cpu import CpuSamplerBackend
 from omniprof.core.results import BackendResult, CounterSeries
-from omniprof.reporters.json import JsonReporter
 from omniprof.reporters.table import TableReporter
 from omniprof.testing import FakeBackend
 from omniprof.testing.conformance import BackendConformance, ReporterConformance
-
-
-class TestCpuConformance(BackendConformance):
-    """The built-in cpu backend passes the suite third parties reuse."""
-
-    backend_cls = CpuSamplerBackend
-
-    def backend_options(self):
-        return CpuSamplerBackend.Options(engine="thread", interval_s=0.002)
 
 
 class TestFakeConformance(BackendConformance):
     """The FakeBackend used in tests is itself a conforming backend."""
 
     backend_cls = FakeBackend
-
-
-class TestTableConformance(ReporterConformance):
-    reporter_cls = TableReporter
-
-
-class TestJsonConformance(ReporterConformance):
-    reporter_cls = JsonReporter
 
 
 # -- the suite catches broken plugins ------------------------------------------------------------------
