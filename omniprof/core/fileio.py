@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from omniprof.errors import OmniprofError
 
-__all__ = ["OutputError", "AtomicFile", "atomic_write_bytes", "atomic_write_text", "atomic_open", "unique_path",
+__all__ = ["OutputError", "AtomicFile", "atomic_write_bytes", "atomic_write_text", "atomic_open", "unique_path", "process_temp_dir",
            "unique_run_dir", "new_dir", "output_error"]
 
 
@@ -143,12 +143,13 @@ class AtomicFile:
     block, the temporary file is removed and nothing is published.
 
     >>> import tempfile, pathlib
-    >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> with AtomicFile(d / "a.txt", "w") as fh:
-    ...     _ = fh.write("one")
-    >>> with AtomicFile(d / "a.txt", "w", overwrite=False) as fh:
-    ...     _ = fh.write("two")
-    >>> sorted(p.name for p in d.iterdir())
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     d = pathlib.Path(tmp)
+    ...     with AtomicFile(d / "a.txt", "w") as fh:
+    ...         _ = fh.write("one")
+    ...     with AtomicFile(d / "a.txt", "w", overwrite=False) as fh:
+    ...         _ = fh.write("two")
+    ...     sorted(p.name for p in d.iterdir())
     ['a-1.txt', 'a.txt']
     """
 
@@ -276,3 +277,24 @@ def unique_run_dir(base: os.PathLike[str] | str, prefix: str | None = None) -> P
 
 def hostname() -> str:
     return socket.gethostname() or "localhost"
+
+
+_PROCESS_TEMP_DIRS: list[str] = []
+
+
+def process_temp_dir(prefix: str) -> Path:
+    """A new temporary directory that lives until this process exits, then is removed.
+
+    For native artifacts a backend writes when the user gave no logdir: reporters run after the
+    session (``omniprof run -r tensorboard`` copies jax's own xplane), so the files must outlive
+    it, but not the process. Give a logdir to keep them.
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix=prefix)
+    if not _PROCESS_TEMP_DIRS:
+        atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _PROCESS_TEMP_DIRS])
+    _PROCESS_TEMP_DIRS.append(path)
+    return Path(path)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import logging
-import tempfile
 import threading
 import time
 import warnings
@@ -35,7 +34,7 @@ from omniprof.formats import xprof_runtime as _runtime
 from omniprof.formats.xplane import OMNIPROF_MARK, part_from_files, run_tool
 from omniprof.backends.xla.strip import strip_device_activity
 from omniprof.core import validators as v
-from omniprof.core.fileio import atomic_write_bytes, hostname
+from omniprof.core.fileio import atomic_write_bytes, hostname, process_temp_dir
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
 from omniprof.errors import (
     BackendError,
@@ -326,8 +325,9 @@ class XlaBackend(Backend):
             d = Path(self.context.session_dir)
             d.mkdir(parents=True, exist_ok=True)
             return d
-        # No logdir: a directory of our own that outlives the session so the artifact path stays valid.
-        return Path(tempfile.mkdtemp(prefix="omniprof-xla-"))
+        # No logdir: a directory of our own that outlives the session, so the artifact path stays valid
+        # for the reporters, and is removed when the process exits.
+        return process_temp_dir("omniprof-xla-")
 
     # -- hooks ---------------------------------------------------------------------------------
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:

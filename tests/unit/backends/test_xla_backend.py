@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import threading
 import time
 import urllib.request
@@ -461,3 +462,22 @@ def test_undecodable_stats_are_counted_and_warned(tmp_path):
     (loss,) = r.losses
     assert loss.kind == "undecodable_stats" and loss.count == 1
     assert [s.name for s in r.part("xla").spans] == ["op"]
+
+
+def test_without_logdir_the_xplane_lives_until_the_process_exits(tmp_path):
+    """Without a logdir the xplane goes to a directory of the backend's own: there while the process
+    runs (reporters read it after the session), gone once it exits (no omniprof-xla-* left behind)."""
+    import subprocess
+    import sys
+
+    code = ("import jax.numpy as jnp, omniprof\n"
+            "with omniprof.Profiler(backend='xla') as prof:\n"
+            "    jnp.ones(64).sum().block_until_ready()\n"
+            "xplane = next(a.path for a in prof.result.part('xla').artifacts if a.path.endswith('.xplane.pb'))\n"
+            "import os; assert os.path.getsize(xplane) > 0\n"
+            "print(xplane)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    xplane = Path(out.stdout.strip().splitlines()[-1])
+    assert xplane.parent.name.startswith("omniprof-xla-") and xplane.parent.parent == tmp_path
+    assert not xplane.parent.exists()
