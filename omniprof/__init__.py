@@ -29,6 +29,10 @@ from omniprof.errors import (
 )
 
 _LAZY = {
+    # Each backend's own helpers, in their public homes (the names below them are older aliases).
+    "cpu": ("omniprof.cpu", None),
+    "memory": ("omniprof.memory", None),
+    "jax": ("omniprof.jax", None),
     "allocs": ("omniprof.backends.memory.api", None),
     "take_heap_snapshot": ("omniprof.backends.memory.heapsnapshot", "take_heap_snapshot"),
     "assemble_snapshot": ("omniprof.backends.memory.heapsnapshot", "assemble_snapshot"),
@@ -73,5 +77,5 @@ __all__ = [
     "OutputError",
     "OmniprofWarning", "DataLossWarning",
     "time", "timed", "profile", "start_server", "stop_server",
-    "sampler", "enable_peek", "disable_peek", "set_peek_duration",
+    "sampler", "enable_peek", "disable_peek", "set_peek_duration", "cpu", "memory", "jax",
 ]

@@ -17,7 +17,7 @@ def test_import_omniprof_imports_nothing_heavy():
     out = _run("import sys, omniprof; print('\\n'.join(sorted(sys.modules)))").split()
     heavy = [m for m in out if m.split(".")[0] in HEAVY]
     assert heavy == []
-    assert not [m for m in out if m.startswith("omniprof.backends.") and m != "omniprof.plugin"]
+    assert not [m for m in out if m == "omniprof.backends" or m.startswith("omniprof.backends.")]
 
 
 def test_importtime_lists_no_heavy_module():
@@ -37,3 +37,17 @@ def test_plugins_listing_imports_no_framework():
                "print('\\n'.join(sorted(sys.modules)))").split()
     frameworks = {"jax", "jaxlib", "torch", "xprof", "tensorflow"}
     assert [m for m in out if m.split(".")[0] in frameworks] == []
+
+
+def test_backend_helpers_have_public_homes_and_keep_their_old_names():
+    """omniprof.cpu / .memory / .jax hold each backend's helpers; the older top-level names are the
+    same objects; importing omniprof.jax does not import jax."""
+    out = _run("import sys, omniprof, omniprof.jax\n"
+               "assert omniprof.cpu.fetch is omniprof.sampler.fetch and omniprof.cpu.enable_peek is omniprof.enable_peek\n"
+               "assert omniprof.memory.profile is omniprof.allocs.profile\n"
+               "assert omniprof.memory.take_heap_snapshot is omniprof.take_heap_snapshot\n"
+               "assert (omniprof.jax.time, omniprof.jax.timed, omniprof.jax.profile) == "
+               "(omniprof.time, omniprof.timed, omniprof.profile)\n"
+               "assert omniprof.jax.start_server is omniprof.start_server\n"
+               "print('jax' in sys.modules)")
+    assert out.strip() == "False"

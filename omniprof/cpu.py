@@ -1,0 +1,28 @@
+"""The cpu backend's own helpers: the process-wide sample buffer (Julia's ``Profile`` for Python)
+and the SIGUSR1 peek. ``omniprof.sampler`` and the top-level ``enable_peek``/``disable_peek``/
+``set_peek_duration`` are the same functions under their older names.
+
+>>> import omniprof.cpu
+>>> omniprof.cpu.init()                      # (max_samples, interval_s)
+(1000000, 0.001)
+"""
+
+from omniprof.backends.cpu.api import (
+    BYTES_PER_SAMPLE,
+    PrintOptions,
+    RawBuffer,
+    callers,
+    clear,
+    disable_peek,
+    enable_peek,
+    fetch,
+    init,
+    peek_duration,
+    print,
+    report_groups,
+    retrieve,
+    set_peek_duration,
+)
+
+__all__ = ["init", "fetch", "retrieve", "clear", "print", "callers", "report_groups", "RawBuffer",
+           "enable_peek", "disable_peek", "set_peek_duration", "peek_duration", "PrintOptions", "BYTES_PER_SAMPLE"]
