@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from omniprof.cli import _common as c
 from omniprof.errors import UsageError
@@ -20,15 +21,37 @@ def collect(ns: argparse.Namespace) -> int:
     if layer.data.get("backends"):
         raise UsageError("omniprof collect: -O takes profile options only (host_tracer_level=..., advanced keys)")
     options = ProfileOptions.from_dict(layer.data.get("options", {}))
+    if not 0 <= ns.perfetto_port <= 65535:
+        raise UsageError(f"omniprof collect: --perfetto-port must be between 0 and 65535 (got {ns.perfetto_port})")
+    if ns.perfetto_timeout_s <= 0:
+        raise UsageError(f"omniprof collect: --perfetto-timeout-s must be > 0 (got {ns.perfetto_timeout_s})")
     reporters = c.csv(ns.reporter, [])
     for name in reporters:
         reg.reporter(name)
     got = collect(ns.addresses, ns.duration_ms, ns.logdir, options=options, perfetto_trace=True,
-                  perfetto_link=not ns.no_perfetto_link, perfetto_port=ns.perfetto_port,
-                  perfetto_timeout_s=ns.perfetto_timeout_s, num_tracing_attempts=ns.attempts, verbose=ns.verbose,
-                  announce=lambda text: print(text, file=sys.stderr, flush=True))
+                  num_tracing_attempts=ns.attempts, verbose=ns.verbose)
     print(f"omniprof: captured {len(got.files)} host(s) into {got.run_dir}", file=sys.stderr)
-    for f in got.files:
+    for f in got.saved:
         print(f"  {f.name}", file=sys.stderr)
     status = c.emit_reports(got.result, reporters, {}, ns.outdir, reg) if reporters else 0
+    # Last: everything is saved and reported, so no port, timeout or Ctrl-C can lose any of it.
+    if not ns.no_perfetto_link and got.perfetto_trace is not None:
+        _serve_link(got.perfetto_trace, ns.perfetto_port, ns.perfetto_timeout_s, [str(f) for f in got.saved])
     return status
+
+
+def _serve_link(path: Path, port: int, timeout_s: float, saved: list[str]) -> None:
+    """The Perfetto link of saved files: a port that cannot be bound, a timeout or Ctrl-C is a
+    warning line naming what was saved, never an error."""
+    import warnings
+
+    from omniprof.viewers.serve import PerfettoLinkWarning, serve_perfetto_link
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PerfettoLinkWarning)
+        serve_perfetto_link(path, port=port, wait=True, timeout_s=timeout_s, saved=saved)
+    for w in caught:
+        if issubclass(w.category, PerfettoLinkWarning):
+            print(f"omniprof: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

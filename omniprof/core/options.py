@@ -133,13 +133,21 @@ def _validate_advanced(inst: Any, attribute: Any, value: Any) -> None:
 
 
 def _freeze_mapping(value: Any) -> Any:
-    # A read-only copy: item assignment cannot bypass validation.
+    # A read-only copy: item assignment cannot bypass validation. Metric lists are normalised
+    # (' a , b ' -> 'a,b'): the runtime splits on commas and would look for ' b'.
     if isinstance(value, Mapping):
-        return types.MappingProxyType(dict(value))
+        out = dict(value)
+        for key, val in out.items():
+            spec = ADVANCED_KEYS.get(key) if isinstance(key, str) else None
+            if spec is not None and spec.kind == "metrics" and isinstance(val, str):
+                names = [n.strip() for n in val.split(",")]
+                out[key] = ",".join(names) if any(names) else ""
+        return types.MappingProxyType(out)
     return value
 
 
-@attrs.define(kw_only=True, on_setattr=attrs.setters.pipe(attrs.setters.convert, attrs.setters.validate))
+@attrs.define(kw_only=True, init=False,
+              on_setattr=attrs.setters.pipe(attrs.setters.convert, attrs.setters.validate))
 class ProfileOptions:
     """Options every backend understands, with the meaning JAX documents.
 
@@ -169,6 +177,12 @@ class ProfileOptions:
         factory=dict, converter=_freeze_mapping, validator=_validate_advanced,
         eq=attrs.cmp_using(eq=lambda a, b: dict(a) == dict(b)),
     )
+
+    def __init__(self, **options: Any) -> None:
+        # A misspelt field is an InvalidArgumentError naming the nearest one (attrs' own __init__
+        # would raise a bare TypeError).
+        v.check_keys(options, [a.name for a in attrs.fields(type(self))], what="profile option")
+        self.__attrs_init__(**options)
 
     def advanced(self, key: str) -> Any:
         """The effective value of an advanced key: the one given, else its documented default."""

@@ -296,7 +296,7 @@ class Profiler:
             self._backends[name] = backend
         if failures and not self._backends:
             name, e, _ = failures[0]
-            if isinstance(e, PluginError):
+            if isinstance(e, (PluginError, InvalidArgumentError)):  # the user's input: said as it is (CLI exit 2)
                 raise e
             raise BackendError(f"backend {name!r} failed to prepare: {type(e).__name__}: {e}", plugin=name) from e
         for name, e, phase in failures:
@@ -390,6 +390,7 @@ class Profiler:
         end_ns = self.clock.now_ns()
         parts: list[BackendResult] = []
         failures: list[tuple[str, BaseException]] = []
+        views: list[dict[str, Any]] = []
         for name in list(self._recording):
             backend = self._backends[name]
             annotations.remove_sink(backend)
@@ -398,6 +399,10 @@ class Profiler:
             except Exception as e:
                 failures.append((name, e))
                 self._errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
+            else:
+                request = getattr(backend, "view_request", None)
+                if isinstance(request, dict):
+                    views.append(request)
         self._recording = []
         self._close_all()
         result = ProfileResult(
@@ -419,6 +424,9 @@ class Profiler:
         self.results.append(result)
         if self.on_result is not None:
             self.on_result(result)
+        if views:  # only now: the trace and the result are saved, so no viewer, port or Ctrl-C loses them
+            saved = [] if self.session_dir is None or save_error else [str(self.session_dir / RESULT_FILENAME)]
+            _open_views(views, saved)
         if failures:
             if len(failures) == 1:
                 name, e = failures[0]
@@ -462,6 +470,24 @@ class Profiler:
             backend_options={n: _opts_dict(o) for n, o in self._backend_opts.items()},
             start_unix_ns=self._t0_unix_ns, start_ns=self._t0_ns, end_ns=end_ns, label=self.label,
         )
+
+
+#: The viewer layer (the Perfetto link server), loaded by name when a backend asked for a view: the
+#: core never imports the layer above it (as with backends and reporters, found through the registry).
+VIEWER_MODULE = "omniprof.viewers.serve"
+
+
+def _open_views(requests: list[dict[str, Any]], saved: list[str]) -> None:
+    """Open what backends asked for once the result was saved (``create_perfetto_link``). Never
+    raises: a port that cannot be bound, a timeout or Ctrl-C are said and lose nothing."""
+    import importlib
+
+    viewer = importlib.import_module(VIEWER_MODULE)
+    for req in requests:
+        if req.get("viewer") != "perfetto_link":
+            continue
+        viewer.serve_perfetto_link(req["path"], port=req["port"], wait=req["wait"], timeout_s=req["timeout_s"],
+                                   saved=[*req.get("saved", ()), *saved])
 
 
 def _checkpoint_interval_s() -> float:

@@ -99,8 +99,9 @@ def _ns(x: float) -> int:
     return int(x + 0.5) if x >= 0 else -int(-x + 0.5)
 
 
-def _classify(name: str, stats: Mapping[str, Any], plane_kind: str, line_name: str) -> str:
-    if OMNIPROF_MARK in stats:
+def _classify(name: str, stats: Mapping[str, Any], plane_kind: str, line_name: str,
+              annotation_names: frozenset[str] = frozenset()) -> str:
+    if OMNIPROF_MARK in stats or (plane_kind == "host" and name in annotation_names and "hlo_op" not in stats):
         return "step" if "step_num" in stats else "annotation"
     if "step_num" in stats and "_r" in stats:
         return "step"
@@ -155,7 +156,8 @@ def _is_device_activity(plane_kind: str, category: str, name: str, stats: Mappin
 
 
 def read_xspace(profile_data: Any, *, host: str, track_prefix: str = "", include_device: bool = True,
-                time_shift_ns: int | None = None, flow_offset: int = 0) -> XPlaneContent:
+                time_shift_ns: int | None = None, flow_offset: int = 0,
+                annotation_names: Iterable[str] = ()) -> XPlaneContent:
     """Convert one xspace (a ``jax.profiler.ProfileData``) into tracks, spans and instants.
 
     Args:
@@ -165,8 +167,12 @@ def read_xspace(profile_data: Any, *, host: str, track_prefix: str = "", include
         include_device: False leaves device activity out (``device_tracer_level=0``).
         time_shift_ns: added to every time; default puts times on "ns since profile start".
         flow_offset: added to flow ids (keeps several hosts' correlation ids apart).
+        annotation_names: names of the ranges omniprof's annotations opened (host events with these
+            names are ``annotation`` spans; files written before marks were stripped carry
+            ``_omniprof`` on each instead).
     """
     content = XPlaneContent(host=host)
+    ann_names = frozenset(annotation_names)
     undecodable = [0]
     env = profile_data.find_plane_with_name("Task Environment")
     if env is not None:
@@ -201,7 +207,7 @@ def read_xspace(profile_data: Any, *, host: str, track_prefix: str = "", include
             for ev in line.events:
                 name = ev.name
                 stats = _stats(ev, undecodable)
-                cat = _classify(name, stats, plane_kind, line.name)
+                cat = _classify(name, stats, plane_kind, line.name, ann_names)
                 if not include_device and _is_device_activity(plane_kind, cat, name, stats):
                     content.removed_device_events += 1
                     continue
@@ -579,7 +585,7 @@ def load_profile_data(path: Path) -> Any:
 def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbose: bool = False,
                     time_base_unix_ns: int | None = None, ref_offset_ns: int = 0,
                     costs: Mapping[str, Mapping[str, float]] | None = None,
-                    with_tools: bool = True) -> tuple[BackendResult, int]:
+                    with_tools: bool = True, annotation_names: Iterable[str] = ()) -> tuple[BackendResult, int]:
     """One BackendResult from one or several hosts' xplanes, on one timeline.
 
     Times are ns since ``time_base_unix_ns`` (default: the earliest profile start) plus
@@ -587,10 +593,17 @@ def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbo
     """
     datas = [(p, load_profile_data(p)) for p in paths]
     starts = []
-    for _, pd in datas:
+    pids: dict[str, int] = {}
+    versions: dict[str, str] = {}
+    for path, pd in datas:
         env = pd.find_plane_with_name("Task Environment")
         st = _stats(env, [0]) if env is not None else {}
         starts.append(int(st.get("profile_start_time", 0) or 0))
+        meta = pd.find_plane_with_name("/host:metadata")
+        mst = _stats(meta, [0]) if meta is not None else {}
+        if isinstance(mst.get("process_id"), int):
+            pids[host_of(path)] = int(mst["process_id"])
+        versions.update({k: str(v) for k, v in mst.items() if isinstance(k, str) and k.endswith("_version")})
     base = time_base_unix_ns if time_base_unix_ns is not None else min((s for s in starts if s), default=0)
     tracks: list[Track] = []
     spans: list[Span] = []
@@ -605,7 +618,7 @@ def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbo
         host = host_of(path)
         shift = (start - base if start else 0) + ref_offset_ns
         c = read_xspace(pd, host=host, track_prefix=f"{host}/" if multi else "", include_device=include_device,
-                        time_shift_ns=shift, flow_offset=index << 40)
+                        time_shift_ns=shift, flow_offset=index << 40, annotation_names=annotation_names)
         tracks += c.tracks
         spans += c.spans
         instants += c.instants
@@ -628,7 +641,8 @@ def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbo
         tracks=tracks, spans=spans, instants=instants, flows=flows, tables=tables, summaries=summaries, losses=losses,
         artifacts=[Artifact(kind="xplane", path=str(p), description=f"XSpace of host {host_of(p)}") for p in paths],
         metadata={"hosts": [host_of(p) for p in paths], "devices": devices, "device_activity_included": include_device,
-                  "device_events_left_out": removed, "profile_start_unix_ns": base},
+                  "device_events_left_out": removed, "profile_start_unix_ns": base, "pids": pids,
+                  "versions": versions},
     )
     return part, base
 

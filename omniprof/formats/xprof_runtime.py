@@ -131,3 +131,94 @@ def native_output(verbose: bool = False) -> Iterator[NativeOutput]:
                 os.close(s)
             tmp.seek(0)
             out.text = tmp.read().decode("utf-8", "replace")
+
+
+class StderrFilter:
+    """Drops lines matching ``patterns`` from what this process writes to fd 2; passes the rest on.
+
+    XLA's log level is read once, when jaxlib loads, and ``import jax`` has set it to let warnings
+    through by then: the profiler server's ``Profiling is late by N nanoseconds`` would reach the
+    profiled program's stderr on every remote capture. fd 2 goes through a pipe to a thread that
+    forwards every other byte at once (a partial line after 50 ms of quiet). :meth:`close` restores
+    fd 2 and forwards what is left; it also runs at exit.
+    """
+
+    def __init__(self, patterns: tuple[bytes, ...]) -> None:
+        import atexit
+        import threading
+
+        self.patterns = patterns
+        self.dropped = 0
+        for stream in (sys.stderr, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                stream.flush()  # type: ignore[union-attr]
+        self._saved = os.dup(2)
+        r, w = os.pipe()
+        os.dup2(w, 2)
+        os.close(w)
+        self._read = r
+        self._thread = threading.Thread(target=self._pump, name="omniprof-stderr-filter", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def _emit(self, data: bytes) -> None:
+        while data:
+            try:
+                n = os.write(self._saved, data)
+            except OSError:
+                return
+            data = data[n:]
+
+    def _pass(self, line: bytes) -> None:
+        if any(p in line for p in self.patterns):
+            self.dropped += 1
+        else:
+            self._emit(line)
+
+    def _pump(self) -> None:
+        import select
+        import time
+
+        pending = b""
+        since = 0.0
+        while True:
+            wait = max(0.0, since + 0.05 - time.monotonic()) if pending else None
+            ready, _, _ = select.select([self._read], [], [], wait)
+            if not ready:
+                self._pass(pending)  # a partial line (a progress bar, a prompt) waits at most 50 ms
+                pending = b""
+                continue
+            try:
+                chunk = os.read(self._read, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if pending:
+                    self._pass(pending)
+                return
+            if not pending:
+                since = time.monotonic()
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                self._pass(line + b"\n")
+            if pending and not lines:
+                continue
+            since = time.monotonic()
+
+    def close(self) -> None:
+        saved, self._saved_closed = self._saved, getattr(self, "_saved_closed", False)
+        if self._saved_closed:
+            return
+        self._saved_closed = True
+        for stream in (sys.stderr, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                stream.flush()  # type: ignore[union-attr]
+        os.dup2(saved, 2)  # the pipe's last writer is gone: the thread drains it and ends
+        self._thread.join(5)
+        if self._thread.is_alive():  # a child process inherited the pipe: keep forwarding its output
+            return
+        with contextlib.suppress(OSError):
+            os.close(self._read)
+        with contextlib.suppress(OSError):
+            os.close(saved)

@@ -12,14 +12,19 @@ import http.server
 import ipaddress
 import os
 import re
+import sys
 import threading
+import time
 import urllib.parse
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from omniprof.errors import InvalidArgumentError, OmniprofError, OmniprofWarning
 
-__all__ = ["TraceFileServer", "perfetto_link", "PERFETTO_ORIGIN", "LOOPBACK", "check_bind_address", "is_loopback"]
+__all__ = ["TraceFileServer", "perfetto_link", "PERFETTO_ORIGIN", "PERFETTO_PORT", "LOOPBACK", "check_bind_address",
+           "is_loopback", "serve_perfetto_link", "PerfettoLinkWarning"]
 
 #: The address every omniprof server binds unless the user names another one.
 LOOPBACK = "127.0.0.1"
@@ -57,6 +62,13 @@ def check_bind_address(host: object, what: str = "server") -> str:
     return host
 
 PERFETTO_ORIGIN = "https://ui.perfetto.dev"
+#: The only port ui.perfetto.dev fetches ``?url=`` traces from (its content security policy allows
+#: 127.0.0.1:9001 and localhost:9001): a link on any other port does not open there.
+PERFETTO_PORT = 9001
+
+
+class PerfettoLinkWarning(OmniprofWarning):
+    """A Perfetto link could not be served, or was not opened; the files it names are saved."""
 
 
 def perfetto_link(port: int, name: str, host: str = "127.0.0.1") -> str:
@@ -143,8 +155,14 @@ class TraceFileServer:
         try:
             self._httpd = http.server.ThreadingHTTPServer((self.host, self._want_port), Handler)
         except OSError as e:
-            raise OmniprofError(f"cannot serve the trace on {self.host}:{self._want_port}: {e.strerror or e}. "
-                                f"Choose another port (port=0 picks a free one)") from e
+            from omniprof.core.ports import port_holder
+
+            holder = port_holder(self._want_port) if self._want_port else None
+            held = f" (held by {holder})" if holder else ""
+            fix = (f"stop that process, or open {self.path} in ui.perfetto.dev with 'Open trace file'"
+                   if self._want_port == PERFETTO_PORT else "choose a free port")
+            raise OmniprofError(f"cannot serve the trace on {self.host}:{self._want_port}: {e.strerror or e}{held}; "
+                                f"{fix}") from e
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="omniprof-trace-server", daemon=True)
         self._thread.start()
@@ -168,3 +186,68 @@ class TraceFileServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def serve_perfetto_link(path: str | os.PathLike[str], *, port: int = PERFETTO_PORT, wait: bool = True,
+                        timeout_s: float = 300.0, saved: Sequence[str | os.PathLike[str]] = (),
+                        stream: TextIO | None = None,
+                        announce: Callable[[str], None] | None = None) -> TraceFileServer | None:
+    """Serve a saved trace for ui.perfetto.dev and print ``Open URL in browser: LINK`` (as jax does).
+
+    Call it only once everything is saved: it never raises for a busy port, a timeout or Ctrl-C.
+
+    * The link goes to ``stream`` (default ``sys.stderr``) as one plain line, whatever the logging
+      configuration, or to ``announce`` when given.
+    * A port that cannot be bound is a :class:`PerfettoLinkWarning` naming the holder, the saved
+      files (``path`` and ``saved``) and how to open them; returns None.
+    * ``wait``: blocks until the trace was fetched once or ``timeout_s`` passed (a warning then).
+      Ctrl-C ends the wait (the server stops; nothing is lost) and returns instead of raising.
+      Without ``wait`` a daemon thread stops the server after the first fetch or the timeout.
+
+    Returns the server (stopped when ``wait``), or None when it could not start.
+    """
+    path = Path(path)
+    files = [str(path), *(str(p) for p in saved if str(p) != str(path))]
+    kept = "; ".join(files)
+    try:
+        server = TraceFileServer(path, port=port).start()
+    except OmniprofError as e:
+        warnings.warn(f"the Perfetto link was not served: {e}. Nothing is lost, saved: {kept}. Later: "
+                      f"omniprof view --perfetto {path}", PerfettoLinkWarning, stacklevel=2)
+        return None
+    out = stream if stream is not None else sys.stderr
+    line = f"Open URL in browser: {server.link}"
+    if announce is not None:
+        announce(line)
+    else:
+        out.write(line + "\n")
+        if server.port != PERFETTO_PORT:
+            out.write(f"omniprof: note: ui.perfetto.dev fetches traces only from 127.0.0.1:{PERFETTO_PORT}; this "
+                      f"link on port {server.port} opens with a viewer that allows it, or load {path} with "
+                      f"'Open trace file'\n")
+        out.flush()
+    if not wait:
+        def watch() -> None:
+            try:
+                server.wait_fetched(timeout_s)
+            finally:
+                server.stop()
+
+        server.watcher = threading.Thread(target=watch, name="omniprof-perfetto-watch", daemon=True)
+        server.watcher.start()
+        return server
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not server.wait_fetched(min(0.25, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                warnings.warn(f"the Perfetto link was not opened within {timeout_s:g} s; saved: {kept}",
+                              PerfettoLinkWarning, stacklevel=2)
+                break
+    except KeyboardInterrupt:
+        server.stop()
+        out.write(f"omniprof: stopped waiting for the Perfetto link (Ctrl-C); nothing is lost, saved: {kept}\n")
+        out.flush()
+        return server
+    finally:
+        server.stop()
+    return server

@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import gzip
 import logging
+import os
+import shutil
+import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.formats import xprof_runtime as _runtime
 from omniprof.formats.xplane import OMNIPROF_MARK, part_from_files, run_tool
-from omniprof.backends.xla.strip import strip_device_activity
+from omniprof.backends.xla.strip import strip_device_activity, strip_marks
 from omniprof.core import validators as v
 from omniprof.core.fileio import atomic_write_bytes, hostname, process_temp_dir
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
@@ -44,7 +46,7 @@ from omniprof.errors import (
     OmniprofWarning,
 )
 
-__all__ = ["XlaBackend", "XlaOptions", "jax_profile_options", "write_perfetto_trace", "serve_perfetto"]
+__all__ = ["XlaBackend", "XlaOptions", "jax_profile_options", "write_perfetto_trace", "acquire_sink", "release_sink"]
 
 log = logging.getLogger("omniprof.xla")
 
@@ -56,12 +58,13 @@ class XlaOptions:
     Attributes:
         create_perfetto_trace: also write ``perfetto_trace.json.gz`` (Chrome JSON, opens in
             ui.perfetto.dev) beside the xplane.
-        create_perfetto_link: serve that file from 127.0.0.1 and print a ui.perfetto.dev link
-            (implies ``create_perfetto_trace``).
-        perfetto_port: port of that server (default 9001, the port ui.perfetto.dev's docs tunnel;
-            0 picks a free one).
-        perfetto_wait: block in ``stop()`` until the trace was fetched once (as jax does); False
-            returns at once and the server stops itself after the first fetch or the timeout.
+        create_perfetto_link: once the trace and the result are saved, serve that file from
+            127.0.0.1 and print a ui.perfetto.dev link to stderr (implies ``create_perfetto_trace``).
+            The Profiler does this after saving (the backend itself serves nothing); a port that
+            cannot be bound or Ctrl-C during the wait loses nothing.
+        perfetto_port: port of that server (default 9001, the only port ui.perfetto.dev fetches from).
+        perfetto_wait: block until the trace was fetched once (as jax does); False returns at once
+            and the server stops itself after the first fetch or the timeout.
         perfetto_timeout_s: how long the link stays served at most.
         record_tool_data: run xprof's tools (kernel/op stats, overview, memory profile, roofline)
             when the session stops. False keeps only the timeline (less post-processing time).
@@ -131,42 +134,6 @@ def write_perfetto_trace(xplanes: list[Path], dest: Path, verbose: bool = False)
     return dest
 
 
-def serve_perfetto(path: Path, *, port: int, wait: bool, timeout_s: float,
-                   announce: Callable[[str], None] | None = None) -> Any:
-    """Serve ``path`` for ui.perfetto.dev from 127.0.0.1 and announce the link.
-
-    With ``wait`` this blocks until the file was fetched once or ``timeout_s`` passed; otherwise a
-    watcher thread stops the server after the first fetch or the timeout. Returns the server.
-    """
-    from omniprof.viewers.serve import TraceFileServer
-
-    server = TraceFileServer(path, port=port).start()
-    message = f"Open URL in browser: {server.link}"
-    if announce is not None:
-        announce(message)
-    else:
-        log.warning("%s", message)
-    if wait:
-        try:
-            fetched = server.wait_fetched(timeout_s)
-        finally:
-            server.stop()
-        if not fetched:
-            warnings.warn(f"the Perfetto link was not opened within {timeout_s:g} s; the trace is at {path}",
-                          OmniprofWarning, stacklevel=3)
-        return server
-
-    def watch() -> None:
-        try:
-            server.wait_fetched(timeout_s)
-        finally:
-            server.stop()
-
-    server.watcher = threading.Thread(target=watch, name="omniprof-perfetto-watch", daemon=True)
-    server.watcher.start()
-    return server
-
-
 class XlaBackend(Backend):
     """jax.profiler (XLA profiler session) + xprof: host threads, XLA modules and ops, annotations,
     steps, kernels on GPU, xprof's tables (see module docs)."""
@@ -185,7 +152,10 @@ class XlaBackend(Backend):
         self._t0_ref_ns = 0
         self._t0_unix_ns = 0
         self._step: Any = None
-        self.perfetto_server: Any = None
+        self._sink: _ProcessSink | None = None
+        #: After stop(): what to open once the Profiler saved the result (``create_perfetto_link``):
+        #: ``{"viewer": "perfetto_link", "path", "port", "wait", "timeout_s", "saved"}``, else None.
+        self.view_request: dict[str, Any] | None = None
         self.postprocess_s = 0.0
 
     @classmethod
@@ -213,7 +183,9 @@ class XlaBackend(Backend):
             xprof, has_xprof = "xprof is not installed: pip install 'omniprof[jax]'", False
         caps.append(Capability("xprof tools (op/kernel tables, trace viewer, `omniprof view`)", has_xprof, xprof))
         caps.append(Capability("remote capture (profiler server, `omniprof collect`)", True,
-                                "jax.profiler.start_server; binds 127.0.0.1 unless told otherwise"))
+                                "jax.profiler.start_server; listens on EVERY network interface ([::]:PORT) and "
+                                "cannot be limited to 127.0.0.1: firewall the port, collect through "
+                                "ssh -L PORT:127.0.0.1:PORT"))
         return caps
 
     @classmethod
@@ -247,12 +219,16 @@ class XlaBackend(Backend):
             raise BackendError("jax.profiler.start_trace() is already tracing in this process and XLA runs one "
                                "profiler session at a time; call jax.profiler.stop_trace() first, or trace with "
                                "omniprof only", plugin=self.name)
+        _set_jax_metadata(self._jax, self._profiler)
         try:
             self._session = self._profiler.ProfilerSession(self._jax_options)
         except Exception as e:
             raise BackendError(f"jax's profiler session failed to start: {type(e).__name__}: {e}. Another "
                                f"profiler (jax.profiler.start_trace, a capture through the profiler server) may be "
                                f"running in this process", plugin=self.name) from e
+        _guard_jax_trace(True)
+        self._sink = acquire_sink()
+        _watch_jax_annotations(self._jax, self._sink)
 
     def stop(self) -> BackendResult:
         session, self._session = self._session, None
@@ -260,6 +236,8 @@ class XlaBackend(Backend):
             raise BackendError("the xla backend was stopped without being started", plugin=self.name)
         self._end_step()
         end_ref = self.clock.now_ns()
+        names = self._release_sink()
+        _guard_jax_trace(False)
         try:
             xspace = session.stop()
         except Exception as e:
@@ -275,16 +253,36 @@ class XlaBackend(Backend):
         stripped = 0
         if not include_device:  # jax cannot switch the device tracer off: leave its events out of the file too
             xspace, stripped = strip_device_activity(xspace)
+        xspace, marked = strip_marks(xspace)  # marks exist only while a profiler server runs here
         atomic_write_bytes(xplane, xspace)
         opts = self.options
+        extra: list[Artifact] = []
+        losses: list[Loss] = []
+        trace_json = _export_trace_json(session, xspace, out_dir, self.context.verbose)
+        if isinstance(trace_json, Path):
+            extra.append(Artifact(kind="trace_json", path=str(trace_json),
+                                  description="XLA's Chrome trace JSON (gzip), as jax.profiler writes it"))
+        else:
+            losses.append(Loss(source="xla", kind="export_failed", count=1, unit="files", detail=trace_json))
         part, base_unix = part_from_files([xplane], include_device=include_device, verbose=self.context.verbose,
                                           time_base_unix_ns=self._t0_unix_ns, ref_offset_ns=self._t0_ref_ns,
-                                          with_tools=opts.record_tool_data)
-        artifacts = list(part.artifacts)
+                                          with_tools=opts.record_tool_data, annotation_names=names | marked)
+        artifacts = [*part.artifacts, *extra]
         if opts.create_perfetto_trace or opts.create_perfetto_link:
-            ptrace = write_perfetto_trace([xplane], out_dir / "perfetto_trace.json.gz", self.context.verbose)
-            artifacts.append(Artifact(kind="perfetto_trace", path=str(ptrace),
-                                      description="Chrome trace JSON (gzip) for ui.perfetto.dev"))
+            # A Perfetto file that cannot be written is a counted loss, never the loss of the part.
+            try:
+                ptrace = write_perfetto_trace([xplane], out_dir / "perfetto_trace.json.gz", self.context.verbose)
+            except Exception as e:
+                detail = f"perfetto_trace.json.gz not written: {type(e).__name__}: {e}; the xplane is at {xplane}"
+                warnings.warn(f"xla: {detail}", OmniprofWarning, stacklevel=3)
+                losses.append(Loss(source="xla", kind="export_failed", count=1, unit="files", detail=detail))
+            else:
+                artifacts.append(Artifact(kind="perfetto_trace", path=str(ptrace),
+                                          description="Chrome trace JSON (gzip) for ui.perfetto.dev"))
+                if opts.create_perfetto_link:
+                    self.view_request = {"viewer": "perfetto_link", "path": str(ptrace), "port": opts.perfetto_port,
+                                         "wait": opts.perfetto_wait, "timeout_s": opts.perfetto_timeout_s,
+                                         "saved": [str(xplane)]}
         self.postprocess_s = time.perf_counter() - t_post
         metadata = {**part.metadata, "jax_version": self._jax.__version__, "devices": _devices(self._jax),
                     "device_events_left_out": part.metadata.get("device_events_left_out", 0) + stripped,
@@ -293,12 +291,12 @@ class XlaBackend(Backend):
                     "jax_profile_options": {"host_tracer_level": self._jax_options.host_tracer_level,
                                             "python_tracer_level": self._jax_options.python_tracer_level,
                                             "advanced_configuration": dict(self._jax_options.advanced_configuration)}}
+        if self.context.session_dir is None:
+            metadata["temporary_dir_note"] = (f"no logdir: the files are in {out_dir}, removed when this process "
+                                              f"exits; pass logdir= to keep them")
         result = attrs.evolve(part, clock=ClockInfo(name=getattr(self.clock, "name", "perf_counter_ns"), offset_ns=0),
                               start_ns=self._t0_ref_ns, end_ns=max(part.end_ns, end_ref), artifacts=artifacts,
-                              metadata=metadata)
-        if opts.create_perfetto_link:
-            self.perfetto_server = serve_perfetto(Path(artifacts[-1].path), port=opts.perfetto_port,
-                                                  wait=opts.perfetto_wait, timeout_s=opts.perfetto_timeout_s)
+                              metadata=metadata, losses=[*part.losses, *losses])
         return result
 
     def _lost_trace(self, end_ref: int) -> BackendResult:
@@ -318,7 +316,18 @@ class XlaBackend(Backend):
         if session is not None:
             with contextlib.suppress(Exception):
                 session.stop()
+            _guard_jax_trace(False)
+        self._release_sink()
         self._step = None
+
+    def _release_sink(self) -> frozenset[str]:
+        sink, self._sink = self._sink, None
+        if sink is None:
+            return frozenset()
+        _watch_jax_annotations(self._jax, None)
+        names = frozenset(sink.names)
+        release_sink()
+        return names
 
     def _out_dir(self) -> Path:
         if self.context.session_dir is not None:
@@ -331,11 +340,13 @@ class XlaBackend(Backend):
 
     # -- hooks ---------------------------------------------------------------------------------
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
-        return trace_me(self._profiler, name, args)
+        # The process-wide sink (acquired in start) emits the TraceMe: one per annotation however
+        # many users (a local Profiler and omniprof.start_server) want them.
+        return None
 
     def step(self, step_num: int) -> None:
         self._end_step()
-        tm = self._profiler.TraceMe("step", step_num=step_num, _r=1, **{OMNIPROF_MARK: 1})
+        tm = self._profiler.TraceMe("step", step_num=step_num, _r=1)
         tm.__enter__()
         self._step = tm
 
@@ -345,24 +356,138 @@ class XlaBackend(Backend):
             tm.__exit__(None, None, None)
 
 
-def trace_me(profiler_module: Any, name: str, args: dict[str, Any] | None) -> Any:
-    """A jax TraceMe for an omniprof annotation: marked as ours, steps marked as steps (``_r``)."""
-    kwargs = {k: _scalar(val) for k, val in (args or {}).items() if k != "_step"}
-    kwargs[OMNIPROF_MARK] = 1
-    if args and args.get("_step"):
-        kwargs["_r"] = 1
-    return profiler_module.TraceMe(name, **kwargs)
+class _ProcessSink:
+    """The one annotation sink of the xla backend in a process: omniprof annotations become jax
+    TraceMes (a TraceMe costs little when nothing traces). Shared by every local xla session and
+    the profiler server (:func:`acquire_sink`), so no range is recorded twice.
 
+    While a profiler server runs, each TraceMe carries ``_omniprof: 1``: a remote capture has no
+    other way to tell omniprof's ranges from XLA's; every file we save has the mark stripped
+    (:func:`~omniprof.backends.xla.strip.strip_marks`). Local sessions need no mark: the names are
+    remembered here and handed to the reader.
+    """
 
-class ServerAnnotationSink:
-    """While a profiler server runs in this process, omniprof annotations become jax TraceMes so a
-    remote capture sees them (a TraceMe costs little when no capture is active)."""
-
-    def __init__(self) -> None:
-        self._profiler, _ = _runtime.import_profiler_bindings()
+    def __init__(self, profiler_module: Any) -> None:
+        self._profiler = profiler_module
+        self.names: set[str] = set()
+        self.users = 0
+        self.server_users = 0
 
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
-        return trace_me(self._profiler, name, args)
+        self.names.add(name)
+        kwargs = {k: _scalar(val) for k, val in (args or {}).items() if k != "_step"}
+        if args and args.get("_step"):
+            kwargs["_r"] = 1
+        if self.server_users:
+            kwargs[OMNIPROF_MARK] = 1
+        return self._profiler.TraceMe(name, **kwargs)
+
+
+_sink: _ProcessSink | None = None
+_sink_lock = threading.Lock()
+
+
+def acquire_sink(*, server: bool = False) -> _ProcessSink:
+    """Register the process sink on first use (counted); ``server`` marks its TraceMes for remote captures."""
+    global _sink
+    from omniprof.core import annotations
+
+    with _sink_lock:
+        if _sink is None:
+            profiler_module, _ = _runtime.import_profiler_bindings()
+            _sink = _ProcessSink(profiler_module)
+            annotations.add_sink(_sink)
+        _sink.users += 1
+        if server:
+            _sink.server_users += 1
+        return _sink
+
+
+def release_sink(*, server: bool = False) -> None:
+    """Undo one :func:`acquire_sink`; the last user unregisters the sink."""
+    global _sink
+    from omniprof.core import annotations
+
+    with _sink_lock:
+        if _sink is None:
+            return
+        _sink.users -= 1
+        if server:
+            _sink.server_users = max(0, _sink.server_users - 1)
+        if _sink.users <= 0:
+            annotations.remove_sink(_sink)
+            _sink = None
+
+
+def _watch_jax_annotations(jax_module: Any, sink: _ProcessSink | None) -> None:
+    """While a session records, ``jax.profiler.TraceAnnotation`` (the public name) is a subclass
+    that notes each range's name, so the reader files the user's jax annotations as
+    ``annotation`` (XLA's trace does not tell a Python TraceMe from XLA's own). jax's internal
+    ranges use ``jax._src.profiler``'s class and stay ``runtime``. ``sink=None`` restores jax's class."""
+    profiler = getattr(jax_module, "profiler", None)
+    current = getattr(profiler, "TraceAnnotation", None)
+    if current is None:
+        return
+    if sink is None:
+        original = getattr(current, "_omniprof_original", None)
+        if original is not None:
+            profiler.TraceAnnotation = original
+        return
+    if getattr(current, "_omniprof_original", None) is not None:
+        return
+    names = sink.names
+
+    class TraceAnnotation(current):  # type: ignore[misc, valid-type]
+        __doc__ = current.__doc__
+        _omniprof_original = current
+
+        def __init__(self, name: str, **kwargs: Any) -> None:
+            names.add(name)
+            super().__init__(name, **kwargs)
+
+    TraceAnnotation.__module__ = getattr(current, "__module__", "jax.profiler")
+    TraceAnnotation.__qualname__ = getattr(current, "__qualname__", "TraceAnnotation")
+    profiler.TraceAnnotation = TraceAnnotation
+
+
+def _set_jax_metadata(jax_module: Any, profiler_module: Any) -> None:
+    """The run metadata ``jax.profiler.start_trace`` records (jax, jaxlib and platform versions)."""
+    if not hasattr(profiler_module, "set_metadata"):
+        return
+    with contextlib.suppress(Exception):
+        profiler_module.clear_metadata()
+    try:
+        from jax._src.lib import version as jaxlib_version
+
+        jaxlib = ".".join(map(str, jaxlib_version))
+    except ImportError:  # pragma: no cover - jaxlib layout changed
+        import importlib.metadata as md
+
+        jaxlib = md.version("jaxlib")
+    profiler_module.set_metadata("jax_version", str(jax_module.__version__))
+    profiler_module.set_metadata("jaxlib_version", jaxlib)
+    with contextlib.suppress(Exception):
+        for d in {d.client for d in jax_module.devices()}:
+            profiler_module.set_metadata(f"{d.platform}_version", str(d.platform_version))
+
+
+def _export_trace_json(session: Any, xspace: bytes, out_dir: Path, verbose: bool) -> Path | str:
+    """``<host>.trace.json.gz`` beside the xplane, written by XLA's own exporter (as jax's
+    ``stop_trace`` writes it). Returns the path, or why it could not be written."""
+    staging = Path(tempfile.mkdtemp(prefix=".omniprof-export-", dir=out_dir))
+    try:
+        with _runtime.native_output(verbose):
+            session.export(xspace, str(staging))
+        found = sorted(staging.glob("plugins/profile/*/*.trace.json.gz"))
+        if not found:
+            return "XLA's exporter wrote no .trace.json.gz"
+        dest = out_dir / f"{hostname()}.trace.json.gz"
+        os.replace(found[0], dest)
+        return dest
+    except Exception as e:
+        return f"<host>.trace.json.gz not written: {type(e).__name__}: {e}"
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _jax_trace_active() -> bool:
@@ -370,9 +495,41 @@ def _jax_trace_active() -> bool:
     try:
         from jax._src import profiler as jax_profiler
 
-        return jax_profiler._profile_state.profile_session is not None
+        held = jax_profiler._profile_state.profile_session
+        return held is not None and not isinstance(held, _HeldByOmniprof)
     except (ImportError, AttributeError):  # pragma: no cover - jax internals moved
         return False
+
+
+class _HeldByOmniprof:
+    """Stands in jax's own profile state while our session runs: XLA runs one profiler session per
+    process, and without this ``jax.profiler.start_trace`` would start a second one that fails
+    only at its end (``ALREADY_EXISTS``). With it, jax refuses at once ("Profile has already been
+    started"), and ``jax.profiler.stop_trace`` says who holds the session."""
+
+    def stop_and_export(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("omniprof's xla backend holds XLA's profiler session in this process (one session per "
+                           "process); jax.profiler.start_trace/stop_trace cannot run inside an omniprof.Profiler"
+                           "(backend='xla') session: use omniprof.annotate for ranges, or stop the Profiler first")
+
+    stop = stop_and_export
+
+    def __repr__(self) -> str:
+        return "<XLA profiler session held by omniprof's xla backend>"
+
+
+def _guard_jax_trace(on: bool) -> None:
+    try:
+        from jax._src import profiler as jax_profiler
+
+        state = jax_profiler._profile_state
+    except (ImportError, AttributeError):  # pragma: no cover - jax internals moved
+        return
+    with state.lock:
+        if on and state.profile_session is None:
+            state.profile_session = _HeldByOmniprof()
+        elif not on and isinstance(state.profile_session, _HeldByOmniprof):
+            state.profile_session = None
 
 
 def _scalar(value: Any) -> Any:

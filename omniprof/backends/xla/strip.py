@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["strip_device_activity", "DEVICE_STATS"]
+__all__ = ["strip_device_activity", "strip_marks", "DEVICE_STATS", "MARK"]
+
+#: The stat omniprof's annotations carry while a profiler server runs in the process (a remote
+#: capture has no other way to tell them from XLA's own ranges); removed before a file is saved.
+MARK = "_omniprof"
 
 DEVICE_STATS = frozenset({"hlo_op", "device_ordinal"})
 
@@ -55,3 +59,39 @@ def strip_device_activity(data: bytes) -> tuple[bytes, int]:
         del space.planes[:]
         space.planes.extend(copies)
     return space.SerializeToString(), removed
+
+
+def strip_marks(data: bytes) -> tuple[bytes, frozenset[str]]:
+    """Remove the ``_omniprof`` stat from every event: ``(new xspace bytes, names of the marked events)``.
+
+    The names let the reader file those ranges as annotations; the saved file (what XProf shows)
+    carries no omniprof bookkeeping. Data without marks comes back unchanged.
+    """
+    if MARK.encode() not in data:
+        return data, frozenset()
+    from omniprof.formats import xspace as xs
+
+    space = xs.XSpace.FromString(data)
+    names: set[str] = set()
+    for plane in space.planes:
+        mark_ids = {i for i, m in plane.stat_metadata.items() if m.name == MARK}
+        if not mark_ids:
+            continue
+        for line in plane.lines:
+            for e in line.events:
+                kept = [st for st in e.stats if st.metadata_id not in mark_ids]
+                if len(kept) == len(e.stats):
+                    continue
+                md = plane.event_metadata.get(e.metadata_id)
+                if md is not None:
+                    names.add(md.name)
+                copies = []
+                for st in kept:
+                    c = xs.XStat()
+                    c.CopyFrom(st)
+                    copies.append(c)
+                del e.stats[:]
+                e.stats.extend(copies)
+        for i in mark_ids:
+            del plane.stat_metadata[i]
+    return space.SerializeToString(), frozenset(names)

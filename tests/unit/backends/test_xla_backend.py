@@ -287,66 +287,74 @@ def test_create_perfetto_trace_writes_chrome_json_beside_xplane(tmp_path):
     assert ops <= names
 
 
-def test_perfetto_link_served_to_a_real_client_non_blocking(tmp_path):
-    """create_perfetto_link with perfetto_wait=False serves the file with CORS for ui.perfetto.dev, then stops."""
+def _link_from(text: str) -> str:
+    line = next(ln for ln in text.splitlines() if ln.startswith("Open URL in browser: "))
+    return line.split("url=", 1)[1]
+
+
+def test_perfetto_link_served_to_a_real_client_non_blocking(tmp_path, capsys):
+    """create_perfetto_link with perfetto_wait=False: once the result is saved, the link goes to
+    stderr as a plain line and the file is served with CORS for ui.perfetto.dev, then the server stops."""
     opts = {"xla": {"create_perfetto_link": True, "perfetto_port": 0, "perfetto_wait": False,
                     "perfetto_timeout_s": 30.0, "record_tool_data": False}}
     f, x = workload()
-    prof = omniprof.Profiler(backend="xla", logdir=tmp_path, backend_options=opts)
-    backend_box = {}
-    orig = XlaBackend.stop
-
-    def spy(self):
-        backend_box["b"] = self
-        return orig(self)
-
-    XlaBackend.stop = spy
-    try:
-        with prof:
-            f(x, x).block_until_ready()
-    finally:
-        XlaBackend.stop = orig
-    server = backend_box["b"].perfetto_server
-    assert server.link.startswith("https://ui.perfetto.dev/#!/?url=http://127.0.0.1:")
-    req = urllib.request.Request(server.url, headers={"Origin": "https://ui.perfetto.dev"})
+    with omniprof.Profiler(backend="xla", logdir=tmp_path, backend_options=opts) as prof:
+        f(x, x).block_until_ready()
+    url = _link_from(capsys.readouterr().err)
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/perfetto_trace.json.gz")
+    req = urllib.request.Request(url, headers={"Origin": "https://ui.perfetto.dev"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         body = resp.read()
         assert resp.headers["Access-Control-Allow-Origin"] == "https://ui.perfetto.dev"
     assert body == (prof.session_dir / "perfetto_trace.json.gz").read_bytes()
-    server.watcher.join(10)
-    assert not server.watcher.is_alive()
+    watchers = [t for t in threading.enumerate() if t.name == "omniprof-perfetto-watch"]
+    for t in watchers:
+        t.join(10)
+    assert not any(t.is_alive() for t in watchers)
+
+
+class _Clicker:
+    """A stream that, seeing the link line, fetches the URL from another thread (a browser)."""
+
+    def __init__(self):
+        self.text = ""
+        self.seen = []
+
+    def write(self, text):
+        self.text += text
+        if "Open URL in browser: " in text:
+            url = _link_from(text)
+            threading.Thread(target=lambda: self.seen.append(urllib.request.urlopen(url, timeout=10).read()),
+                             name="test-client", daemon=True).start()
+
+    def flush(self):
+        pass
 
 
 def test_perfetto_link_blocks_until_fetched(tmp_path):
-    """perfetto_wait=True: stop() returns once a client fetched the trace."""
-    from omniprof.backends.xla.backend import serve_perfetto
+    """wait=True: returns once a client fetched the trace."""
+    from omniprof.viewers.serve import serve_perfetto_link
 
     path = tmp_path / "perfetto_trace.json.gz"
     path.write_bytes(gzip.compress(b'{"traceEvents": []}'))
-    seen = []
-
-    def announce(text):
-        url = text.split("url=", 1)[1]
-        threading.Thread(target=lambda: seen.append(urllib.request.urlopen(url, timeout=10).read()),
-                         name="test-client", daemon=True).start()
-
-    server = serve_perfetto(path, port=0, wait=True, timeout_s=20, announce=announce)
+    clicker = _Clicker()
+    server = serve_perfetto_link(path, port=0, wait=True, timeout_s=20, stream=clicker)
     assert server.fetch_count == 1
     for _ in range(100):
-        if seen:
+        if clicker.seen:
             break
         time.sleep(0.05)
-    assert seen == [path.read_bytes()]
+    assert clicker.seen == [path.read_bytes()]
 
 
 def test_perfetto_link_timeout_warns(tmp_path):
-    """Nobody opens the link: after the timeout a warning names the file and stop() returns."""
-    from omniprof.backends.xla.backend import serve_perfetto
+    """Nobody opens the link: after the timeout a warning names the file, and the call returns."""
+    from omniprof.viewers.serve import PerfettoLinkWarning, serve_perfetto_link
 
     path = tmp_path / "perfetto_trace.json.gz"
     path.write_bytes(gzip.compress(b'{"traceEvents": []}'))
-    with pytest.warns(OmniprofWarning, match="not opened within"):
-        serve_perfetto(path, port=0, wait=True, timeout_s=0.2, announce=lambda text: None)
+    with pytest.warns(PerfettoLinkWarning, match=f"not opened within 0.2 s; saved: {path}"):
+        serve_perfetto_link(path, port=0, wait=True, timeout_s=0.2, announce=lambda text: None)
 
 
 # -- CLI and import cost ------------------------------------------------------------------------
