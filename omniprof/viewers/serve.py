@@ -8,6 +8,7 @@ the file was fetched once (with a timeout).
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import ipaddress
 import os
@@ -216,38 +217,39 @@ def serve_perfetto_link(path: str | os.PathLike[str], *, port: int = PERFETTO_PO
                       f"omniprof view --perfetto {path}", PerfettoLinkWarning, stacklevel=2)
         return None
     out = stream if stream is not None else sys.stderr
-    line = f"Open URL in browser: {server.link}"
-    if announce is not None:
-        announce(line)
-    else:
-        out.write(line + "\n")
-        if server.port != PERFETTO_PORT:
-            out.write(f"omniprof: note: ui.perfetto.dev fetches traces only from 127.0.0.1:{PERFETTO_PORT}; this "
-                      f"link on port {server.port} opens with a viewer that allows it, or load {path} with "
-                      f"'Open trace file'\n")
-        out.flush()
-    if not wait:
-        def watch() -> None:
-            try:
-                server.wait_fetched(timeout_s)
-            finally:
-                server.stop()
+    try:  # from here on Ctrl-C ends the wait, whatever line it arrives on
+        line = f"Open URL in browser: {server.link}"
+        if announce is not None:
+            announce(line)
+        else:
+            out.write(line + "\n")
+            if server.port != PERFETTO_PORT:
+                out.write(f"omniprof: note: ui.perfetto.dev fetches traces only from 127.0.0.1:{PERFETTO_PORT}; "
+                          f"this link on port {server.port} opens with a viewer that allows it, or load {path} "
+                          f"with 'Open trace file'\n")
+            out.flush()
+        if not wait:
+            def watch() -> None:
+                try:
+                    server.wait_fetched(timeout_s)
+                finally:
+                    server.stop()
 
-        server.watcher = threading.Thread(target=watch, name="omniprof-perfetto-watch", daemon=True)
-        server.watcher.start()
-        return server
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not server.wait_fetched(min(0.25, max(0.0, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
-                warnings.warn(f"the Perfetto link was not opened within {timeout_s:g} s; saved: {kept}",
-                              PerfettoLinkWarning, stacklevel=2)
-                break
+            server.watcher = threading.Thread(target=watch, name="omniprof-perfetto-watch", daemon=True)
+            server.watcher.start()
+            return server
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not server.wait_fetched(min(0.25, max(0.0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    warnings.warn(f"the Perfetto link was not opened within {timeout_s:g} s; saved: {kept}",
+                                  PerfettoLinkWarning, stacklevel=2)
+                    break
+        finally:
+            server.stop()
     except KeyboardInterrupt:
         server.stop()
-        out.write(f"omniprof: stopped waiting for the Perfetto link (Ctrl-C); nothing is lost, saved: {kept}\n")
-        out.flush()
-        return server
-    finally:
-        server.stop()
+        with contextlib.suppress(Exception):
+            out.write(f"omniprof: stopped waiting for the Perfetto link (Ctrl-C); nothing is lost, saved: {kept}\n")
+            out.flush()
     return server

@@ -37,6 +37,7 @@ CHILD = textwrap.dedent("""
             f(x).block_until_ready()
         time.sleep(0.002)
     omniprof.stop_server()
+    print("CHILD_DONE", file=sys.stderr, flush=True)
 """)
 
 
@@ -62,6 +63,7 @@ def children():
             assert line.strip() == "READY", proc.stderr.read()
         return ports
 
+    start.procs = procs
     yield start
     for proc in procs:
         proc.kill()
@@ -108,11 +110,80 @@ def test_collect_without_server_fails_clearly(tmp_path):
 
 
 def test_cli_collect_without_server_exit_code(tmp_path, capsys):
-    """The CLI turns that failure into exit code 1 and one clear line."""
+    """The CLI turns that failure into exit code 1 and one clear line that names our --attempts
+    (XLA's client text recommends its own --num_tracing_attempts)."""
     port = _free_port()
     assert main(["collect", f"127.0.0.1:{port}", "--duration-ms", "50", "--logdir", str(tmp_path),
                  "--no-perfetto-link", "--attempts", "1"]) == 1
-    assert "nothing listens at" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "nothing listens at" in err and "--attempts" in err
+    assert "num_tracing_attempts" not in err
+
+
+@pytest.mark.slow
+def test_cli_collect_busy_perfetto_port_keeps_the_capture_and_reports(children, tmp_path, capsys):
+    """--perfetto-port held by another socket: the capture is saved, -r table still prints (its
+    header names the captured pid), a warning names the saved files and the port's holder, exit 0."""
+    (port,) = children(1)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        busy = held.getsockname()[1]
+        code = main(["collect", f"127.0.0.1:{port}", "--duration-ms", "200", "--logdir", str(tmp_path),
+                     "--perfetto-port", str(busy), "-r", "table"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    child_pid = children.procs[0].pid
+    assert f"pid {child_pid}" in out.splitlines()[0]
+    (run_dir,) = tmp_path.glob("plugins/profile/*")
+    assert f"the Perfetto link was not served: cannot serve the trace on 127.0.0.1:{busy}" in err
+    assert f"pid {os.getpid()}" in err
+    for f in ("perfetto_trace.json.gz", "omniprof.result.json", f"127.0.0.1_{port}.xplane.pb"):
+        assert str(run_dir / f) in err
+    assert "port=0" not in err and "port 0" not in err
+
+
+@pytest.mark.slow
+def test_collect_device_level_zero_strips_the_saved_xplane(children, tmp_path):
+    """-O device_tracer_level=0: the saved xplane holds no device activity (as the local backend's),
+    and no omniprof mark."""
+    from jax._src.lib import _profile_data
+
+    (port,) = children(1)
+    got = remote.collect(f"127.0.0.1:{port}", 200, tmp_path, options={"device_tracer_level": 0},
+                         perfetto_trace=False)
+    data = got.files[0].read_bytes()
+    assert b"_omniprof" not in data
+    pd = _profile_data.ProfileData.from_serialized_xspace(data)
+    stats = [dict(e.stats) for p in pd.planes for line in p.lines for e in line.events]
+    assert stats and not [s for s in stats if "hlo_op" in s or "device_ordinal" in s]
+    part = got.result.part("xla")
+    assert part.metadata["device_events_left_out"] > 0
+    assert not [s for s in part.spans if s.category == "xla_op"]
+    assert {s.category for s in part.spans if s.name == "child_work"} == {"annotation"}
+
+
+@pytest.mark.slow
+def test_captured_process_stays_quiet(children, tmp_path):
+    """XLA's 'Profiling is late by N nanoseconds' does not reach the captured process's stderr,
+    while what the program itself writes there still does."""
+    (port,) = children(1, seconds=4.0)
+    remote.collect(f"127.0.0.1:{port}", 200, tmp_path, perfetto_trace=False)
+    proc = children.procs[0]
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Profiling is late" not in err
+    assert err.strip().endswith("CHILD_DONE")
+
+
+def test_start_server_refuses_a_port_another_process_serves(children):
+    """gRPC's port reuse would let two processes share a port; the second start is refused,
+    naming the process that serves it."""
+    (port,) = children(1)
+    child_pid = children.procs[0].pid
+    with pytest.raises(BackendError, match=rf"port {port} is already in use by pid {child_pid}"):
+        omniprof.start_server(port, all_interfaces_ok=True)
+    assert remote.server_port() is None
 
 
 def test_addresses_validated():
