@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import logging
 import os
 import shutil
 import tempfile
@@ -48,7 +47,6 @@ from omniprof.errors import (
 
 __all__ = ["XlaBackend", "XlaOptions", "jax_profile_options", "write_perfetto_trace", "acquire_sink", "release_sink"]
 
-log = logging.getLogger("omniprof.xla")
 
 
 @attrs.frozen(kw_only=True)
@@ -369,12 +367,14 @@ class _ProcessSink:
 
     def __init__(self, profiler_module: Any) -> None:
         self._profiler = profiler_module
+        #: names of the ranges opened while a local session records (read by that session's stop()).
         self.names: set[str] = set()
         self.users = 0
         self.server_users = 0
 
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
-        self.names.add(name)
+        if self.users > self.server_users:  # a local session records: it needs the names, not marks
+            self.names.add(name)
         kwargs = {k: _scalar(val) for k, val in (args or {}).items() if k != "_step"}
         if args and args.get("_step"):
             kwargs["_r"] = 1
@@ -397,6 +397,8 @@ def acquire_sink(*, server: bool = False) -> _ProcessSink:
             profiler_module, _ = _runtime.import_profiler_bindings()
             _sink = _ProcessSink(profiler_module)
             annotations.add_sink(_sink)
+        if not server and _sink.users == _sink.server_users:
+            _sink.names.clear()  # a new local session: names of earlier ones are not its business
         _sink.users += 1
         if server:
             _sink.server_users += 1

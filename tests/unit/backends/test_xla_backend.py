@@ -20,7 +20,7 @@ from omniprof.backends.xla.backend import XlaBackend, jax_profile_options  # noq
 from omniprof.formats.xplane import OMNIPROF_MARK, read_xplane, run_tool, xplane_files  # noqa: E402
 from omniprof.core import annotations  # noqa: E402
 from omniprof.core.results import ProfileResult  # noqa: E402
-from omniprof.errors import InvalidArgumentError, OmniprofWarning  # noqa: E402
+from omniprof.errors import InvalidArgumentError  # noqa: E402
 from omniprof.testing.conformance import BackendConformance  # noqa: E402
 
 from .xla_helpers import workload, write_gpu_xplane  # noqa: E402
