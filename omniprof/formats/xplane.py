@@ -651,6 +651,8 @@ def read_xplane(path: Path) -> ProfileResult:
     """``omniprof report``'s reader for ``.xplane.pb`` files, run directories and XProf logdirs."""
     files = xplane_files(path)
     part, base = part_from_files(files)
-    md = RunMetadata(host=",".join(host_of(p) for p in files), backends=("xla",), start_unix_ns=base, start_ns=0,
+    pids = list((part.metadata.get("pids") or {}).values())
+    md = RunMetadata(host=",".join(host_of(p) for p in files), pid=pids[0] if len(pids) == 1 else 0, backends=("xla",),
+                     versions=dict(part.metadata.get("versions") or {}), start_unix_ns=base, start_ns=0,
                      end_ns=part.end_ns, label=f"read from {path}")
     return ProfileResult(metadata=md, parts=(part,))

@@ -215,7 +215,7 @@ class StderrFilter:
             with contextlib.suppress(Exception):
                 stream.flush()  # type: ignore[union-attr]
         os.dup2(saved, 2)  # the pipe's last writer is gone: the thread drains it and ends
-        self._thread.join(5)
+        self._thread.join(1.0)
         if self._thread.is_alive():  # a child process inherited the pipe: keep forwarding its output
             return
         with contextlib.suppress(OSError):

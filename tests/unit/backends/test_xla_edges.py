@@ -313,3 +313,14 @@ def test_host_levels_on_cpu_as_documented(tmp_path):
     assert "ann" in one and any(n.startswith("PjitFunction(") for n in one)
     assert any(n.startswith("CommonPjRtLoadedExecutable::") for n in one)
     assert three <= two | {"PythonRefManager::CollectGarbage", "CommonPjRtBuffer::Await"}
+
+
+def test_report_of_a_saved_xplane_names_the_traced_pid(tmp_path, capsys):
+    """The report header of a read-back trace names the process that was traced (was pid 0)."""
+    f, x = workload()
+    with omniprof.Profiler(backend="xla", logdir=tmp_path, backend_options={"xla": FAST}) as prof:
+        f(x, x).block_until_ready()
+    xplane = next(prof.session_dir.glob("*.xplane.pb"))
+    assert main(["report", str(xplane), "-r", "table"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert f"pid {os.getpid()}" in header
