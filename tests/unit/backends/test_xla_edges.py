@@ -324,3 +324,12 @@ def test_report_of_a_saved_xplane_names_the_traced_pid(tmp_path, capsys):
     assert main(["report", str(xplane), "-r", "table"]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert f"pid {os.getpid()}" in header
+
+
+def test_write_trace_json_false_skips_the_chrome_json(tmp_path):
+    f, x = workload()
+    with omniprof.Profiler(backend="xla", logdir=tmp_path,
+                           backend_options={"xla": {**FAST, "write_trace_json": False}}) as prof:
+        f(x, x).block_until_ready()
+    assert sorted(p.name.split(".", 1)[1] for p in prof.session_dir.iterdir()) == ["result.json", "xplane.pb"]
+    assert not [a for a in prof.result.part("xla").artifacts if a.kind == "trace_json"]
