@@ -214,7 +214,7 @@ def serve_perfetto_link(path: str | os.PathLike[str], *, port: int = PERFETTO_PO
         server = TraceFileServer(path, port=port).start()
     except OmniprofError as e:
         warnings.warn(f"the Perfetto link was not served: {e}. Nothing is lost, saved: {kept}. Later: "
-                      f"omniprof view --perfetto {path}", PerfettoLinkWarning, stacklevel=2)
+                      f"omniprof view --perfetto {path}", PerfettoLinkWarning, stacklevel=_caller_level())
         return None
     out = stream if stream is not None else sys.stderr
     try:  # from here on Ctrl-C ends the wait, whatever line it arrives on
@@ -243,7 +243,7 @@ def serve_perfetto_link(path: str | os.PathLike[str], *, port: int = PERFETTO_PO
             while not server.wait_fetched(min(0.25, max(0.0, deadline - time.monotonic()))):
                 if time.monotonic() >= deadline:
                     warnings.warn(f"the Perfetto link was not opened within {timeout_s:g} s; saved: {kept}",
-                                  PerfettoLinkWarning, stacklevel=2)
+                                  PerfettoLinkWarning, stacklevel=_caller_level())
                     break
         finally:
             server.stop()
@@ -253,3 +253,14 @@ def serve_perfetto_link(path: str | os.PathLike[str], *, port: int = PERFETTO_PO
             out.write(f"omniprof: stopped waiting for the Perfetto link (Ctrl-C); nothing is lost, saved: {kept}\n")
             out.flush()
     return server
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside omniprof (the user's ``with`` line or call)."""
+    package = str(Path(__file__).resolve().parents[1])
+    frame = sys._getframe(2)  # the caller of warnings.warn's caller
+    level = 2
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
+        frame = frame.f_back
+        level += 1
+    return level
