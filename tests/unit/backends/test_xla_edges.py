@@ -23,7 +23,7 @@ pytest.importorskip("xprof")
 import omniprof  # noqa: E402
 from omniprof.backends.xla import remote  # noqa: E402
 from omniprof.cli import main  # noqa: E402
-from omniprof.core.serve import PerfettoLinkWarning  # noqa: E402
+from omniprof.viewers.serve import PerfettoLinkWarning  # noqa: E402
 from omniprof.errors import BackendError, InvalidArgumentError  # noqa: E402
 
 from .xla_helpers import workload  # noqa: E402
