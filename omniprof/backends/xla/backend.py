@@ -260,15 +260,14 @@ class XlaBackend(Backend):
         opts = self.options
         extra: list[Artifact] = []
         losses: list[Loss] = []
-        trace_json = (_export_trace_json(session, xspace, out_dir, self.context.verbose) if opts.write_trace_json
-                      else None)
-        if trace_json is None:
-            pass
-        elif isinstance(trace_json, Path):
-            extra.append(Artifact(kind="trace_json", path=str(trace_json),
-                                  description="XLA's Chrome trace JSON (gzip), as jax.profiler writes it"))
-        else:
-            losses.append(Loss(source="xla", kind="export_failed", count=1, unit="files", detail=trace_json))
+        if opts.write_trace_json:
+            trace_json = _export_trace_json(session, xspace, out_dir, self.context.verbose)
+            if isinstance(trace_json, Path):
+                extra.append(Artifact(kind="trace_json", path=str(trace_json),
+                                      description="XLA's Chrome trace JSON (gzip), as jax.profiler writes it"))
+            else:  # said and counted; the xplane and the result are unaffected
+                warnings.warn(f"xla: {trace_json}; the xplane is at {xplane}", OmniprofWarning, stacklevel=3)
+                losses.append(Loss(source="xla", kind="export_failed", count=1, unit="files", detail=trace_json))
         part, base_unix = part_from_files([xplane], include_device=include_device, verbose=self.context.verbose,
                                           time_base_unix_ns=self._t0_unix_ns, ref_offset_ns=self._t0_ref_ns,
                                           with_tools=opts.record_tool_data, annotation_names=names | marked)
