@@ -16,6 +16,7 @@ __all__ = [
     "PluginValidationError",
     "BackendUnavailableError",
     "BackendError",
+    "BackendOptionError",
     "ReporterError",
     "TraceReadError",
     "UsageError",
@@ -96,6 +97,11 @@ class BackendUnavailableError(PluginError):
 
 class BackendError(PluginError):
     """A backend failed while starting, stopping or collecting."""
+
+
+class BackendOptionError(BackendError, InvalidArgumentError):
+    """A backend refused its options when it prepared (a contradiction, a device that is not
+    there): the user's input, so the CLI exits 2 as for any bad option."""
 
 
 class ReporterError(PluginError):

@@ -29,6 +29,7 @@ from omniprof.core.results import BackendResult, ErrorRecord, ProfileResult, Run
 from omniprof.core.schedule import TRANSITIONS, Action, Schedule
 from omniprof.errors import (
     BackendError,
+    BackendOptionError,
     InvalidArgumentError,
     OmniprofError,
     OmniprofWarning,
@@ -296,8 +297,10 @@ class Profiler:
             self._backends[name] = backend
         if failures and not self._backends:
             name, e, _ = failures[0]
-            if isinstance(e, (PluginError, InvalidArgumentError)):  # the user's input: said as it is (CLI exit 2)
+            if isinstance(e, PluginError):
                 raise e
+            if isinstance(e, InvalidArgumentError):  # the user's input (CLI exit 2), still a BackendError
+                raise BackendOptionError(f"backend {name!r} failed to prepare: {e}", plugin=name) from e
             raise BackendError(f"backend {name!r} failed to prepare: {type(e).__name__}: {e}", plugin=name) from e
         for name, e, phase in failures:
             what = "is unavailable" if phase == "probe" else "failed to prepare"
