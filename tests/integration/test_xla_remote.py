@@ -55,6 +55,9 @@ def children():
     def start(n: int, seconds: float = 30.0) -> list[int]:
         ports = [_free_port() for _ in range(n)]
         env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        # As a user's process starts: this test process may have set XLA's log level for itself.
+        env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+        env.pop("OMNIPROF_VERBOSE", None)
         for p in ports:
             procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(p), str(seconds)], stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, env=env, text=True))
