@@ -21,6 +21,7 @@
 #define Py_BUILD_CORE 1
 #endif
 #include <internal/pycore_frame.h>
+#include <internal/pycore_dict.h>
 #endif
 #include <math.h>
 #include <stdint.h>
@@ -366,12 +367,58 @@ static PyObject *py_take(PyObject *self, PyObject *noargs) {
     return Py_BuildValue("(NN)", out, stats);
 }
 
+/* instance_state(obj) -> (attrs, dict, values_bytes) without materialising anything.
+ * CPython 3.11+ keeps an instance's attributes in a values array beside the object until someone
+ * asks for __dict__; reading __dict__ (or vars(), dir(), __getstate__) builds the dict for good.
+ * attrs: ((name, value), ...) read from that array and the type's shared keys, or None when the
+ * object keeps no such array; dict: the instance dict when it exists (None otherwise);
+ * values_bytes: the array's size (part of the instance, not counted by sys.getsizeof). */
+static PyObject *py_instance_state(PyObject *self, PyObject *obj) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    PyObject *dict = NULL;
+    PyObject *attrs = NULL;
+    Py_ssize_t values_bytes = 0;
+#ifdef OMNIPROF_INTERNAL_FRAMES
+    if (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
+        /* The layout of pycore_object.h (not included: it clashes with the public headers). */
+#if PY_VERSION_HEX >= 0x030C0000
+        uintptr_t dv = ((uintptr_t *)obj)[-3]; /* values pointer tagged with 1, or the dict */
+        PyDictValues *values = (dv & 1) ? (PyDictValues *)(dv - 1) : NULL;
+        if (!values) dict = (PyObject *)dv;
+#else
+        PyDictValues *values = ((PyDictValues **)obj)[-4];
+        if (!values) dict = ((PyObject **)obj)[-3];
+#endif
+        PyDictKeysObject *keys = ((PyHeapTypeObject *)tp)->ht_cached_keys;
+        if (values && keys && DK_IS_UNICODE(keys)) {
+            PyDictUnicodeEntry *ents = DK_UNICODE_ENTRIES(keys);
+            attrs = PyList_New(0);
+            if (!attrs) return NULL;
+            for (Py_ssize_t i = 0; i < keys->dk_nentries; i++) {
+                PyObject *v = values->values[i];
+                if (!v || !ents[i].me_key) continue;
+                PyObject *pair = PyTuple_Pack(2, ents[i].me_key, v);
+                if (!pair || PyList_Append(attrs, pair) < 0) { Py_XDECREF(pair); Py_DECREF(attrs); return NULL; }
+                Py_DECREF(pair);
+            }
+            values_bytes = (Py_ssize_t)((uint8_t *)values)[-1] +
+                           (keys->dk_nentries + keys->dk_usable) * (Py_ssize_t)sizeof(PyObject *);
+        }
+    } else
+#endif
+    if (tp->tp_dictoffset > 0) {
+        dict = *(PyObject **)((char *)obj + tp->tp_dictoffset);
+    }
+    return Py_BuildValue("(NOn)", attrs ? attrs : Py_NewRef(Py_None), dict ? dict : Py_None, values_bytes);
+}
+
 static PyObject *py_is_active(PyObject *self, PyObject *noargs) { return PyBool_FromLong(active != 0); }
 
 static PyMethodDef methods[] = {
     {"start", py_start, METH_VARARGS, "start(sample_rate, max_records, max_frames, seed, trace_raw)"},
     {"stop", py_stop, METH_NOARGS, "stop(): restore the original allocators"},
     {"take", py_take, METH_NOARGS, "take() -> (records, stats); clears the buffer"},
+    {"instance_state", py_instance_state, METH_O, "instance_state(obj) -> (attrs, dict, values_bytes)"},
     {"is_active", py_is_active, METH_NOARGS, "True while hooks are installed"},
     {NULL, NULL, 0, NULL},
 };

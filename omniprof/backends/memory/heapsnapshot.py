@@ -25,13 +25,12 @@ import os
 import sys
 import types
 import warnings
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from omniprof.core.fileio import atomic_open, atomic_write_text
-from omniprof.errors import TraceReadError
+from omniprof.errors import InvalidArgumentError, TraceReadError
 
 __all__ = ["take_heap_snapshot", "assemble_snapshot", "NODE_FIELDS", "EDGE_FIELDS", "NODE_TYPES", "EDGE_TYPES"]
 
@@ -103,43 +102,62 @@ def _size(obj: Any) -> int:
         return 0
 
 
-def _edges(obj: Any) -> Iterator[tuple[int, Any, Any]]:
-    """(edge type, name or index, target) for every reference held by ``obj``."""
+def _instance_state() -> Any:
+    """The C helper that reads an instance's attributes without building its ``__dict__``, or None."""
+    try:
+        from omniprof.backends.memory._allocsampler import instance_state
+    except ImportError:
+        return None
+    return instance_state
+
+
+def _edges(obj: Any, state: Any) -> tuple[list[tuple[int, Any, Any]], int]:
+    """(edge type, name or index, target) for every reference held by ``obj``, and the bytes of
+    its attribute values array (part of the instance on CPython 3.11+, missed by getsizeof).
+
+    Never reads ``__dict__``: on CPython 3.11+ that builds a dict an instance did not have, for
+    good. Containers are read through their own iteration (no user code runs for the built-in
+    types); everything else through ``gc.get_referents``, with attribute names from ``state`` (the
+    C helper) when it was built, else the references are unnamed ("hidden") edges.
+    """
+    out: list[tuple[int, Any, Any]] = []
     if _isa(obj, dict):
-        for i, (k, val) in enumerate(list(obj.items())):
+        for i, (k, val) in enumerate(list(dict.items(obj))):
             if _isa(k, str):
-                yield E_PROPERTY, k, val
+                out.append((E_PROPERTY, k, val))
             else:
-                yield E_INTERNAL, f"key {i}", k
-                yield E_INTERNAL, f"[{repr(k)[:60]}]", val
-        return
+                out.append((E_INTERNAL, f"key {i}", k))
+                out.append((E_INTERNAL, f"[{repr(k)[:60]}]" if _isa(k, (int, float, bytes)) else f"value {i}", val))
+        return out, 0
     if _isa(obj, (list, tuple)):
         for i, item in enumerate(obj):  # list iteration tolerates concurrent changes
-            yield E_ELEMENT, i, item
-        return
+            out.append((E_ELEMENT, i, item))
+        return out, 0
     if _isa(obj, (set, frozenset)):
         for i, item in enumerate(list(obj)):
-            yield E_ELEMENT, i, item
-        return
-    try:
-        d = getattr(obj, "__dict__", None) if not _isa(obj, (type, types.ModuleType)) else None
-    except Exception:  # properties or __getattr__ that raise
-        d = None
-    if _isa(d, dict):
-        for k, val in list(d.items()):
-            if _isa(k, str):
-                yield E_PROPERTY, k, val
+            out.append((E_ELEMENT, i, item))
+        return out, 0
     try:
         refs = gc.get_referents(obj)
     except Exception:
-        return
+        return out, 0
+    attrs, d, values_bytes = state(obj) if state is not None else (None, None, 0)
+    named: dict[int, int] = {}
+    for k, val in attrs or ():
+        out.append((E_PROPERTY, k, val))
+        named[id(val)] = named.get(id(val), 0) + 1
+    cls = type(obj)
     for i, r in enumerate(refs):
-        if r is d:
-            yield E_INTERNAL, "__dict__", r
-        elif r is type(obj):
-            yield E_INTERNAL, "__class__", r
+        rid = id(r)
+        if named.get(rid):
+            named[rid] -= 1  # the same reference, already named
+        elif d is not None and r is d:
+            out.append((E_INTERNAL, "__dict__", r))
+        elif r is cls:
+            out.append((E_INTERNAL, "__class__", r))
         else:
-            yield E_HIDDEN, i, r
+            out.append((E_HIDDEN, i, r))
+    return out, values_bytes
 
 
 class _Strings:
@@ -180,6 +198,13 @@ class _IdSet:
     def __init__(self) -> None:
         self.chunks: dict[int, bytearray] = {}
 
+    def has(self, oid: int) -> bool:
+        chunk = self.chunks.get(oid >> 20)
+        if chunk is None:
+            return False
+        bit = (oid >> 4) & 0xFFFF
+        return bool(chunk[bit >> 3] & (1 << (bit & 7)))
+
     def add_new(self, oid: int) -> bool:
         """Add ``oid``; True if it was not there."""
         chunk = self.chunks.get(oid >> 20)
@@ -194,37 +219,51 @@ class _IdSet:
         return True
 
 
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the omniprof package
+
+
 def _user_frame() -> types.FrameType | None:
-    """The innermost frame of the current thread outside this module (the snapshot's caller)."""
+    """The innermost frame of the current thread outside omniprof (the snapshot's caller)."""
     f: types.FrameType | None = sys._getframe(1)
-    while f is not None and f.f_code.co_filename == __file__:
+    while f is not None and f.f_code.co_filename.startswith(_OWN_DIR + os.sep):
         f = f.f_back
     return f
 
 
-def _walk(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...] = ()) -> tuple[int, int]:
+def _walk(objs: list[Any], emit_node: Any, emit_edge: Any, all_one: bool) -> tuple[int, int]:
     """Visit every live object once; emit nodes (with their edges right after). Returns counts.
 
-    ``exclude`` holds the snapshot's own bookkeeping objects, which are left out of the graph.
-    Warnings raised by objects as they are looked at (deprecated attributes reached through
-    ``__dict__``, say) are the heap's business, not the user's: they are not shown.
+    ``objs`` is ``gc.get_objects()`` taken before the snapshot made any object of its own. What
+    the graph holds: those objects, the objects they reach that the collector does not track
+    (strings, numbers, atomic containers), and the frames of every thread's stack (roots). Any
+    other tracked object was made after ``objs`` was taken -- by the snapshot itself (its tables,
+    queue, closures, frames) -- and is left out, with the edges to it: so the file describes the
+    program's heap, and DevTools' retained sizes and dominators are the program's.
+
+    Warnings raised by objects as they are looked at are the heap's business, not the user's:
+    they are not shown.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _walk_quiet(emit_node, emit_edge, all_one, exclude)
+        return _walk_quiet(objs, emit_node, emit_edge, all_one)
 
 
-def _walk_quiet(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[Any, ...]) -> tuple[int, int]:
-    objs = gc.get_objects()
-    own = {id(objs), *(id(x) for x in exclude)}
-    seen = _IdSet()
+def _walk_quiet(objs: list[Any], emit_node: Any, emit_edge: Any, all_one: bool) -> tuple[int, int]:
+    state = _instance_state()
+    initial = _IdSet()  # the program's tracked objects: visited by the loop over objs below
     for o in objs:
-        seen.add_new(id(o))
-    for oid in own:
-        seen.add_new(oid)
-    add_new = seen.add_new
-    pending: deque[Any] = deque()
+        if not (_isa(o, types.FrameType) and o.f_code.co_filename.startswith(_OWN_DIR + os.sep)):
+            initial.add_new(id(o))  # omniprof's own frames (a snapshot's callers) are left out
+    queued = _IdSet()  # untracked objects (and root frames) found on the way, queued once
+    in_initial, in_queued, add_queued, is_tracked = initial.has, queued.has, queued.add_new, gc.is_tracked
+    pending: list[Any] = []
     nodes = edges = 0
+
+    def wanted(r: Any) -> bool:
+        if _isa(r, _SKIP):
+            return False
+        rid = id(r)
+        return in_initial(rid) or in_queued(rid) or not is_tracked(r)
 
     roots: list[tuple[int, Any, Any]] = []
     for name, mod in list(sys.modules.items()):
@@ -234,93 +273,139 @@ def _walk_quiet(emit_node: Any, emit_edge: Any, all_one: bool, exclude: tuple[An
     for tid, frame in sys._current_frames().items():
         if tid == me:
             frame = _user_frame()
-            if frame is None:
-                continue
-        roots.append((E_ELEMENT, tid, frame))
-    own.add(id(roots))
+        depth = 0
+        while frame is not None:  # every frame of the stack: their locals are live
+            roots.append((E_ELEMENT, tid if depth == 0 else f"{tid}/{depth}", frame))
+            add_queued(id(frame))
+            frame = frame.f_back
+            depth += 1
     emit_node(T_SYNTHETIC, "(Python roots)", ROOT_ID, 0, len(roots))
     nodes += 1
     for etype, name, target in roots:
-        if add_new(id(target)):
+        if not in_initial(id(target)):
             pending.append(target)
         emit_edge(ROOT_ID, etype, name, target)
         edges += 1
+    del roots
 
     def visit(obj: Any) -> None:
         nonlocal nodes, edges
-        out = [(t, n, r) for t, n, r in _edges(obj) if not _isa(r, _SKIP) and id(r) not in own]
+        out, extra = _edges(obj, state)
+        out = [e for e in out if wanted(e[2])]
         ntype, name = _describe(obj)
-        emit_node(ntype, name, id(obj), 1 if all_one else _size(obj), len(out))
+        emit_node(ntype, name, id(obj), 1 if all_one else _size(obj) + extra, len(out))
         nodes += 1
         for t, n, r in out:
-            if add_new(id(r)):
+            rid = id(r)
+            if not in_initial(rid) and add_queued(rid):
                 pending.append(r)
             emit_edge(id(obj), t, n, r)
             edges += 1
+        out.clear()
 
     for obj in objs:
-        if id(obj) in own or _isa(obj, _SKIP):
+        if _isa(obj, _SKIP) or not in_initial(id(obj)):
             continue
-        if _isa(obj, types.FrameType) and obj.f_code.co_filename == __file__:
-            continue  # the snapshot's own frames
         visit(obj)
+        while pending:
+            visit(pending.pop())
     while pending:
-        visit(pending.popleft())
-    del objs
+        visit(pending.pop())
     return nodes, edges
 
 
-def take_heap_snapshot(path: str | os.PathLike[str] | None = None, *, all_one: bool = False,
-                       streaming: bool = False) -> Path:
-    """Write a snapshot of the live Python heap; returns ``path`` (with ``streaming``: the parts' prefix).
+def _snapshot_objects() -> list[Any]:
+    """The program's tracked objects, taken before the snapshot makes any of its own; a full
+    collection first, so garbage waiting in a cycle is not shown as live."""
+    gc.collect()
+    return gc.get_objects()
+
+
+def _default_path(dir: str | os.PathLike[str] | None) -> Path:
+    import tempfile
+    import time
+
+    name = f"{os.getpid()}_{time.strftime('%Y%m%d_%H%M%S')}.heapsnapshot"
+    if dir is not None:
+        return Path(dir) / name
+    cwd = Path.cwd()
+    # As Julia's: the working directory, or the temp dir when that is not writable.
+    return (cwd if os.access(cwd, os.W_OK) else Path(tempfile.gettempdir())) / name
+
+
+def take_heap_snapshot(path: str | os.PathLike[str] | IO[str] | bool | None = None, all_one: bool = False, *,
+                       dir: str | os.PathLike[str] | None = None, streaming: bool = False) -> Path | IO[str]:
+    """Write a snapshot of the live Python heap in Chrome DevTools' ``.heapsnapshot`` format
+    (Julia's ``Profile.take_heap_snapshot``); returns where it went.
 
     Args:
-        path: output file (default ``<pid>_<time>.heapsnapshot`` in the current directory).
-            With ``streaming=True`` the parts are written beside it as ``<path>.nodes`` etc.
+        path: output file, or a text stream to write to (``streaming`` needs a file). Default:
+            ``<pid>_<time>.heapsnapshot`` in ``dir``, else in the working directory, else (not
+            writable) in the temp dir. ``take_heap_snapshot(True)`` is ``all_one=True``, as Julia's.
         all_one: every node's size is 1 (counts objects instead of bytes).
+        dir: directory of the default file name.
         streaming: write the parts ``<path>.nodes``, ``<path>.edges``, ``<path>.strings`` and
             ``<path>.metadata.json`` while walking, holding neither the graph nor the output in
-            memory; join them later, offline, with ``assemble_snapshot(path, out)``.
+            memory; join them later, offline, with ``assemble_snapshot(path, out)``. Returns the
+            parts' prefix.
+
+    The snapshot leaves the heap as it was: nothing it makes is in the file or left behind, and no
+    instance ``__dict__`` is built (CPython 3.11+ builds them lazily). Frames of the threads'
+    stacks are read as frame objects, which CPython keeps until each function returns.
 
     .. versionadded:: 0.1
     """
-    import time
+    if isinstance(path, bool):  # take_heap_snapshot(all_one) as Julia's positional form
+        path, all_one = None, path
+    if not isinstance(all_one, bool):
+        raise InvalidArgumentError(f"'all_one' must be True or False (got {all_one!r})")
+    if path is not None and dir is not None:
+        raise InvalidArgumentError("give take_heap_snapshot() a path or dir=, not both")
+    stream = path if path is not None and hasattr(path, "write") else None
+    if stream is not None and streaming:
+        raise InvalidArgumentError("streaming=True writes four part files beside a path prefix; give a path, "
+                                   "not a stream")
+    target = stream if stream is not None else (_default_path(dir) if path is None else Path(path))  # type: ignore[arg-type]
+    was_enabled = gc.isenabled()
+    objs = _snapshot_objects()
+    gc.disable()
+    try:
+        if streaming:
+            # Parts only: joining them is assemble_snapshot's job, offline, so the heap never needs to
+            # be held twice in this process.
+            _stream_parts(str(target), all_one, objs)
+        else:
+            _write_snapshot(target, all_one, objs)
+    finally:
+        del objs
+        if was_enabled:
+            gc.enable()
+    return target
 
-    if path is None:
-        path = Path.cwd() / f"{os.getpid()}_{time.strftime('%Y%m%d_%H%M%S')}.heapsnapshot"
-    path = Path(path)
-    if streaming:
-        # Parts only: joining them is assemble_snapshot's job, offline, so the heap never needs to
-        # be held twice in this process.
-        _stream_parts(str(path), all_one)
-        return path
+
+def _write_snapshot(target: Path | IO[str], all_one: bool, objs: list[Any]) -> None:
     strings = _Strings(None)
     node_list: list[int] = []
     edge_list: list[int] = []
     index: dict[int, int] = {}
-    pending_edges: list[tuple[int, int, int]] = []  # (position in edge_list, target id)
+    pending_edges: list[int] = []  # target id of each edge, in order
 
     def emit_node(ntype: int, name: str, oid: int, size: int, nedges: int) -> None:
         index[oid] = len(node_list) // NF
         node_list.extend((ntype, strings.get(name), 2 * (len(node_list) // NF) + 1, size, nedges, 0, 0))
 
     def emit_edge(src: int, etype: int, name: Any, target: Any) -> None:
-        ref = name if etype in (E_ELEMENT, E_HIDDEN) else strings.get(str(name))
-        pending_edges.append((len(edge_list), id(target)))
-        edge_list.extend((etype, ref, 0))
+        ref = name if etype in (E_ELEMENT, E_HIDDEN) and _isa(name, int) else strings.get(str(name))
+        pending_edges.append(id(target))
+        edge_list.extend((etype if _isa(name, int) or etype not in (E_ELEMENT, E_HIDDEN) else E_INTERNAL, ref, 0))
 
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        n, e = _walk(emit_node, emit_edge, all_one,
-                     exclude=(strings.items, strings.index, node_list, edge_list, index, pending_edges))
-    finally:
-        if was_enabled:
-            gc.enable()
-    for pos, tid in pending_edges:
-        edge_list[pos + 2] = index[tid] * NF
+    n, e = _walk(objs, emit_node, emit_edge, all_one)
+    for k, tid in enumerate(pending_edges):
+        edge_list[3 * k + 2] = index[tid] * NF
+    del pending_edges, index
     head = {"meta": _meta(), "node_count": n, "edge_count": e, "trace_function_count": 0}
-    with atomic_open(path, "w", encoding="utf-8") as fh:
+
+    def write(fh: IO[str]) -> None:
         # json.dump() streams through the pure-Python encoder; joining ints is ~20x faster.
         fh.write('{"snapshot":' + json.dumps(head, separators=(",", ":")) + ',"nodes":[')
         _write_ints(fh, node_list)
@@ -329,7 +414,12 @@ def take_heap_snapshot(path: str | os.PathLike[str] | None = None, *, all_one: b
         fh.write('],"trace_function_infos":[],"trace_tree":[],"samples":[],"locations":[],"strings":')
         fh.write(json.dumps(strings.items, separators=(",", ":")))
         fh.write("}")
-    return path
+
+    if isinstance(target, Path):
+        with atomic_open(target, "w", encoding="utf-8") as fh:
+            write(fh)
+    else:
+        write(target)
 
 
 def _write_ints(fh: IO[str], values: list[int], chunk: int = 1 << 16) -> None:
@@ -339,7 +429,9 @@ def _write_ints(fh: IO[str], values: list[int], chunk: int = 1 << 16) -> None:
         fh.write(",".join(map(str, values[i:i + chunk])))
 
 
-def _stream_parts(prefix: str, all_one: bool) -> None:
+def _stream_parts(prefix: str, all_one: bool, objs: list[Any] | None = None) -> None:
+    if objs is None:
+        objs = _snapshot_objects()
     with open(prefix + ".nodes", "w", encoding="utf-8") as nf, open(prefix + ".edges", "w", encoding="utf-8") as ef, \
             open(prefix + ".strings", "w", encoding="utf-8") as sf:
         strings = _Strings(sf)
@@ -348,16 +440,12 @@ def _stream_parts(prefix: str, all_one: bool) -> None:
             nf.write(f"{oid} {ntype} {strings.get(name)} {size} {nedges}\n")
 
         def emit_edge(src: int, etype: int, name: Any, target: Any) -> None:
+            if not _isa(name, int) and etype in (E_ELEMENT, E_HIDDEN):
+                etype = E_INTERNAL  # element/hidden edges are named by index; others by string
             ref = name if etype in (E_ELEMENT, E_HIDDEN) else strings.get(str(name))
             ef.write(f"{src} {etype} {ref} {id(target)}\n")
 
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            n, e = _walk(emit_node, emit_edge, all_one, exclude=(strings.index,))
-        finally:
-            if was_enabled:
-                gc.enable()
+        n, e = _walk(objs, emit_node, emit_edge, all_one)
     atomic_write_text(prefix + ".metadata.json", json.dumps({"node_count": n, "edge_count": e, "complete": True}))
 
 

@@ -352,3 +352,142 @@ def test_heap_snapshot_runs_no_user_code_and_shows_no_warnings(tmp_path):
     doc = json.loads((tmp_path / "h.heapsnapshot").read_text())
     nodes, strings = doc["nodes"], doc["strings"]
     assert sum(1 for i in range(0, len(nodes), NF) if strings[nodes[i + 1]] == "Deprecated" and nodes[i] == 3) == 3
+
+
+OWNERSHIP_CHILD = """
+import sys
+sys.path.insert(0, {root!r})
+import omniprof
+
+class Owner:                      # owns one 10 KiB buffer
+    def __init__(self):
+        self.buf = bytearray(10_240)
+
+class Link:                       # a chain: each link owns the rest of the chain
+    def __init__(self, nxt):
+        self.next = nxt
+        self.pad = bytearray(1_000)
+
+class Ring:                       # a cycle of two, held from outside by one Holder
+    pass
+
+class Holder:
+    def __init__(self):
+        a, b = Ring(), Ring()
+        a.other, b.other = b, a
+        a.pad, b.pad = bytearray(2_000), bytearray(2_000)
+        self.ring = a
+
+class Shared:                     # one child reached through two kids of one Parent
+    def __init__(self):
+        self.pad = bytearray(3_000)
+
+class Kid:
+    def __init__(self, shared):
+        self.shared = shared
+
+class Parent:
+    def __init__(self):
+        s = Shared()
+        self.left, self.right = Kid(s), Kid(s)
+
+owners = [Owner() for _ in range(500)]
+chain = None
+for _ in range(5):
+    chain = Link(chain)
+holders = [Holder() for _ in range(3)]
+parents = [Parent() for _ in range(4)]
+omniprof.take_heap_snapshot({path!r}, streaming={streaming})
+"""
+
+
+def devtools_nodes(path, *classes):
+    """What DevTools' own loader computes for the nodes of these classes (retained size, distance,
+    dominator), by tests/tools/heapsnapshot_nodes.mjs."""
+    node_package("heap-snapshot-toolkit")
+    proc = subprocess.run(["node", str(ROOT / "tests" / "tools" / "heapsnapshot_nodes.mjs"), str(path), *classes],
+                          capture_output=True, text=True, env={**os.environ, "OMNIPROF_NODE_MODULES": str(NODE_MODULES)},
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["nodes"]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_devtools_retained_sizes_and_dominators(tmp_path, streaming):
+    """Objects of known ownership get the retained sizes, distances and dominators they must have in
+    DevTools' own loader: nothing of the snapshot's own (its queue, tables, closures) retains them."""
+    path = tmp_path / "own.heapsnapshot"
+    subprocess.run([sys.executable, "-c", OWNERSHIP_CHILD.format(root=str(ROOT), path=str(path), streaming=streaming)],
+                   check=True, timeout=120)
+    if streaming:
+        assemble_snapshot(path, path)
+    nodes = devtools_nodes(path, "Owner", "Link", "Ring", "Holder", "Shared", "Kid", "Parent")
+    by = {}
+    for n in nodes:
+        by.setdefault(n["name"], []).append(n)
+    ids = {n["id"]: n for n in nodes}
+    # 500 owners of a 10 KiB buffer each: each retains at least its buffer, the list dominates each.
+    assert len(by["Owner"]) == 500
+    assert all(n["retained"] >= 10_240 + n["self"] for n in by["Owner"])
+    assert {n["dominator"] for n in by["Owner"]} == {"(array)"}  # the list `owners`
+    # A chain of 5: each link retains the links after it, so retained sizes are strictly nested,
+    # each link is dominated by the one before it, and distances grow by one.
+    links = sorted(by["Link"], key=lambda n: n["distance"])
+    assert len(links) == 5
+    assert [n["distance"] for n in links] == list(range(links[0]["distance"], links[0]["distance"] + 5))
+    for outer, inner in zip(links, links[1:]):
+        assert inner["dominatorId"] == outer["id"]
+        assert outer["retained"] >= inner["retained"] + 1_000
+    assert links[-1]["retained"] >= 1_000
+    # A cycle of two held by one Holder: the holder retains both rings and their buffers.
+    assert len(by["Holder"]) == 3 and all(n["retained"] >= 4_000 for n in by["Holder"])
+    for ring in by["Ring"]:
+        dom = ids.get(ring["dominatorId"])
+        assert ring["dominator"] in ("Holder", "Ring")
+        assert dom is not None
+        while dom["name"] == "Ring":
+            dom = ids[dom["dominatorId"]]
+        assert dom["name"] == "Holder"
+    # A child reached through two kids of one parent: its dominator is the parent, not a kid.
+    assert len(by["Shared"]) == 4
+    assert all(n["dominator"] == "Parent" for n in by["Shared"])
+    assert all(n["retained"] < 3_000 for n in by["Kid"])
+    assert all(n["retained"] >= 3_000 for n in by["Parent"])
+
+
+HEAP_UNCHANGED_CHILD = """
+import collections, gc, json, sys
+sys.path.insert(0, {root!r})
+import omniprof
+
+class Item:
+    def __init__(self, i):
+        self.i = i
+        self.name = "item"
+
+items = [Item(i) for i in range(10_000)]
+omniprof.take_heap_snapshot({path!r})       # the first one loads omniprof's modules
+
+def counts():
+    gc.collect()
+    return collections.Counter(type(o).__name__ for o in gc.get_objects())
+
+counts()                                       # Counter's first use fills caches
+c0 = counts()
+c1 = counts()                                  # what counting itself leaves: c0
+omniprof.take_heap_snapshot({path!r})
+c2 = counts()                                  # ... and c1
+print(json.dumps({{"calibration": dict(c1 - c0), "snapshot": dict(c2 - c1), "gone": dict(c1 - c2)}}))
+"""
+
+
+def test_snapshot_leaves_the_heap_as_it_was(tmp_path):
+    """A snapshot of 10,000 instances leaves no object behind (counted by type before and after) and
+    builds none of their lazily kept __dict__s (CPython 3.11+)."""
+    out = subprocess.run([sys.executable, "-c", HEAP_UNCHANGED_CHILD.format(root=str(ROOT),
+                                                                              path=str(tmp_path / "h.heapsnapshot"))],
+                         capture_output=True, text=True, check=True, timeout=120)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["calibration"] == {"Counter": 1}  # the counter c0 itself
+    assert got["snapshot"] == got["calibration"], got
+    assert got["gone"] == {}
