@@ -227,6 +227,9 @@ class Allocation:
 
     ``size_bytes`` is the size of the one allocation recorded; ``count`` is how many allocations
     it stands for under sampling (1 when exact), so ``size_bytes * count`` estimates the bytes.
+    ``type`` is the class of the object allocated when the block held one (Julia's
+    ``Alloc.type``), else None; ``domain`` the allocator it came from (``"obj"``, ``"mem"``,
+    ``"raw"``; None when unknown).
     """
 
     t_ns: int
@@ -235,6 +238,8 @@ class Allocation:
     thread_id: int | None = None
     alive_at_end: bool = False
     count: int = 1
+    type: str | None = None
+    domain: str | None = None
 
 
 @attrs.frozen

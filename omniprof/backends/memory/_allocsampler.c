@@ -30,6 +30,7 @@
 
 typedef struct {
     uint64_t t_ns;
+    uint64_t t_free_ns; /* when the block was freed (0: alive) */
     uint64_t size;
     uint64_t thread_id;
     uintptr_t ptr;
@@ -37,7 +38,22 @@ typedef struct {
     uint32_t nframes;
     uint8_t domain;
     uint8_t freed;
+    /* What would be the object's type pointer if the block holds an object starting at offset 0,
+     * 16 or 32 (no header, a GC header, a GC header and the managed-dict pointers): read when the
+     * block is freed or when sampling stops, while the block is still allocated. take() keeps the
+     * candidate that names a known type. */
+    uintptr_t type_cand[3];
 } Record;
+
+static const size_t TYPE_OFFSETS[3] = {0, 16, 32};
+
+static void read_type_candidates(Record *r) {
+    for (int k = 0; k < 3; k++) {
+        size_t off = TYPE_OFFSETS[k];
+        r->type_cand[k] = (r->domain == 2 && r->size >= off + 2 * sizeof(void *))
+                              ? *(uintptr_t *)(r->ptr + off + sizeof(void *)) : 0;
+    }
+}
 
 typedef struct {
     PyObject *code; /* owned reference */
@@ -56,6 +72,12 @@ static Record *records = NULL;
 static uint64_t nrecords = 0, cap_records = 0;
 static FrameRec *frames = NULL;
 static uint64_t nframes_total = 0, cap_frames = 0;
+
+/* exact running totals over time */
+#define MAX_TIMELINE 100000
+typedef struct { uint64_t t_ns, allocations, bytes; } TimePoint;
+static TimePoint timeline[MAX_TIMELINE];
+static uint64_t ntimeline = 0, timeline_next_ns = 0, timeline_dropped = 0;
 
 /* exact counters */
 static uint64_t allocs_seen = 0, bytes_seen = 0, dropped = 0, frees_of_sampled = 0;
@@ -99,8 +121,19 @@ static uint64_t rng_next(void) {
     return x;
 }
 
+/* splitmix64: turns any seed (1, 42, ...) into a well-mixed xorshift state, so sampling is
+ * unbiased from the first allocation (a small seed used raw gives tiny first draws of u, hence
+ * long first skips: thousands of allocations never sampled). */
+static uint64_t splitmix64(uint64_t x) {
+    uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
 static uint64_t draw_countdown(void) {
     if (sample_rate >= 1.0) return 1;
+    if (sample_rate <= 0.0) return UINT64_MAX; /* sample_rate=0: count, record nothing */
     double u = ((rng_next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0,1) */
     double k = floor(log(u) / log1p(-sample_rate));
     if (k > 1e18) k = 1e18;
@@ -177,11 +210,15 @@ static uint64_t map_pop(uintptr_t key) {
     return 0;
 }
 
-static void note_free(void *ptr) {
+/* readable: the block is still allocated (a free hook, before the real free); a realloc has
+ * already moved or resized it, so its candidates are not read (the type stays unknown). */
+static void note_free(void *ptr, int readable) {
     if (!ptr || !map_cap) return;
     uint64_t v = map_pop((uintptr_t)ptr);
     if (v) {
         records[v - 1].freed = 1;
+        records[v - 1].t_free_ns = now_ns();
+        if (readable) read_type_candidates(&records[v - 1]);
         frees_of_sampled++;
     }
 }
@@ -211,6 +248,17 @@ static void record(void *ptr, size_t size, uint8_t domain) {
     PyThreadState *ts = PyGILState_GetThisThreadState();
     Record *r = &records[nrecords];
     r->t_ns = now_ns();
+    r->t_free_ns = 0;
+    if (ntimeline < MAX_TIMELINE && r->t_ns >= timeline_next_ns) {
+        /* exact running totals, at most one point a millisecond (taken only when sampling) */
+        timeline[ntimeline].t_ns = r->t_ns;
+        timeline[ntimeline].allocations = allocs_seen;
+        timeline[ntimeline].bytes = bytes_seen;
+        ntimeline++;
+        timeline_next_ns = r->t_ns + 1000000ULL;
+    } else if (ntimeline >= MAX_TIMELINE) {
+        timeline_dropped++;
+    }
     r->size = size;
     r->thread_id = (uint64_t)PyThread_get_thread_ident();
     r->ptr = (uintptr_t)ptr;
@@ -218,6 +266,7 @@ static void record(void *ptr, size_t size, uint8_t domain) {
     r->nframes = 0;
     r->domain = domain;
     r->freed = 0;
+    r->type_cand[0] = r->type_cand[1] = r->type_cand[2] = 0;
 #ifdef OMNIPROF_INTERNAL_FRAMES
     _PyInterpreterFrame *f = ts ? ts->cframe->current_frame : NULL;
     while (f && r->nframes < max_frames) {
@@ -277,11 +326,11 @@ static inline void on_alloc(void *ptr, size_t size, uint8_t domain) {
     }                                                                                       \
     static void *NAME##_realloc(void *ctx, void *old, size_t n) {                           \
         void *p = ORIG.realloc(ORIG.ctx, old, n);                                           \
-        if (p) { if (DOMAIN != 0 || PyGILState_Check()) note_free(old); on_alloc(p, n, DOMAIN); } \
+        if (p) { if (DOMAIN != 0 || PyGILState_Check()) note_free(old, 0); on_alloc(p, n, DOMAIN); } \
         return p;                                                                           \
     }                                                                                       \
     static void NAME##_free(void *ctx, void *p) {                                           \
-        if (DOMAIN != 0 || PyGILState_Check()) note_free(p);                                \
+        if (DOMAIN != 0 || PyGILState_Check()) note_free(p, 1);                             \
         ORIG.free(ORIG.ctx, p);                                                             \
     }
 
@@ -304,11 +353,12 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
     int trace_raw;
     if (!PyArg_ParseTuple(args, "dKIKp", &rate, &maxrec, &maxfr, &seed, &trace_raw)) return NULL;
     if (active) { PyErr_SetString(PyExc_RuntimeError, "allocation sampler already running"); return NULL; }
-    if (!(rate > 0.0 && rate <= 1.0)) { PyErr_SetString(PyExc_ValueError, "sample_rate must be in (0, 1]"); return NULL; }
+    if (!(rate >= 0.0 && rate <= 1.0)) { PyErr_SetString(PyExc_ValueError, "sample_rate must be in [0, 1]"); return NULL; }
     sample_rate = rate;
     max_records = maxrec ? maxrec : 1;
     max_frames = maxfr ? maxfr : 1;
-    rng_state = seed ? seed : 0x9E3779B97F4A7C15ULL;
+    rng_state = splitmix64(seed);
+    if (!rng_state) rng_state = 0x9E3779B97F4A7C15ULL;
     countdown = draw_countdown();
     PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &orig_raw);
     PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &orig_mem);
@@ -322,6 +372,10 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
 
 static PyObject *py_stop(PyObject *self, PyObject *noargs) {
     if (!active) Py_RETURN_NONE;
+    in_hook = 1;
+    for (uint64_t i = 0; i < nrecords; i++) /* blocks still allocated: read them while we know it */
+        if (!records[i].freed) read_type_candidates(&records[i]);
+    in_hook = 0;
     if (active == 2) PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &orig_raw);
     PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &orig_mem);
     PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &orig_obj);
@@ -329,8 +383,11 @@ static PyObject *py_stop(PyObject *self, PyObject *noargs) {
     Py_RETURN_NONE;
 }
 
-/* take() -> (records, stats). records: list of (t_ns, size, thread_id, freed, domain, ((code, line), ...)) root-last */
-static PyObject *py_take(PyObject *self, PyObject *noargs) {
+/* take(types) -> (records, stats). records: list of (t_ns, size, thread_id, freed, domain, ((code, line), ...),
+ * type) root-last; type is types[candidate address] for the first candidate found in the dict types
+ * ({id(type): name}), or None. */
+static PyObject *py_take(PyObject *self, PyObject *types) {
+    if (types != Py_None && !PyDict_Check(types)) { PyErr_SetString(PyExc_TypeError, "take(types): a dict or None"); return NULL; }
     int was_active = active;
     if (was_active) { in_hook = 1; }
     PyObject *out = PyList_New((Py_ssize_t)nrecords);
@@ -346,19 +403,40 @@ static PyObject *py_take(PyObject *self, PyObject *noargs) {
             if (!pair) { Py_DECREF(stack); Py_DECREF(out); in_hook = 0; return NULL; }
             PyTuple_SET_ITEM(stack, j, pair);
         }
-        PyObject *item = Py_BuildValue("(KKKiiN)", (unsigned long long)r->t_ns, (unsigned long long)r->size,
-                                       (unsigned long long)r->thread_id, (int)r->freed, (int)r->domain, stack);
+        PyObject *tname = Py_None;
+        for (int k = 0; k < 3 && types != Py_None && tname == Py_None; k++) {
+            if (!r->type_cand[k]) continue;
+            PyObject *key = PyLong_FromVoidPtr((void *)r->type_cand[k]);
+            if (!key) { Py_DECREF(stack); Py_DECREF(out); in_hook = 0; return NULL; }
+            PyObject *hit = PyDict_GetItemWithError(types, key); /* borrowed */
+            Py_DECREF(key);
+            if (hit) tname = hit;
+            else if (PyErr_Occurred()) { Py_DECREF(stack); Py_DECREF(out); in_hook = 0; return NULL; }
+        }
+        PyObject *item = Py_BuildValue("(KKKiiNOK)", (unsigned long long)r->t_ns, (unsigned long long)r->size,
+                                       (unsigned long long)r->thread_id, (int)r->freed, (int)r->domain, stack, tname,
+                                       (unsigned long long)r->t_free_ns);
         if (!item) { Py_DECREF(out); in_hook = 0; return NULL; }
         PyList_SET_ITEM(out, (Py_ssize_t)i, item);
     }
-    PyObject *stats = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "allocations", (unsigned long long)allocs_seen,
+    PyObject *tl = PyList_New((Py_ssize_t)ntimeline);
+    if (!tl) { Py_DECREF(out); in_hook = 0; return NULL; }
+    for (uint64_t i = 0; i < ntimeline; i++) {
+        PyObject *pt = Py_BuildValue("(KKK)", (unsigned long long)timeline[i].t_ns,
+                                     (unsigned long long)timeline[i].allocations, (unsigned long long)timeline[i].bytes);
+        if (!pt) { Py_DECREF(tl); Py_DECREF(out); in_hook = 0; return NULL; }
+        PyList_SET_ITEM(tl, (Py_ssize_t)i, pt);
+    }
+    PyObject *stats = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:N,s:K}", "allocations", (unsigned long long)allocs_seen,
                                     "allocated_bytes", (unsigned long long)bytes_seen, "sampled",
                                     (unsigned long long)nrecords, "dropped", (unsigned long long)dropped,
-                                    "frees_of_sampled", (unsigned long long)frees_of_sampled);
+                                    "frees_of_sampled", (unsigned long long)frees_of_sampled,
+                                    "timeline", tl, "timeline_dropped", (unsigned long long)timeline_dropped);
     release_frames(0, nframes_total);
     nrecords = 0;
     nframes_total = 0;
     allocs_seen = bytes_seen = dropped = frees_of_sampled = 0;
+    ntimeline = timeline_next_ns = timeline_dropped = 0;
     if (map_cap) { memset(map_keys, 0, map_cap * sizeof(uintptr_t)); memset(map_vals, 0, map_cap * sizeof(uint64_t)); map_used = 0; }
     memset(filter, 0, sizeof(filter));
     live_entries = pops_since_rebuild = 0;
@@ -417,7 +495,7 @@ static PyObject *py_is_active(PyObject *self, PyObject *noargs) { return PyBool_
 static PyMethodDef methods[] = {
     {"start", py_start, METH_VARARGS, "start(sample_rate, max_records, max_frames, seed, trace_raw)"},
     {"stop", py_stop, METH_NOARGS, "stop(): restore the original allocators"},
-    {"take", py_take, METH_NOARGS, "take() -> (records, stats); clears the buffer"},
+    {"take", py_take, METH_O, "take(types) -> (records, stats); clears the buffer"},
     {"instance_state", py_instance_state, METH_O, "instance_state(obj) -> (attrs, dict, values_bytes)"},
     {"is_active", py_is_active, METH_NOARGS, "True while hooks are installed"},
     {NULL, NULL, 0, NULL},

@@ -10,18 +10,26 @@ Engines:
       allocation (slower); at the end, the allocations still alive are kept, each with probability
       ``sample_rate``; peak and current traced memory are exact.
 
-Each recorded allocation stands for ``round(1 / sample_rate)`` allocations (``Allocation.count``),
-so per-site estimates scale; the exact totals are in ``summaries["memory"]``.
+Each recorded allocation stands for ``1 / sample_rate`` allocations: ``Allocation.count`` is that
+number rounded up or down at random (up with probability equal to the fraction), so it is an
+integer and every estimate built from it is unbiased. The exact totals are in
+``summaries["memory"]`` beside the estimate and its standard error under the sampling model
+(each allocation recorded independently with probability ``p``: the variance of the estimated
+bytes is ``sum(size**2) * (1 - p) / p**2`` over the recorded ones).
+
+Allocations made by omniprof itself while the session runs (its own bookkeeping, other backends
+stopping, saving the result) are left out: an allocation whose innermost frame outside the
+standard library is omniprof's is omniprof's. They are counted in the summary.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import resource
 import sys
 import threading
-import time
 import warnings
 from typing import Any
 
@@ -30,7 +38,8 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.backends.cpu.stacks import resolve_frame
 from omniprof.core import validators as v
-from omniprof.core.results import Allocation, BackendResult, ClockInfo, Frame, Loss, ThreadInfo, Track
+from omniprof.core.results import (Allocation, BackendResult, ClockInfo, CounterSeries, Frame, Loss, ThreadInfo,
+                                   Track)
 from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgumentError
 
 __all__ = ["MemoryBackend", "MemoryOptions", "native_available"]
@@ -53,8 +62,10 @@ class MemoryOptions:
     """Options of the ``memory`` backend.
 
     Attributes:
-        sample_rate: probability that an allocation is recorded with its stack (0 < rate <= 1;
-            Julia's ``sample_rate``). 1.0 records every allocation.
+        sample_rate: probability that an allocation is recorded with its stack (0 <= rate <= 1;
+            Julia's ``sample_rate``). 1.0 records every allocation, 0.0 none (totals still counted).
+            Default 0.01 rather than Julia's 0.1: the overhead target (<= 1.15x) holds at 0.01
+            (see docs/backends/memory.md for both figures).
         max_allocations: most recorded allocations; the rest are counted as dropped.
         max_frames: deepest stack kept per allocation.
         engine: ``"auto"`` (native if built, else tracemalloc), ``"native"`` or ``"tracemalloc"``.
@@ -62,12 +73,93 @@ class MemoryOptions:
         largest: how many of the largest allocations the ``largest_allocations`` table lists.
     """
 
-    sample_rate: float = attrs.field(default=0.01, validator=v.number_in_range(0.0, 1.0, lo_open=True))
+    sample_rate: float = attrs.field(default=0.01, validator=v.number_in_range(0.0, 1.0))
     max_allocations: int = attrs.field(default=1_000_000, validator=v.int_in_range(1, 2**31 - 1))
     max_frames: int = attrs.field(default=128, validator=v.int_in_range(1, 4096))
     engine: str = attrs.field(default="auto", validator=v.one_of("auto", "native", "tracemalloc"))
     seed: int | None = attrs.field(default=None, validator=v.int_in_range(0, 2**63 - 1, optional=True))
     largest: int = attrs.field(default=20, validator=v.int_in_range(0, 10_000))
+
+
+_DOMAINS = {0: "raw", 1: "mem", 2: "obj"}
+MEMORY_TRACK = "memory"
+_PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_STDLIB = tuple({os.path.dirname(os.__file__) + os.sep, "<frozen "})
+
+
+def _count(rate: float, rng: random.Random) -> int:
+    """How many allocations one recorded allocation stands for: 1/rate rounded up with probability
+    equal to its fraction, else down -- an integer whose mean is exactly 1/rate."""
+    if rate <= 0:
+        return 0
+    inv = 1.0 / rate
+    lo = math.floor(inv)
+    return lo + (1 if rng.random() < inv - lo else 0)
+
+
+def _frame_file(rf: Any) -> str:
+    if isinstance(rf, Frame):
+        return rf.file or ""
+    code = rf[0] if isinstance(rf, tuple) else rf
+    return getattr(code, "co_filename", "") or ""
+
+
+def _is_own(stack: tuple[Any, ...], memo: dict[Any, bool]) -> bool:
+    """True when the innermost frame outside the standard library is omniprof's (stack: root first)."""
+    for rf in reversed(stack):
+        f = _frame_file(rf)
+        if f.startswith(_STDLIB):
+            continue
+        hit = memo.get(f)
+        if hit is None:
+            hit = memo[f] = f.startswith(_PKG)
+        return hit
+    return False
+
+
+def _known_types() -> dict[int, str]:
+    """{id(type): name} of every class alive now: what a sampled object allocation may be."""
+    import gc
+
+    out: dict[int, str] = {}
+    todo = [object]
+    while todo:
+        t = todo.pop()
+        if id(t) in out:
+            continue
+        out[id(t)] = getattr(t, "__qualname__", None) or t.__name__
+        try:
+            todo.extend(type.__subclasses__(t))
+        except TypeError:
+            pass
+    for o in gc.get_objects():  # classes no longer reachable from object.__subclasses__ (none, normally)
+        if isinstance(o, type) and id(o) not in out:
+            out[id(o)] = o.__qualname__
+    return out
+
+
+def _timeline(t0: int, t1: int, points: list[tuple[int, int, int]], allocations: list[Allocation],
+              frees: list[tuple[int, int]]) -> list[CounterSeries]:
+    """Counter tracks: exact allocated bytes and allocations so far (the sampler's running totals,
+    at most one point a millisecond), and estimated live bytes (sampled allocations not yet freed,
+    each standing for its count)."""
+    if not points and not allocations:
+        return []
+    out = []
+    if points:
+        ts = [t0, *(p[0] for p in points)]
+        out.append(CounterSeries("allocated_bytes", "bytes", MEMORY_TRACK, ts, [0, *(p[2] for p in points)]))
+        out.append(CounterSeries("allocations", "count", MEMORY_TRACK, ts, [0, *(p[1] for p in points)]))
+    events = sorted([(a.t_ns, a.size_bytes * a.count) for a in allocations] + [(t, -b) for t, b in frees])
+    ts_live, live, cur, last = [t0], [0.0], 0, t0
+    for t, delta in events:
+        cur += delta
+        if t - last >= 1_000_000 or t == events[-1][0]:  # one point a millisecond at most
+            ts_live.append(max(t, last))
+            live.append(cur)
+            last = ts_live[-1]
+    out.append(CounterSeries("live_bytes_est", "bytes", MEMORY_TRACK, ts_live, live))
+    return out
 
 
 def _rss_bytes() -> int:
@@ -138,6 +230,7 @@ class MemoryBackend(Backend):
         seed = self.options.seed if self.options.seed is not None else random.SystemRandom().getrandbits(63) | 1
         self._seed = seed
         self._rss0 = _rss_bytes()
+        self._start_thread_names()
         self._t0 = self.clock.now_ns()
         if self.engine == "native":
             _native().start(float(self.options.sample_rate), self.options.max_allocations,
@@ -150,11 +243,15 @@ class MemoryBackend(Backend):
 
     def stop(self) -> BackendResult:
         t1 = self.clock.now_ns()
+        timeline: list[tuple[int, int, int]] = []
         if self.engine == "native":
             mod = _native()
             mod.stop()
-            records, stats = mod.take()
-            raw = [(t, size, tid, bool(freed), tuple(reversed(stack))) for t, size, tid, freed, _d, stack in records]
+            records, stats = mod.take(_known_types())
+            raw = [(t, size, tid, bool(freed), tuple(reversed(stack)), tname or None, _DOMAINS.get(d), t_free)
+                   for t, size, tid, freed, d, stack, tname, t_free in records]
+            del records
+            timeline = stats["timeline"]
             summary = {"engine": "native", "sample_rate": self.options.sample_rate,
                        "allocations": stats["allocations"], "allocated_bytes": stats["allocated_bytes"],
                        "sampled_allocations": stats["sampled"]}
@@ -162,14 +259,24 @@ class MemoryBackend(Backend):
         else:
             raw, summary, dropped = self._stop_tracemalloc(t1)
         self._running = False
-        scale = max(1, round(1.0 / self.options.sample_rate))
+        names = self._stop_thread_names()
+        rate = self.options.sample_rate
+        rng = random.Random(self._seed ^ 0x5DEECE66D)
         frames: list[Frame] = []
         frame_ids: dict[Any, int] = {}
         stack_ids: dict[tuple[int, ...], int] = {}
         stacks: list[tuple[int, ...]] = []
         allocations: list[Allocation] = []
         tids: set[int] = set()
-        for t, size, tid, freed, stack in raw:
+        own_is: dict[Any, bool] = {}
+        own_n = own_bytes = 0
+        var_bytes = 0.0
+        frees: list[tuple[int, int]] = []  # (t_free_ns, bytes it stood for)
+        for t, size, tid, freed, stack, tname, domain, t_free in raw:
+            if _is_own(stack, own_is):
+                own_n += 1
+                own_bytes += size
+                continue
             ids = []
             for rf in stack:
                 fid = frame_ids.get(rf)
@@ -183,10 +290,21 @@ class MemoryBackend(Backend):
                 sid = stack_ids[key] = len(stacks)
                 stacks.append(key)
             tids.add(tid)
+            count = _count(rate, rng)
             allocations.append(Allocation(t_ns=t, size_bytes=size, stack_id=sid, thread_id=tid,
-                                          alive_at_end=not freed, count=scale))
+                                          alive_at_end=not freed, count=count, type=tname, domain=domain))
+            if rate > 0:
+                var_bytes += size * size * (1.0 - rate) / (rate * rate)
+            if freed and t_free:
+                frees.append((t_free, size * count))
+        del raw
+        est_bytes = sum(a.size_bytes * a.count for a in allocations)
         alive_est = sum(a.size_bytes * a.count for a in allocations if a.alive_at_end)
-        summary.update(est_live_at_end_bytes=alive_est, rss_bytes=_rss_bytes(),
+        summary.update(est_allocated_bytes=est_bytes, est_allocated_bytes_stderr=round(math.sqrt(var_bytes)),
+                       est_allocations=sum(a.count for a in allocations),
+                       est_allocations_stderr=round(math.sqrt(len(allocations) * (1.0 - rate)) / rate) if rate else 0,
+                       est_live_at_end_bytes=alive_est, own_allocations_sampled=own_n,
+                       own_bytes_sampled=own_bytes, rss_bytes=_rss_bytes(),
                        rss_growth_bytes=_rss_bytes() - self._rss0, peak_rss_bytes=_peak_rss_bytes())
         losses = []
         if dropped:
@@ -195,20 +313,44 @@ class MemoryBackend(Backend):
                                f"or lower sample_rate"))
             warnings.warn(f"backend 'memory': {dropped} sampled allocations were not recorded (buffer full at "
                           f"{self.options.max_allocations}); counted in the result", DataLossWarning, stacklevel=2)
-        names = {t.ident: t for t in threading.enumerate()}
-        threads = [ThreadInfo(tid, names[tid].name if tid in names else f"thread {tid}",
-                              getattr(names.get(tid), "native_id", None)) for tid in sorted(tids)]
+        threads = [ThreadInfo(tid, *names.get(tid, (f"thread {tid}", None))) for tid in sorted(tids)]
+        counters = _timeline(self._t0, t1, timeline, allocations, frees)
         from omniprof.backends.memory.report import allocation_tables
 
+        tracks = [Track(f"thread:{t.thread_id}", t.name) for t in threads]
+        if counters:
+            tracks.append(Track(MEMORY_TRACK, "memory", kind="counter"))
         part = BackendResult(
             backend=self.name, clock=ClockInfo(name="perf_counter_ns"), start_ns=self._t0, end_ns=t1,
-            tracks=[Track(f"thread:{t.thread_id}", t.name) for t in threads], frames=frames, stacks=stacks,
+            tracks=tracks, frames=frames, stacks=stacks, counters=counters,
             threads=threads, allocations=allocations, losses=losses,
             summaries={"memory": summary}, metadata={"engine": self.engine, "seed": self._seed},
         )
-        import attrs as _attrs
+        return attrs.evolve(part, tables=allocation_tables(part, largest=self.options.largest))
 
-        return _attrs.evolve(part, tables=allocation_tables(part, largest=self.options.largest))
+    # -- thread names: kept for threads that end before stop() -------------------------------
+    def _start_thread_names(self) -> None:
+        self._names = {t.ident: (t.name, t.native_id) for t in threading.enumerate() if t.ident is not None}
+        self._prev_thread_profile = threading.getprofile()
+        names, prev = self._names, self._prev_thread_profile
+
+        def note_thread(frame: Any, event: str, arg: Any) -> Any:
+            # Runs once, on the first call in each new thread: remember its name, then hand the
+            # thread to the profile hook that was there before (or none).
+            t = threading.current_thread()
+            names[t.ident] = (t.name, t.native_id)
+            sys.setprofile(prev)
+            return prev(frame, event, arg) if prev is not None else None
+
+        self._note_thread = note_thread
+        threading.setprofile(note_thread)
+
+    def _stop_thread_names(self) -> dict[int, tuple[str, int | None]]:
+        if threading.getprofile() is getattr(self, "_note_thread", None):
+            threading.setprofile(self._prev_thread_profile)  # type: ignore[arg-type]
+        names = dict(getattr(self, "_names", {}))
+        names.update({t.ident: (t.name, t.native_id) for t in threading.enumerate() if t.ident is not None})
+        return names
 
     def _stop_tracemalloc(self, t1: int) -> tuple[list[Any], dict[str, Any], int]:
         import tracemalloc
@@ -221,15 +363,16 @@ class MemoryBackend(Backend):
         raw = []
         dropped = 0
         for tr in snap.traces:
-            if rate < 1.0 and rng.random() >= rate:
+            if rng.random() >= rate:
                 continue
             if len(raw) >= self.options.max_allocations:
                 dropped += 1
                 continue
-            # tracemalloc keeps file and line only: the site is named after them.
+            # tracemalloc keeps file and line only: the site is named after them. Its traceback
+            # iterates oldest frame first: root first, as our stacks are.
             stack = tuple(Frame(name=f"{os.path.basename(f.filename)}:{f.lineno}", file=f.filename, line=f.lineno)
-                          for f in reversed(tr.traceback))
-            raw.append((t1, tr.size, 0, False, stack))
+                          for f in tr.traceback)
+            raw.append((t1, tr.size, 0, False, stack, None, None, 0))
         summary = {"engine": "tracemalloc", "sample_rate": rate, "traced_current_bytes": current,
                    "traced_peak_bytes": peak, "sampled_allocations": len(raw)}
         return raw, summary, dropped
@@ -238,12 +381,11 @@ class MemoryBackend(Backend):
         if self._running:
             if self.engine == "native":
                 _native().stop()
-                _native().take()
+                _native().take(None)
+                self._stop_thread_names()
             else:
                 import tracemalloc
 
                 tracemalloc.stop()
             self._running = False
 
-
-del time
