@@ -465,10 +465,10 @@ import omniprof
 class Item:
     def __init__(self, i):
         self.i = i
-        self.name = "item"
+        self.tags = [i]                        # a container: a built dict would be tracked, so counted
 
-items = [Item(i) for i in range(10_000)]
 omniprof.take_heap_snapshot({path!r})       # the first one loads omniprof's modules
+items = [Item(i) for i in range(10_000)]    # made after it: their __dict__s are not built yet
 
 def counts():
     gc.collect()
@@ -502,19 +502,21 @@ def blobs_20k(n):
 @needs_native
 @pytest.mark.parametrize("seed", [1, 2, 42, 12345])
 def test_small_seeds_sample_from_the_first_allocation(seed):
-    """Any seed samples from the first allocation on: 2,000 buffers of 20,000 B allocated first are
-    sampled about 20 times at rate 0.01 (an unmixed small seed skipped the first ~2,000 allocations),
-    and the estimate of their bytes agrees with what was allocated within its own standard error."""
+    """Any seed samples from the first allocation on. 1,000 buffers of 20,000 B are allocated first
+    (2,000 allocations with their objects), then 30,000 small strings: at rate 0.01 about 10 of the
+    buffers are sampled (an unmixed small seed skipped the first ~1,400-2,300 allocations: none),
+    and the estimate of the buffers' bytes agrees with what was allocated."""
     with omniprof.allocs.profile(sample_rate=0.01, seed=seed) as prof:
-        kept = blobs_20k(2_000)
+        kept = blobs_20k(1_000)
+        rest = [str(i) * 2 for i in range(30_000)]
     part = prof.result.part("memory")
     big = [a for a in part.allocations if 20_000 <= a.size_bytes < 21_000]
-    assert len(big) >= 5  # Binomial(2000, 0.01): P(< 5) ~ 1e-5
+    assert len(big) >= 2  # Poisson(10): P(< 2) = 5e-4
     est = sum(a.size_bytes * a.count for a in big)
-    truth = 2_000 * 20_000  # known from the workload, not from the sampler
+    truth = 1_000 * 20_000  # known from the workload, not from the sampler
     se = math.sqrt(sum(a.size_bytes ** 2 for a in big) * 0.99) / 0.01
-    assert abs(est - truth) <= 5 * se + 2_000 * 100, (est, truth, se)
-    del kept
+    assert abs(est - truth) <= 4 * se + 1_000 * 100, (est, truth, se)
+    del kept, rest
 
 
 @needs_native
