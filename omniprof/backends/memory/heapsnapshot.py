@@ -330,7 +330,19 @@ def _default_path(dir: str | os.PathLike[str] | None) -> Path:
         return Path(dir) / name
     cwd = Path.cwd()
     # As Julia's: the working directory, or the temp dir when that is not writable.
-    return (cwd if os.access(cwd, os.W_OK) else Path(tempfile.gettempdir())) / name
+    return (cwd if _writable(cwd) else Path(tempfile.gettempdir())) / name
+
+
+def _writable(d: Path) -> bool:
+    """Can a file be made in ``d``? Tried, not asked (os.access says yes to root on a read-only mount)."""
+    probe = d / f".omniprof-probe-{os.getpid()}-{id(d)}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 def take_heap_snapshot(path: str | os.PathLike[str] | IO[str] | bool | None = None, all_one: bool = False, *,

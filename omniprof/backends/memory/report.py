@@ -6,16 +6,13 @@ for), ``by="count"`` uses ``count``.
 
 from __future__ import annotations
 
-import io
-import os
-import sys
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
 from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Table
 from omniprof.core.units import format_bytes as _fmt_bytes
 
-__all__ = ["allocation_tables", "tree_rows", "flat_rows", "print_allocs"]
+__all__ = ["allocation_tables", "tree_rows", "flat_rows", "format_allocs"]
 
 
 def _weight(by: str) -> Callable[[Allocation], int]:
@@ -112,40 +109,71 @@ def allocation_tables(part: BackendResult, largest: int = 20) -> tuple[Table, ..
     return (by_site, largest_t, leak_t)
 
 
-def print_allocs(result: ProfileResult | BackendResult, *, format: str = "flat", by: str = "bytes",
-                 maxdepth: int | None = None, noisefloor: float = 0.0, mincount: int = 0, cols: int | None = None,
-                 io_: IO[str] | None = None) -> None:
-    """Print an allocation report (Julia's ``Profile.Allocs`` view, in text).
+def format_allocs(result: ProfileResult | BackendResult, *, by: str = "bytes", **options: Any) -> list[str]:
+    """Text lines of an allocation report, with the options of ``omniprof.sampler.print``.
 
-    Args:
-        result: a result from the ``memory`` backend (or its part).
-        format: ``"flat"`` (by allocation site) or ``"tree"`` (by call path).
-        by: ``"bytes"`` or ``"count"``.
-        maxdepth: deepest tree level shown.
-        noisefloor: hide tree nodes under this percentage of the total.
-        mincount: hide flat rows whose estimated count is below this.
-        cols: line width (default: terminal width).
-        io_: where to write (default stdout).
+    Each recorded allocation is one "sample" of its stack, so ``format``, ``C``, ``combine``,
+    ``maxdepth``, ``sortedby``, ``groupby``, ``noisefloor``, ``mincount``, ``recur``, ``threads``
+    and ``cols`` mean what they mean there; Count is recorded allocations. Beside it, ``by``
+    ("bytes" or "count") is the estimate each row stands for: bytes (``size * count``) or
+    allocations (``count``).
     """
+    import attrs
+
+    from omniprof.backends.cpu.api import _print_options
+    from omniprof.core.results import StackSample
+    from omniprof.core.stackreport import _group_title, _indent, _ltrunc, _short_path, build_report, frame_where
+
+    w = _weight(by)
+    opts = _print_options(options)
     part = result.part("memory") if isinstance(result, ProfileResult) else result
-    if format not in ("flat", "tree"):
-        raise ValueError(f"'format' must be one of flat, tree (got {format!r})")
-    out = io_ or sys.stdout
-    width = cols or (os.get_terminal_size().columns if out.isatty() else 120)
+    if part is None:
+        raise ValueError("no 'memory' part in this result: profile with omniprof.allocs.profile() or backend='memory'")
+    cols = opts.cols or 120
     fmt = _fmt_bytes if by == "bytes" else str
-    buf = io.StringIO()
+    pseudo = attrs.evolve(part, samples=[StackSample(a.t_ns, a.thread_id or 0, a.stack_id, w(a))
+                                         for a in part.allocations], allocations=(), tables=(), counters=())
+    groups = build_report(pseudo, opts)
     s = part.summaries.get("memory", {})
-    buf.write(f"allocations: {s.get('allocations', '?')} ({_fmt_bytes(s['allocated_bytes']) if 'allocated_bytes' in s else '?'})"
-              f", sampled {len(part.allocations)} at sample_rate {s.get('sample_rate')}, engine {s.get('engine')}\n")
-    if format == "flat":
-        buf.write(f"{by:>12}  {'%':>6}  {'alive':>10}  function  location\n")
-        for r in flat_rows(part, by):
-            if r["count"] < mincount:
-                continue
-            buf.write(f"{fmt(r[by]):>12}  {r['share_pct']:6.2f}  {_fmt_bytes(r['alive_bytes']):>10}  "
-                      f"{r['function']}  {r['location']}\n")
-    else:
-        for r in tree_rows(part, by, maxdepth, noisefloor):
-            buf.write(f"{fmt(r['weight']):>12}  {r['percent']:6.2f}  {'  ' * r['depth']}{r['function']}  {r['location']}\n")
-    for line in buf.getvalue().splitlines():
-        out.write((line if len(line) <= width else line[: width - 3] + "...") + "\n")
+    lines = []
+    head = f"allocations: {s.get('allocations', '?')}"
+    if "allocated_bytes" in s:
+        head += f" ({_fmt_bytes(s['allocated_bytes'])})"
+    head += f", recorded {len(part.allocations)} at sample_rate {s.get('sample_rate')}, engine {s.get('engine')}"
+    if "est_allocated_bytes" in s:
+        head += (f"; estimated {_fmt_bytes(s['est_allocated_bytes'])}"
+                 f" +/- {_fmt_bytes(s.get('est_allocated_bytes_stderr', 0))} (standard error)")
+    lines.append(head[:cols])
+    for loss in part.losses:
+        lines.append(f"! {loss.count} {loss.unit} not recorded ({loss.kind}): {loss.detail}"[:cols])
+    if not groups:
+        lines.append("No allocations recorded (raise sample_rate, or profile longer).")
+        return lines
+    grand = sum(g.samples for g in groups)
+    label = "Bytes" if by == "bytes" else "Allocs"
+    for gi, g in enumerate(groups):
+        if g.path:
+            if gi:
+                lines.append("")
+            lines.extend(x.split("  Total snapshots")[0][:cols] for x in _group_title(g, grand))
+        if opts.format == "tree":
+            wc = max([len(str(r.count)) for r in g.tree] + [5])
+            wb = max([len(fmt(r.total_ns)) for r in g.tree] + [len(label)])
+            lines.append(f"{label:>{wb}} {'Count':>{wc}} ╎ [+additional indent] File:Line; Function"[:cols])
+            lines.append("=" * min(cols, wb + wc + 45))
+            for r in g.tree:
+                where = frame_where(r.frame)
+                text = f"{where}; {r.frame.name}" if where else r.frame.name
+                lead = f"{fmt(r.total_ns):>{wb}} {r.count:>{wc}} ╎{_indent(r.depth)}"
+                lines.append((lead + _ltrunc(text, cols - len(lead)))[:cols])
+        else:
+            cells = [[str(r.count), str(r.self_count), fmt(r.total_ns), fmt(r.self_ns),
+                      _short_path(r.frame.file) if r.frame.file else (r.frame.module or ""),
+                      str(r.frame.line) if r.frame.file else "?", r.frame.name] for r in g.flat]
+            hdr = ["Count", "Self", label, "Self" + label.lower(), "File", "Line", "Function"]
+            widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(hdr)]
+            for c in [hdr, *cells]:
+                line = "  ".join([c[0].rjust(widths[0]), c[1].rjust(widths[1]), c[2].rjust(widths[2]),
+                                  c[3].rjust(widths[3]), c[4], c[5], c[6]])
+                lines.append(line[:cols])
+    return lines

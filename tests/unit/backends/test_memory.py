@@ -119,9 +119,8 @@ def test_reports_by_bytes_and_count():
         def isatty(self):
             return False
 
-    omniprof.allocs.print(prof.result, format="tree", by="count", cols=80, io_=W())
+    omniprof.allocs.print(prof.result, format="tree", by="count", cols=80, file=W())
     assert all(len(line) <= 80 for line in "".join(out).splitlines())
-    assert omniprof.allocs.fetch() is prof.result
     del kept
 
 
@@ -695,3 +694,122 @@ def test_memory_beside_cpu_samples_in_perfetto(tmp_path):
     # the same time axis: memory points and CPU samples overlap in time
     assert alloc["t0"] < samples["t1"] and samples["t0"] < alloc["t1"]
     del kept
+
+
+def _allocs_in(result, size):
+    return sum(1 for a in result.part("memory").allocations if size <= a.size_bytes <= size + 64)
+
+
+def test_fetch_accumulates_sessions_until_clear():
+    """fetch() holds every session since clear() (Julia's Allocs), from profile() and start()/stop()."""
+    omniprof.allocs.clear()
+    for _ in range(3):
+        with omniprof.allocs.profile(sample_rate=1.0):
+            kept = [bytearray(7_777) for _ in range(10)]
+    omniprof.allocs.start(sample_rate=1.0)
+    kept = [bytearray(7_777) for _ in range(10)]
+    with pytest.raises(omniprof.errors.ProfilerStateError, match="already recording"):
+        omniprof.allocs.start()
+    own = omniprof.allocs.stop()
+    assert _allocs_in(own, 7_777) == 10
+    got = omniprof.allocs.fetch()
+    assert _allocs_in(got, 7_777) == 40
+    assert got.part("memory").summaries["memory"]["sessions"] == 4
+    omniprof.allocs.clear()
+    with pytest.raises(omniprof.errors.ProfilerStateError, match="no allocation profile yet"):
+        omniprof.allocs.fetch()
+    with pytest.raises(omniprof.errors.ProfilerStateError, match="not recording"):
+        omniprof.allocs.stop()
+    del kept
+
+
+def test_fetch_buffer_is_bounded_and_says_so():
+    """Past the buffer's limit a session's allocations are counted as not kept, with a warning;
+    the session's own result still has them all."""
+    omniprof.allocs.clear()
+    old = omniprof.allocs.init()
+    omniprof.allocs.init(50)
+    try:
+        with pytest.warns(DataLossWarning, match="not kept"):
+            with omniprof.allocs.profile(sample_rate=1.0) as prof:
+                kept = [bytearray(3_333) for _ in range(200)]
+        mine = len(prof.result.part("memory").allocations)
+        part = omniprof.allocs.fetch().part("memory")
+        assert len(part.allocations) == 50
+        assert part.losses[0].kind == "allocations_not_kept" and part.losses[0].count == mine - 50
+    finally:
+        omniprof.allocs.init(old)
+        omniprof.allocs.clear()
+    del kept
+
+
+def _alloc_a():
+    return [bytearray(11_111) for _ in range(30)]
+
+
+def _alloc_b():
+    return [bytearray(22_222) for _ in range(10)]
+
+
+def test_print_takes_the_sampler_print_options():
+    """allocs.print takes sampler.print's options (format, sortedby, groupby, C, recur, maxdepth,
+    file/io) and prints fetch() by default; counts are recorded allocations."""
+    import io
+
+    omniprof.allocs.clear()
+    with omniprof.allocs.profile(sample_rate=1.0):
+        a, b = _alloc_a(), _alloc_b()
+    buf = io.StringIO()
+    omniprof.allocs.print(buf, format="flat", sortedby="count", cols=200)  # Julia's print(io)
+    lines = buf.getvalue().splitlines()
+    rows = [ln for ln in lines if "_alloc_a" in ln or "_alloc_b" in ln]
+    assert rows and "_alloc_a" in rows[0]  # 30 allocations before 10
+    counts = {("a" if "_alloc_a" in ln else "b"): int(ln.split()[0]) for ln in rows}
+    assert counts["a"] >= 30 and counts["b"] >= 10
+    buf = io.StringIO()
+    omniprof.allocs.print(omniprof.allocs.fetch(), file=buf, format="tree", groupby="thread", C=True,
+                          recur="flat", maxdepth=3, cols=100)
+    text = buf.getvalue()
+    assert "MainThread" in text and all(len(ln) <= 100 for ln in text.splitlines())
+    with pytest.raises(InvalidArgumentError, match="sortedby"):
+        omniprof.allocs.print(file=io.StringIO(), sortedby="size")
+    del a, b
+
+
+def test_heap_snapshot_to_stream_dir_and_positional_all_one(tmp_path):
+    """take_heap_snapshot(io), (dir=...), (True) for all_one, as Julia's; streaming needs a path."""
+    import io
+
+    buf = io.StringIO()
+    assert omniprof.take_heap_snapshot(buf) is buf
+    doc = json.loads(buf.getvalue())
+    _check_structure(doc)
+    p = omniprof.take_heap_snapshot(dir=tmp_path)
+    assert p.parent == tmp_path and p.name.endswith(".heapsnapshot") and p.name.startswith(f"{os.getpid()}_")
+    _check_structure(json.loads(p.read_text()))
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        q = omniprof.take_heap_snapshot(True)
+    finally:
+        os.chdir(cwd)
+    sizes = {v for i, v in enumerate(json.loads(q.read_text())["nodes"]) if i % NF == 3}
+    assert sizes <= {0, 1} and q.parent == tmp_path
+    with pytest.raises(InvalidArgumentError, match="streaming"):
+        omniprof.take_heap_snapshot(io.StringIO(), streaming=True)
+
+
+def test_heap_snapshot_falls_back_to_temp_dir(tmp_path):
+    """With no path and a working directory where no file can be made, the snapshot goes to the
+    temp dir (Julia's fallback)."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        os.chdir("/proc")
+        import omniprof
+        print(omniprof.take_heap_snapshot())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    path = Path(out.stdout.strip().splitlines()[-1])
+    assert path.parent == tmp_path and path.exists()
