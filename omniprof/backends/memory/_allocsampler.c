@@ -38,6 +38,7 @@ typedef struct {
     uint32_t nframes;
     uint8_t domain;
     uint8_t freed;
+    uint8_t sure; /* recorded because of its size, not sampled: stands for itself alone */
     /* What would be the object's type pointer if the block holds an object starting at offset 0,
      * 16 or 32 (no header, a GC header, a GC header and the managed-dict pointers): read when the
      * block is freed or when sampling stops, while the block is still allocated. take() keeps the
@@ -63,6 +64,7 @@ typedef struct {
 static PyMemAllocatorEx orig_raw, orig_mem, orig_obj;
 static int active = 0;
 static double sample_rate = 0.01;
+static uint64_t always_bytes = UINT64_MAX; /* allocations at least this large are always recorded */
 static uint64_t max_records = 1000000;
 static uint32_t max_frames = 128;
 static uint64_t countdown = 1;
@@ -266,6 +268,7 @@ static void record(void *ptr, size_t size, uint8_t domain) {
     r->nframes = 0;
     r->domain = domain;
     r->freed = 0;
+    r->sure = 0;
     r->type_cand[0] = r->type_cand[1] = r->type_cand[2] = 0;
 #ifdef OMNIPROF_INTERNAL_FRAMES
     _PyInterpreterFrame *f = ts ? ts->cframe->current_frame : NULL;
@@ -306,6 +309,14 @@ static inline void on_alloc(void *ptr, size_t size, uint8_t domain) {
     if (!ptr || in_hook) return;
     allocs_seen++;
     bytes_seen += size;
+    if (size >= always_bytes) {
+        /* Large allocations are all recorded (a stratum sampled at rate 1): the estimate of bytes
+         * does not hinge on catching the few that weigh most (a list's growth, a big buffer). */
+        if (domain == 0 && !PyGILState_Check()) return;
+        record(ptr, size, domain);
+        if (nrecords && records[nrecords - 1].ptr == (uintptr_t)ptr) records[nrecords - 1].sure = 1;
+        return;
+    }
     if (--countdown == 0) {
         countdown = draw_countdown();
         if (domain == 0 && !PyGILState_Check()) return; /* RAW without the GIL: no stack to take */
@@ -351,10 +362,12 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
     unsigned long long maxrec, seed;
     unsigned int maxfr;
     int trace_raw;
-    if (!PyArg_ParseTuple(args, "dKIKp", &rate, &maxrec, &maxfr, &seed, &trace_raw)) return NULL;
+    unsigned long long always = 0;
+    if (!PyArg_ParseTuple(args, "dKIKp|K", &rate, &maxrec, &maxfr, &seed, &trace_raw, &always)) return NULL;
     if (active) { PyErr_SetString(PyExc_RuntimeError, "allocation sampler already running"); return NULL; }
     if (!(rate >= 0.0 && rate <= 1.0)) { PyErr_SetString(PyExc_ValueError, "sample_rate must be in [0, 1]"); return NULL; }
     sample_rate = rate;
+    always_bytes = (always && rate > 0.0) ? (uint64_t)always : UINT64_MAX;
     max_records = maxrec ? maxrec : 1;
     max_frames = maxfr ? maxfr : 1;
     rng_state = splitmix64(seed);
@@ -413,9 +426,9 @@ static PyObject *py_take(PyObject *self, PyObject *types) {
             if (hit) tname = hit;
             else if (PyErr_Occurred()) { Py_DECREF(stack); Py_DECREF(out); in_hook = 0; return NULL; }
         }
-        PyObject *item = Py_BuildValue("(KKKiiNOK)", (unsigned long long)r->t_ns, (unsigned long long)r->size,
+        PyObject *item = Py_BuildValue("(KKKiiNOKi)", (unsigned long long)r->t_ns, (unsigned long long)r->size,
                                        (unsigned long long)r->thread_id, (int)r->freed, (int)r->domain, stack, tname,
-                                       (unsigned long long)r->t_free_ns);
+                                       (unsigned long long)r->t_free_ns, (int)r->sure);
         if (!item) { Py_DECREF(out); in_hook = 0; return NULL; }
         PyList_SET_ITEM(out, (Py_ssize_t)i, item);
     }
@@ -493,7 +506,7 @@ static PyObject *py_instance_state(PyObject *self, PyObject *obj) {
 static PyObject *py_is_active(PyObject *self, PyObject *noargs) { return PyBool_FromLong(active != 0); }
 
 static PyMethodDef methods[] = {
-    {"start", py_start, METH_VARARGS, "start(sample_rate, max_records, max_frames, seed, trace_raw)"},
+    {"start", py_start, METH_VARARGS, "start(sample_rate, max_records, max_frames, seed, trace_raw[, always_bytes])"},
     {"stop", py_stop, METH_NOARGS, "stop(): restore the original allocators"},
     {"take", py_take, METH_O, "take(types) -> (records, stats); clears the buffer"},
     {"instance_state", py_instance_state, METH_O, "instance_state(obj) -> (attrs, dict, values_bytes)"},

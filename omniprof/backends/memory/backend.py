@@ -71,6 +71,11 @@ class MemoryOptions:
         engine: ``"auto"`` (native if built, else tracemalloc), ``"native"`` or ``"tracemalloc"``.
         seed: seed of the sampling choice (None: from the OS), for reproducible sampling.
         largest: how many of the largest allocations the ``largest_allocations`` table lists.
+        record_all_above_bytes: allocations of at least this many bytes are all recorded (each
+            stands for itself, ``count`` 1), the rest sampled at ``sample_rate``: two strata, so
+            the estimate of bytes stays unbiased and no longer hinges on catching the few large
+            blocks that weigh most (a list's growth, big buffers). 0: sample everything alike.
+            Not applied with ``sample_rate=0`` (nothing is recorded) nor by the tracemalloc engine.
     """
 
     sample_rate: float = attrs.field(default=0.01, validator=v.number_in_range(0.0, 1.0))
@@ -79,6 +84,7 @@ class MemoryOptions:
     engine: str = attrs.field(default="auto", validator=v.one_of("auto", "native", "tracemalloc"))
     seed: int | None = attrs.field(default=None, validator=v.int_in_range(0, 2**63 - 1, optional=True))
     largest: int = attrs.field(default=20, validator=v.int_in_range(0, 10_000))
+    record_all_above_bytes: int = attrs.field(default=65_536, validator=v.int_in_range(0, 2**63 - 1))
 
 
 _DOMAINS = {0: "raw", 1: "mem", 2: "obj"}
@@ -234,7 +240,7 @@ class MemoryBackend(Backend):
         self._t0 = self.clock.now_ns()
         if self.engine == "native":
             _native().start(float(self.options.sample_rate), self.options.max_allocations,
-                            self.options.max_frames, seed, False)
+                            self.options.max_frames, seed, False, self.options.record_all_above_bytes)
         else:
             import tracemalloc
 
@@ -248,8 +254,8 @@ class MemoryBackend(Backend):
             mod = _native()
             mod.stop()
             records, stats = mod.take(_known_types())
-            raw = [(t, size, tid, bool(freed), tuple(reversed(stack)), tname or None, _DOMAINS.get(d), t_free)
-                   for t, size, tid, freed, d, stack, tname, t_free in records]
+            raw = [(t, size, tid, bool(freed), tuple(reversed(stack)), tname or None, _DOMAINS.get(d), t_free, sure)
+                   for t, size, tid, freed, d, stack, tname, t_free, sure in records]
             del records
             timeline = stats["timeline"]
             summary = {"engine": "native", "sample_rate": self.options.sample_rate,
@@ -272,7 +278,7 @@ class MemoryBackend(Backend):
         own_n = own_bytes = 0
         var_bytes = 0.0
         frees: list[tuple[int, int]] = []  # (t_free_ns, bytes it stood for)
-        for t, size, tid, freed, stack, tname, domain, t_free in raw:
+        for t, size, tid, freed, stack, tname, domain, t_free, sure in raw:
             if _is_own(stack, own_is):
                 own_n += 1
                 own_bytes += size
@@ -290,10 +296,10 @@ class MemoryBackend(Backend):
                 sid = stack_ids[key] = len(stacks)
                 stacks.append(key)
             tids.add(tid)
-            count = _count(rate, rng)
+            count = 1 if sure else _count(rate, rng)
             allocations.append(Allocation(t_ns=t, size_bytes=size, stack_id=sid, thread_id=tid,
                                           alive_at_end=not freed, count=count, type=tname, domain=domain))
-            if rate > 0:
+            if rate > 0 and not sure:
                 var_bytes += size * size * (1.0 - rate) / (rate * rate)
             if freed and t_free:
                 frees.append((t_free, size * count))
@@ -372,7 +378,7 @@ class MemoryBackend(Backend):
             # iterates oldest frame first: root first, as our stacks are.
             stack = tuple(Frame(name=f"{os.path.basename(f.filename)}:{f.lineno}", file=f.filename, line=f.lineno)
                           for f in tr.traceback)
-            raw.append((t1, tr.size, 0, False, stack, None, None, 0))
+            raw.append((t1, tr.size, 0, False, stack, None, None, 0, False))
         summary = {"engine": "tracemalloc", "sample_rate": rate, "traced_current_bytes": current,
                    "traced_peak_bytes": peak, "sampled_allocations": len(raw)}
         return raw, summary, dropped

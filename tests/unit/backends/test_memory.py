@@ -64,7 +64,9 @@ def test_sampling_rate_is_honoured():
     s = part.summaries["memory"]
     frac = s["sampled_allocations"] / s["allocations"]
     assert 0.09 < frac < 0.11
-    assert {a.count for a in part.allocations} == {10}
+    # below 64 KiB each recorded allocation stands for 10; larger ones are all recorded, for themselves
+    assert {a.count for a in part.allocations if a.size_bytes < 65_536} == {10}
+    assert {a.count for a in part.allocations if a.size_bytes >= 65_536} <= {1}
     est = sum(a.count for a in part.allocations)
     assert abs(est - s["allocations"]) / s["allocations"] < 0.1
     del junk
@@ -540,7 +542,7 @@ def test_estimate_and_its_standard_error_are_honest():
     assert within >= 7
     with omniprof.allocs.profile(sample_rate=0.3, seed=3) as prof:
         kept = [str(i) * 3 for i in range(20_000)]
-    counts = [a.count for a in prof.result.part("memory").allocations]
+    counts = [a.count for a in prof.result.part("memory").allocations if a.size_bytes < 65_536]
     assert set(counts) == {3, 4}
     assert abs(sum(counts) / len(counts) - 1 / 0.3) < 0.05
     del kept
@@ -813,3 +815,20 @@ def test_heap_snapshot_falls_back_to_temp_dir(tmp_path):
                          env={**os.environ, "TMPDIR": str(tmp_path)})
     path = Path(out.stdout.strip().splitlines()[-1])
     assert path.parent == tmp_path and path.exists()
+
+
+@needs_native
+def test_large_allocations_are_all_recorded():
+    """Allocations of at least record_all_above_bytes are all recorded, each for itself: 40 buffers
+    of 100 KB at rate 0.001 are all there with count 1, and the smaller ones are still sampled."""
+    with omniprof.allocs.profile(sample_rate=0.001, seed=3) as prof:
+        big = [bytearray(100_000) for _ in range(40)]
+        small = [str(i) * 2 for i in range(50_000)]
+    part = prof.result.part("memory")
+    large = [a for a in part.allocations if 100_000 <= a.size_bytes < 100_100]
+    assert len(large) == 40 and {a.count for a in large} == {1}
+    assert {a.count for a in part.allocations if a.size_bytes < 65_536} <= {1000}
+    with omniprof.allocs.profile(sample_rate=0.001, seed=3, record_all_above_bytes=0) as prof:
+        big2 = [bytearray(100_000) for _ in range(40)]
+    assert sum(1 for a in prof.result.part("memory").allocations if a.size_bytes >= 100_000) < 40
+    del big, small, big2
