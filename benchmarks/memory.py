@@ -81,10 +81,26 @@ def run_tracemalloc(fn, n) -> float:
         tracemalloc.stop()
 
 
-def run_memray(fn, n) -> float | None:
+def _import_memray():
     try:
         import memray
     except ImportError:
+        # memray installed apart (not in the project's venv): OMNIPROF_BENCH_EXTRA_SITE=<its site-packages>,
+        # appended last so it shadows nothing of the project's own
+        extra = os.environ.get("OMNIPROF_BENCH_EXTRA_SITE")
+        if not extra or extra in sys.path:
+            return None
+        sys.path.append(extra)
+        try:
+            import memray
+        except ImportError:
+            return None
+    return memray
+
+
+def run_memray(fn, n) -> float | None:
+    memray = _import_memray()
+    if memray is None:
         return None
     with tempfile.TemporaryDirectory() as d:
         with memray.Tracker(os.path.join(d, "m.bin")):

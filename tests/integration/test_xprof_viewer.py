@@ -81,6 +81,11 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> dict:
         with omniprof.annotate("tb-cpu-region"):
             sum(i * i for i in range(200_000))
     put("cpu", prof.result)
+    with omniprof.Profiler(backend=["cpu", "memory"], backend_options={"memory": {"sample_rate": 0.05}}) as prof:
+        kept = [bytearray(10_000) for _ in range(3_000)]
+        sum(i * i for i in range(300_000))
+        del kept
+    put("cpumem", prof.result)
     if KINETO.is_file():
         put("kineto", read_any(KINETO), host="a100box")
     with omniprof.Profiler(backend="torch", options={"device_tracer_level": 0}) as prof:
@@ -170,6 +175,19 @@ def test_real_cpu_backend_run_opens(server: dict, logdir: dict) -> None:
     """A real cpu-backend session shows its annotation in XProf's trace viewer."""
     host = json.loads(_get(server, f"/hosts?run={logdir['runs']['cpu']}&tag=trace_viewer"))[0]["hostname"]
     assert "tb-cpu-region" in _names(_trace(server, logdir["runs"]["cpu"], host))
+
+
+def test_memory_counters_beside_cpu_samples(server: dict, logdir: dict) -> None:
+    """One run with backend=["cpu", "memory"]: XProf's trace viewer draws the memory counters
+    (allocated bytes, estimated live bytes) and the sampled stacks of the same run."""
+    run = logdir["runs"]["cpumem"]
+    host = json.loads(_get(server, f"/hosts?run={run}&tag=trace_viewer"))[0]["hostname"]
+    trace = _trace(server, run, host, "trace_viewer@")
+    counters = {e["name"]: e for e in trace["traceEvents"] if e.get("ph") == "C"}
+    assert {"allocated_bytes", "live_bytes_est"} <= set(counters), set(counters)
+    assert max(v for _, v in counters["allocated_bytes"]["entries"]) >= 3_000 * 10_000
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert any("sampled stacks" in t for t in threads), threads
 
 
 def test_real_torch_backend_run_opens(server: dict, logdir: dict) -> None:

@@ -309,7 +309,7 @@ static inline void on_alloc(void *ptr, size_t size, uint8_t domain) {
     if (!ptr || in_hook) return;
     allocs_seen++;
     bytes_seen += size;
-    if (size >= always_bytes) {
+    if (__builtin_expect(size >= always_bytes, 0)) {
         /* Large allocations are all recorded (a stratum sampled at rate 1): the estimate of bytes
          * does not hinge on catching the few that weigh most (a list's growth, a big buffer). */
         if (domain == 0 && !PyGILState_Check()) return;
@@ -317,7 +317,7 @@ static inline void on_alloc(void *ptr, size_t size, uint8_t domain) {
         if (nrecords && records[nrecords - 1].ptr == (uintptr_t)ptr) records[nrecords - 1].sure = 1;
         return;
     }
-    if (--countdown == 0) {
+    if (__builtin_expect(--countdown == 0, 0)) {
         countdown = draw_countdown();
         if (domain == 0 && !PyGILState_Check()) return; /* RAW without the GIL: no stack to take */
         record(ptr, size, domain);
