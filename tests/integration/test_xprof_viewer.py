@@ -183,7 +183,7 @@ def test_memory_counters_beside_cpu_samples(server: dict, logdir: dict) -> None:
     run = logdir["runs"]["cpumem"]
     host = json.loads(_get(server, f"/hosts?run={run}&tag=trace_viewer"))[0]["hostname"]
     trace = _trace(server, run, host, "trace_viewer@")
-    counters = {e["name"]: e for e in trace["traceEvents"] if e.get("ph") == "C"}
+    counters = {e["name"].split("] ")[-1]: e for e in trace["traceEvents"] if e.get("ph") == "C"}  # "[memory] x"
     assert {"allocated_bytes", "live_bytes_est"} <= set(counters), set(counters)
     assert max(v for _, v in counters["allocated_bytes"]["entries"]) >= 3_000 * 10_000
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
