@@ -193,7 +193,7 @@ class MemoryBackend(Backend):
                        "built" if native else "the _allocsampler extension was not built: the tracemalloc engine "
                                               "is used (slower); reinstall omniprof with a C compiler available"),
             Capability("allocation sampling, tracemalloc engine", True, "always available"),
-            Capability("heap snapshots (.heapsnapshot for Chrome DevTools)", True, "omniprof.allocs.heap_snapshot"),
+            Capability("heap snapshots (.heapsnapshot for Chrome DevTools)", True, "omniprof.take_heap_snapshot"),
         ]
 
     def __init__(self, options: MemoryOptions | None = None, *, context: Any = None) -> None:
@@ -273,6 +273,7 @@ class MemoryBackend(Backend):
         own_is: dict[Any, bool] = {}
         own_n = own_bytes = 0
         var_bytes = 0.0
+        n_sampled = 0  # recorded by chance (not for their size)
         frees: list[tuple[int, int]] = []  # (t_free_ns, bytes it stood for)
         for t, size, tid, freed, stack, tname, domain, t_free, sure in raw:
             if _is_own(stack, own_is):
@@ -296,6 +297,7 @@ class MemoryBackend(Backend):
             allocations.append(Allocation(t_ns=t, size_bytes=size, stack_id=sid, thread_id=tid,
                                           alive_at_end=not freed, count=count, type=tname, domain=domain))
             if rate > 0 and not sure:
+                n_sampled += 1
                 var_bytes += size * size * (1.0 - rate) / (rate * rate)
             if freed and t_free:
                 frees.append((t_free, size * count))
@@ -304,7 +306,7 @@ class MemoryBackend(Backend):
         alive_est = sum(a.size_bytes * a.count for a in allocations if a.alive_at_end)
         summary.update(est_allocated_bytes=est_bytes, est_allocated_bytes_stderr=round(math.sqrt(var_bytes)),
                        est_allocations=sum(a.count for a in allocations),
-                       est_allocations_stderr=round(math.sqrt(len(allocations) * (1.0 - rate)) / rate) if rate else 0,
+                       est_allocations_stderr=round(math.sqrt(n_sampled * (1.0 - rate)) / rate) if rate else 0,
                        est_live_at_end_bytes=alive_est, own_allocations_sampled=own_n,
                        own_bytes_sampled=own_bytes, rss_bytes=_rss_bytes(),
                        rss_growth_bytes=_rss_bytes() - self._rss0, peak_rss_bytes=_peak_rss_bytes())
@@ -384,10 +386,10 @@ class MemoryBackend(Backend):
             if self.engine == "native":
                 _native().stop()
                 _native().take(None)
-                self._stop_thread_names()
             else:
                 import tracemalloc
 
                 tracemalloc.stop()
+            self._stop_thread_names()
             self._running = False
 
