@@ -122,7 +122,7 @@ def format_allocs(result: ProfileResult | BackendResult, *, by: str = "bytes", *
 
     from omniprof.backends.cpu.api import _print_options
     from omniprof.core.results import StackSample
-    from omniprof.core.stackreport import _group_title, _indent, _ltrunc, _short_path, build_report, frame_where
+    from omniprof.analysis.stackreport import _group_title, _indent, _ltrunc, _short_path, build_report, frame_where
 
     w = _weight(by)
     opts = _print_options(options)
