@@ -38,7 +38,7 @@ def test_every_field_of_every_kind_is_written():
     assert all(part[k] for k in kinds), [k for k in kinds if not part[k]]
     assert set(part["summaries"]) == {"flops", "memory"}
     assert part["allocations"][0] == {"t_ns": 2_000_000, "size_bytes": 4096, "stack_id": 1, "thread_id": 1,
-                                      "alive_at_end": True, "count": 1}
+                                      "alive_at_end": True, "count": 1, "type": "bytearray", "domain": "obj"}
 
 
 @pytest.mark.parametrize("which", ["full", "empty", "real"])
