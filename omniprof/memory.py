@@ -7,10 +7,14 @@ from omniprof.backends.memory.api import (
     clear,
     fetch,
     flat_rows,
+    init,
     print,
     profile,
+    start,
+    stop,
     take_heap_snapshot,
     tree_rows,
 )
 
-__all__ = ["profile", "fetch", "clear", "print", "flat_rows", "tree_rows", "take_heap_snapshot", "assemble_snapshot"]
+__all__ = ["profile", "start", "stop", "fetch", "clear", "print", "init", "flat_rows", "tree_rows",
+           "take_heap_snapshot", "assemble_snapshot"]

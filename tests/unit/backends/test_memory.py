@@ -779,26 +779,38 @@ def test_print_takes_the_sampler_print_options():
 
 
 def test_heap_snapshot_to_stream_dir_and_positional_all_one(tmp_path):
-    """take_heap_snapshot(io), (dir=...), (True) for all_one, as Julia's; streaming needs a path."""
-    import io
-
-    buf = io.StringIO()
-    assert omniprof.take_heap_snapshot(buf) is buf
-    doc = json.loads(buf.getvalue())
-    _check_structure(doc)
-    p = omniprof.take_heap_snapshot(dir=tmp_path)
-    assert p.parent == tmp_path and p.name.endswith(".heapsnapshot") and p.name.startswith(f"{os.getpid()}_")
-    _check_structure(json.loads(p.read_text()))
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
+    """take_heap_snapshot(io), (dir=...), (True) for all_one, as Julia's; streaming needs a path.
+    (In a small child process: a snapshot of the test runner's own heap would be slow.)"""
+    code = textwrap.dedent(f"""
+        import io, json, os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import omniprof
+        from omniprof.errors import InvalidArgumentError
+        buf = io.StringIO()
+        assert omniprof.take_heap_snapshot(buf) is buf
+        with open({str(tmp_path / "io.heapsnapshot")!r}, "w") as fh:
+            fh.write(buf.getvalue())
+        p = omniprof.take_heap_snapshot(dir={str(tmp_path / "d")!r})
+        os.chdir({str(tmp_path / "cwd")!r})
         q = omniprof.take_heap_snapshot(True)
-    finally:
-        os.chdir(cwd)
+        try:
+            omniprof.take_heap_snapshot(io.StringIO(), streaming=True)
+            refused = ""
+        except InvalidArgumentError as e:
+            refused = str(e)
+        print(json.dumps({{"dir": str(p), "cwd": str(q), "pid": os.getpid(), "refused": refused}}))
+    """)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "cwd").mkdir()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=240)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    _check_structure(json.loads((tmp_path / "io.heapsnapshot").read_text()))
+    p, q = Path(got["dir"]), Path(got["cwd"])
+    assert p.parent == tmp_path / "d" and p.name.endswith(".heapsnapshot") and p.name.startswith(f"{got['pid']}_")
+    _check_structure(json.loads(p.read_text()))
     sizes = {v for i, v in enumerate(json.loads(q.read_text())["nodes"]) if i % NF == 3}
-    assert sizes <= {0, 1} and q.parent == tmp_path
-    with pytest.raises(InvalidArgumentError, match="streaming"):
-        omniprof.take_heap_snapshot(io.StringIO(), streaming=True)
+    assert sizes <= {0, 1} and q.parent == tmp_path / "cwd"
+    assert "streaming" in got["refused"]
 
 
 def test_heap_snapshot_falls_back_to_temp_dir(tmp_path):
