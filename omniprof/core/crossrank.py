@@ -232,14 +232,16 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
         elif cat == "cpu_op":
             comp.append((a, b))
             ops.append((a, s.dur_ns, s.name))
+    classified = comp + comm + mem
     if steps:
         steps.sort(key=lambda x: x[1])
         lo, hi = steps[0][1], max(b for _, _, b in steps)
+    elif classified:  # as HTA: from the first to the last classified event (device events on a GPU rank)
+        lo, hi = min(a for a, _ in classified), max(b for _, b in classified)
     elif bounds:
         lo, hi = min(a for a, _ in bounds), max(b for _, b in bounds)
     else:
-        every = [(s.start_ns + off, s.start_ns + off + s.dur_ns) for s, off in spans]
-        lo, hi = (min(a for a, _ in every), max(b for _, b in every)) if every else (0, 0)
+        lo = hi = 0
     window = max(0, hi - lo)
     C = _clip(union(comp), lo, hi)
     M = _clip(union(comm), lo, hi)
