@@ -51,7 +51,7 @@ from omniprof.errors import InvalidArgumentError, TraceReadError
 
 __all__ = [
     "RankSummary", "StepRow", "Straggler", "CrossRankReport", "reduce_rank", "combine", "analyze",
-    "analyze_result", "analyze_dir", "is_comm", "union", "COMM_PATTERN",
+    "analyze_result", "analyze_dir", "is_comm", "union", "COMM_PATTERN", "text_blocks",
 ]
 
 #: names of communication spans (kernels, annotations, ops), matched case-insensitively.
@@ -553,58 +553,81 @@ def is_kineto_rank_dir(path: str | os.PathLike[str]) -> bool:
 
 
 # -- text -------------------------------------------------------------------------------------------
+_FULL_STEP_RANKS = 8  # more ranks than this: per step, only the slowest ranks by own time
+
+
 def _ms(ns: int) -> str:
     return f"{ns / 1e6:,.3f}"
 
 
-def _format(rep: CrossRankReport) -> str:
-    lines = []
+def text_blocks(rep: CrossRankReport) -> list[tuple[Any, ...]]:
+    """The report as blocks: ``("line", text)`` and ``("grid", header, rows, align)`` (the table
+    reporter draws them at its width; :meth:`CrossRankReport.to_text` as plain text)."""
+    out: list[tuple[Any, ...]] = []
     src = {r.source for r in rep.ranks}
-    what = "GPU kernels" if src == {"gpu"} else "CPU ops" if src == {"cpu"} else "GPU kernels or CPU ops, per rank"
-    lines.append(f"Cross-rank temporal breakdown ({len(rep.ranks)} ranks; from {what}; % of each rank's profiled steps)")
-    head = f"{'rank':>4} {'host':<14} {'src':<3} {'window ms':>10} {'compute':>8} {'comm':>8} {'mem':>8} {'idle':>8} " \
-           f"{'overlap':>8}  clock offset"
-    lines.append(head)
-    for r in rep.ranks:
-        lines.append(f"{r.rank:>4} {r.host[:14]:<14} {r.source:<3} {_ms(r.window_ns):>10} {r.pct(r.compute_ns):>7.1f}% "
-                     f"{r.pct(r.exposed_communication_ns):>7.1f}% {r.pct(r.exposed_memory_ns):>7.1f}% "
-                     f"{r.pct(r.idle_ns):>7.1f}% {r.overlap_pct:>7.1f}%  "
-                     f"{r.clock_offset_ns / 1e3:+,.1f} ± {r.clock_uncertainty_ns / 1e3:,.1f} µs")
-    lines.append("  comm/mem: exposed (not under compute); overlap: share of communication time under compute")
+    what = "GPU kernels" if src == {"gpu"} else "CPU ops" if src == {"cpu"} else "GPU kernels or CPU ops (per rank)"
+    out.append(("line", f"Cross-rank temporal breakdown: {len(rep.ranks)} ranks, from {what}; % of each rank's "
+                        f"window (its profiled steps, else first to last event)"))
+    rows = [[str(r.rank), r.host or "-", r.source, _ms(r.window_ns), f"{r.pct(r.compute_ns):.1f}",
+             f"{r.pct(r.exposed_communication_ns):.1f}", f"{r.pct(r.exposed_memory_ns):.1f}", f"{r.pct(r.idle_ns):.1f}",
+             f"{r.overlap_pct:.1f}", f"{r.clock_offset_ns / 1e3:+,.1f} ± {r.clock_uncertainty_ns / 1e3:,.1f}"]
+            for r in rep.ranks]
+    out.append(("grid", ["rank", "host", "src", "window ms", "compute%", "comm%", "mem%", "idle%", "overlap%",
+                         "clock offset µs"], rows, "rllrrrrrrr"))
+    out.append(("line", "comm%/mem%: exposed (not under compute); overlap%: share of communication time under "
+                        "compute; clock offset: to rank 0, ± its uncertainty"))
     steps = rep.step_rows()
     if steps:
-        lines.append("")
-        lines.append("Per-step time by rank (ms): step duration / waiting on peers in collectives / own time")
-        by_step: dict[int, dict[int, dict[str, Any]]] = {}
-        for row in steps:
-            by_step.setdefault(row["step"], {})[row["rank"]] = row
-        ranks = [r.rank for r in rep.ranks]
-        lines.append(f"{'step':>5} " + " ".join(f"{'rank ' + str(r):>24}" for r in ranks))
-        for st, per in sorted(by_step.items()):
-            cells = []
-            for r in ranks:
-                x = per.get(r)
-                cells.append(f"{_ms(x['dur_ns']) + ' / ' + _ms(x['wait_ns']) + ' / ' + _ms(x['own_ns']) if x else '-':>24}")
-            lines.append(f"{st:>5} " + " ".join(cells))
-    lines.append("")
+        shown = steps
+        note = ""
+        if len(rep.ranks) > _FULL_STEP_RANKS:
+            by_step: dict[int, list[dict[str, Any]]] = {}
+            for x in steps:
+                by_step.setdefault(x["step"], []).append(x)
+            shown = [x for st in sorted(by_step) for x in sorted(by_step[st], key=lambda x: -x["own_ns"])[:3]]
+            note = f" (the 3 slowest of {len(rep.ranks)} ranks per step)"
+        out.append(("line", ""))
+        out.append(("line", f"Per-step time by rank, ms{note}: wait = in collectives for slower peers, own = step - wait"))
+        out.append(("grid", ["step", "rank", "step ms", "wait", "own", "compute", "comm", "idle"],
+                    [[str(x["step"]), str(x["rank"]), _ms(x["dur_ns"]), _ms(x["wait_ns"]), _ms(x["own_ns"]),
+                      _ms(x["compute_ns"]), _ms(x["communication_ns"]), _ms(x["idle_ns"])] for x in shown],
+                    "rrrrrrrr"))
+    out.append(("line", ""))
     if rep.stragglers:
         for s in rep.stragglers:
-            times = ", ".join(f"step {st}: {_ms(s.step_ns[st])} ms (own {_ms(s.own_ns[st])} vs median "
+            times = ", ".join(f"step {st} {_ms(s.step_ns[st])} ms (own {_ms(s.own_ns[st])} vs median "
                               f"{_ms(s.median_own_ns[st])})" for st in s.slow_steps)
-            lines.append(f"Straggler: rank {s.rank}, slow in {len(s.slow_steps)} of {s.steps} steps: {times}. "
-                         f"The other ranks waited {_ms(s.others_wait_ns)} ms in all for it in collectives.")
+            out.append(("line", f"Straggler: rank {s.rank}, slow in {len(s.slow_steps)} of {s.steps} steps: {times}. "
+                                f"The other ranks waited {_ms(s.others_wait_ns)} ms in all for it in collectives."))
             ops = "; ".join(f"{name} {_ms(ns)} ms" for name, ns in s.top_ops)
-            lines.append(f"  its slowest ops there: {ops or 'none recorded'}; host time outside any op: "
-                         f"{_ms(s.outside_ops_ns)} ms")
+            out.append(("line", f"  its slowest ops in those steps: {ops or 'none recorded'}; its idle time there "
+                                f"(outside any op): {_ms(s.outside_ops_ns)} ms"))
     else:
-        lines.append("No straggler: no rank's own step time exceeds the median rank's by more than 20 % (and 1 ms) "
-                     "in half its steps.")
+        out.append(("line", "No straggler: no rank's own step time exceeds the median rank's by more than 20 % "
+                            "(and 1 ms) in half the steps."))
     causes: dict[str, int] = {}
     for r in rep.ranks:
         for k, v in r.idle_causes.items():
             causes[k] = causes.get(k, 0) + v
     if any(causes.values()):
-        lines.append("Idle time by cause, all ranks (ms): " + ", ".join(f"{k} {_ms(v)}" for k, v in causes.items()))
+        out.append(("line", "Idle time by cause, all ranks: " + ", ".join(f"{k} {_ms(v)} ms" for k, v in causes.items())))
     for n in rep.notes:
-        lines.append(f"note: {n}")
+        out.append(("line", f"note: {n}"))
+    return out
+
+
+def _format(rep: CrossRankReport, width: int = 110) -> str:
+    import textwrap
+
+    lines: list[str] = []
+    for block in text_blocks(rep):
+        if block[0] == "line":
+            text = block[1]
+            lines += textwrap.wrap(text, width, subsequent_indent="    ") if text else [""]
+            continue
+        _, header, rows, align = block
+        widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+        for cells in [header, *rows]:
+            lines.append("  ".join(c.rjust(w) if a == "r" else c.ljust(w)
+                                   for c, w, a in zip(cells, widths, align)).rstrip())
     return "\n".join(lines) + "\n"
