@@ -170,3 +170,27 @@ def test_straggler_named_from_a_directory_of_kineto_traces(job: dict, tmp_path: 
     rep = crossrank.analyze(tmp_path, workers=1)
     assert [r.rank for r in rep.ranks] == list(range(WORLD))
     _check_straggler(rep, job, run)
+
+
+def test_report_command_on_the_run_dir_and_on_a_kineto_directory(job: dict, tmp_path: Path, capsys) -> None:
+    """`omniprof report RUN_DIR -r table` and the same on the bare Kineto traces: the cross-rank
+    section names the straggler; perfetto of the run dir writes one timeline."""
+    from omniprof.cli import main
+
+    (run,) = job["runs"]
+    for r in range(WORLD):
+        (trace,) = (run / f"rank{r}").glob("*.pt.trace.json")
+        shutil.copy(trace, tmp_path / f"host_rank{r}.pt.trace.json")
+    for src in (run, tmp_path):
+        assert main(["report", str(src), "-r", "table", "-R", "table.include_rank_parts=false",
+                     "-R", "table.width=200"]) == 0
+        out = capsys.readouterr().out
+        assert f"{WORLD} ranks" in out and f"Straggler: rank {SLOW}, slow in 3 of 3 steps" in out
+        assert "== backend torch (rank" not in out
+    outdir = tmp_path / "out"
+    assert main(["report", str(run), "-r", "perfetto,table", "-o", str(outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "== backend torch (rank 3, " in out
+    with open_trace(next(outdir.glob("*.perfetto-trace"))) as tp:
+        names = [x["name"] for x in query_rows(tp, "select name from process where name like '% / rank %' order by name")]
+    assert names == [f"{omniprof.load(run / 'omniprof.result.json').metadata.host} / rank {r}" for r in range(WORLD)]
