@@ -51,7 +51,7 @@ from omniprof.errors import InvalidArgumentError, TraceReadError
 
 __all__ = [
     "RankSummary", "StepRow", "Straggler", "CrossRankReport", "reduce_rank", "combine", "analyze",
-    "analyze_result", "analyze_dir", "is_comm", "union", "COMM_PATTERN", "text_blocks",
+    "analyze_result", "analyze_dir", "is_comm", "union", "COMM_PATTERN", "text_blocks", "load_kineto_dir",
 ]
 
 #: names of communication spans (kernels, annotations, ops), matched case-insensitively.
@@ -509,6 +509,36 @@ def rank_inputs(path: str | os.PathLike[str]) -> list[tuple[str, str, int | None
         m = _RANK_IN_NAME.search(p.name)
         out.append((str(p), "kineto", int(m.group(1)) if m else None))
     return out
+
+
+def load_kineto_dir(path: str | os.PathLike[str]) -> ProfileResult:
+    """A directory of per-rank Kineto traces (HTA's input) as one merged result: each trace's rank
+    from its ``distributedInfo.rank``, else from ``rank<N>`` in its name. Times stay each trace's own
+    Kineto clock (Unix-based, so hosts line up as well as their clocks do; no offset is estimated)."""
+    from omniprof.backends.torch.kineto import read_trace
+    from omniprof.core.distributed import load_run, merge_ranks
+
+    results = []
+    for file, kind, hint in rank_inputs(path):
+        if kind != "kineto":
+            return load_run(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = read_trace(file)
+        for w in caught:  # losses stay counted in the part; say them once, naming the file
+            warnings.warn(str(w.message), w.category, stacklevel=2)
+        info = res.parts[0].metadata.get("distributedInfo")
+        rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else hint
+        if rank is None:
+            raise TraceReadError(f"{file}: no rank in the trace (distributedInfo.rank) nor in the file name (rank<N>)")
+        world = info.get("world_size", 0) if isinstance(info, dict) else 0
+        results.append(attrs.evolve(res, metadata=attrs.evolve(
+            res.metadata, distributed={"rank": int(rank), "world_size": int(world or 0), "launcher": "kineto trace"})))
+    ranks = [r.metadata.distributed["rank"] for r in results]
+    if len(set(ranks)) != len(ranks):
+        dup = sorted({r for r in ranks if ranks.count(r) > 1})
+        raise TraceReadError(f"{path}: several files claim rank(s) {dup}; keep one trace per rank in the directory")
+    return merge_ranks(results)
 
 
 def analyze_dir(path: str | os.PathLike[str], *, workers: int | None = None, **kw: Any) -> CrossRankReport:

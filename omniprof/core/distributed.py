@@ -40,7 +40,7 @@ from omniprof.errors import DistributedError, InvalidArgumentError
 
 __all__ = [
     "RankInfo", "ClockSync", "Collectives", "TorchCollectives", "detect_environment", "estimate_offset",
-    "sync_clock", "merge_ranks", "rank_dir", "RANK_DIR_PREFIX", "CLOCK_ROUNDS", "load_run", "find_rank_results", "load_kineto_dir",
+    "sync_clock", "merge_ranks", "rank_dir", "RANK_DIR_PREFIX", "CLOCK_ROUNDS", "load_run", "find_rank_results",
 ]
 
 #: rank N's part of a run lives in ``<run>/rank<N>/``.
@@ -327,39 +327,6 @@ def load_run(run_dir: str | os.PathLike[str]) -> ProfileResult:
         raise TraceReadError(f"{run_dir}: no rank<N>/omniprof.result.json inside: not a distributed omniprof run "
                              f"directory")
     return merge_ranks([load(p) for p in found.values()])
-
-
-def load_kineto_dir(path: str | os.PathLike[str]) -> ProfileResult:
-    """A directory of per-rank Kineto traces (HTA's input) as one merged result: each trace's rank
-    from its ``distributedInfo.rank``, else from ``rank<N>`` in its name. Times stay each trace's own
-    Kineto clock (Unix-based, so hosts line up as well as their clocks do; no offset is estimated)."""
-    import warnings
-
-    from omniprof.backends.torch.kineto import read_trace
-    from omniprof.core.crossrank import rank_inputs
-    from omniprof.errors import TraceReadError
-
-    results = []
-    for file, kind, hint in rank_inputs(path):
-        if kind != "kineto":
-            return load_run(path)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            res = read_trace(file)
-        for w in caught:  # losses stay counted in the part; say them once, naming the file
-            warnings.warn(str(w.message), w.category, stacklevel=2)
-        info = res.parts[0].metadata.get("distributedInfo")
-        rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else hint
-        if rank is None:
-            raise TraceReadError(f"{file}: no rank in the trace (distributedInfo.rank) nor in the file name (rank<N>)")
-        world = info.get("world_size", 0) if isinstance(info, dict) else 0
-        results.append(attrs.evolve(res, metadata=attrs.evolve(
-            res.metadata, distributed={"rank": int(rank), "world_size": int(world or 0), "launcher": "kineto trace"})))
-    ranks = [r.metadata.distributed["rank"] for r in results]
-    if len(set(ranks)) != len(ranks):
-        dup = sorted({r for r in ranks if ranks.count(r) > 1})
-        raise TraceReadError(f"{path}: several files claim rank(s) {dup}; keep one trace per rank in the directory")
-    return merge_ranks(results)
 
 
 def _describe_schedule(schedule: Any) -> Any:
