@@ -76,8 +76,8 @@ def generate(path: Path, rank: int, world: int, n_events: int, slow: bool, seed:
 _CHILD = r"""
 import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from omniprof.core import crossrank
-from omniprof.backends.torch.kineto import read_trace
+from omniprof.analysis import crossrank
+from omniprof.formats.kineto import read_trace
 import warnings
 warnings.simplefilter("ignore")
 mode, path = sys.argv[2], sys.argv[3]

@@ -245,7 +245,7 @@ class TableReporter(Reporter):
             self._part(part, out)
 
     def _cross_rank(self, result: ProfileResult, out: _Out) -> None:
-        from omniprof.core import crossrank
+        from omniprof.analysis import crossrank
 
         d = result.metadata.distributed
         out.line(f"== distributed run {d.get('run') or ''}: {d.get('world_size')} ranks".replace("run :", "run:"))

@@ -19,9 +19,9 @@ import pytest
 pytest.importorskip("torch")
 
 import omniprof
-from omniprof.core import crossrank
+from omniprof.analysis import crossrank
 from omniprof.core.distributed import load_run
-from omniprof.core.timeline import merge
+from omniprof.analysis.timeline import merge
 from omniprof.reporters.perfetto import ChromeTraceOptions, PerfettoOptions, expected_counts, write_chrome_json, write_proto
 from omniprof.testing.trace_processor import import_problems, open_trace, query_rows
 from tests.integration import ddp_job

@@ -13,7 +13,7 @@ import pytest
 import omniprof
 from omniprof.core import distributed as dist
 from omniprof.core.results import BackendResult, ClockInfo, ErrorRecord, ProfileResult, RunMetadata, Span, Track
-from omniprof.core.timeline import merge
+from omniprof.analysis.timeline import merge
 from omniprof.errors import DistributedError, InvalidArgumentError
 from omniprof.reporters.perfetto import layout
 from omniprof.testing.fakes import SkewedClock

@@ -473,7 +473,7 @@ def _reduce_file(path: str, kind: str, rank_hint: int | None) -> RankSummary:
 
         res = load(path)
         return _summary_of_result(res, rank_hint, label=Path(path).parent.name)
-    from omniprof.backends.torch.kineto import read_trace
+    from omniprof.formats.kineto import read_trace
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # losses stay counted in the part; the report notes per-rank reads only
@@ -515,7 +515,7 @@ def load_kineto_dir(path: str | os.PathLike[str]) -> ProfileResult:
     """A directory of per-rank Kineto traces (HTA's input) as one merged result: each trace's rank
     from its ``distributedInfo.rank``, else from ``rank<N>`` in its name. Times stay each trace's own
     Kineto clock (Unix-based, so hosts line up as well as their clocks do; no offset is estimated)."""
-    from omniprof.backends.torch.kineto import read_trace
+    from omniprof.formats.kineto import read_trace
     from omniprof.core.distributed import load_run, merge_ranks
 
     results = []

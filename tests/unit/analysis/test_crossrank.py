@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from omniprof.backends.torch.kineto import read_trace
-from omniprof.core import crossrank as cr
+from omniprof.formats.kineto import read_trace
+from omniprof.analysis import crossrank as cr
 from omniprof.core.results import BackendResult, ProfileResult, RunMetadata, Span, Track
 from omniprof.errors import TraceReadError
 
