@@ -6,8 +6,9 @@ trace's ``distributedInfo.rank``, else from a ``rank<N>`` in the file name). Eac
 alone first (:func:`reduce_rank`, in worker processes for directories, at most ``workers`` ranks in
 memory at once) to a small :class:`RankSummary`; only those summaries meet in :func:`combine`.
 
-Per rank (:class:`RankSummary`), over its profiled steps (the union of its ``step`` spans, else the
-part's whole window):
+Per rank (:class:`RankSummary`), over its profiled steps (its ``step`` spans, from the framework's
+``ProfilerStep#N`` markers where several backends mark steps; else from its first to its last
+classified event):
 
 * **Temporal breakdown.** GPU kernels when the rank has any (``source="gpu"``), else CPU ops
   (``source="cpu"``). Communication: spans named like a collective (NCCL/RCCL kernels,
@@ -194,7 +195,7 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
     comp: Intervals = []
     comm: Intervals = []
     mem: Intervals = []
-    steps: list[tuple[int, int, int]] = []
+    step_marks = _step_marks(parts, clock_offset_ns)
     coll: list[tuple[str, int, int, int]] = []  # (priority, start, dur, name) gathered then filtered
     ops: list[tuple[int, int, str]] = []
     kernels: list[tuple[int, int, tuple[int, ...]]] = []
@@ -207,7 +208,6 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
         b = a + s.dur_ns
         cat = s.category
         if cat == "step":
-            steps.append((_step_number(s, len(steps)), a, b))
             continue
         if has_gpu:
             if cat in _DEVICE_CATS:
@@ -233,6 +233,7 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
             comp.append((a, b))
             ops.append((a, s.dur_ns, s.name))
     classified = comp + comm + mem
+    steps = [(num, a, b) for num, (a, b) in step_marks.items()]
     if steps:
         steps.sort(key=lambda x: x[1])
         lo, hi = steps[0][1], max(b for _, _, b in steps)
@@ -275,6 +276,26 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
                        exposed_communication_ns=exposed_comm, exposed_memory_ns=exposed_mem, idle_ns=idle,
                        idle_causes=causes, steps=tuple(rows), collectives=collectives,
                        clock_offset_ns=clock_offset_ns, clock_uncertainty_ns=clock_uncertainty_ns, label=label)
+
+
+def _step_marks(parts: Sequence[BackendResult], clock_offset_ns: int) -> dict[int, tuple[int, int]]:
+    """Step number -> (start, end) from ONE part: several backends mark the same steps (torch's
+    ``ProfilerStep#N``, the cpu backend's ``step N``, whose last step runs on until the session
+    stops), so the framework's own markers (``ProfilerStep#``) win, else the first part's."""
+    best: list[tuple[Span, int]] = []
+    for p in parts:
+        marks = [(s, p.clock.offset_ns + clock_offset_ns) for s in p.spans if s.category == "step"]
+        if marks and (not best or (marks[0][0].name.startswith("ProfilerStep#")
+                                   and not best[0][0].name.startswith("ProfilerStep#"))):
+            best = marks
+    out: dict[int, tuple[int, int]] = {}
+    for i, (s, off) in enumerate(best):
+        num = s.args.get("step_num")
+        num = num if isinstance(num, int) else _step_number(s, i)
+        a, b = s.start_ns + off, s.start_ns + off + s.dur_ns
+        old = out.get(num)
+        out[num] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
+    return out
 
 
 def _gpu_idle_causes(busy: Intervals, kernels: list[tuple[int, int, tuple[int, ...]]],

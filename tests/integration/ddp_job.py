@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 STEPS = 4          # schedule wait=1, active=3: steps 1..3 recorded
-SLEEP_S = 0.03
+SLEEP_S = 0.06
 
 
-def run_rank(rank: int, world: int, port: int, logdir: str, slow_rank: int, skew_rank: int, skew_ns: int) -> None:
+def run_rank(rank: int, world: int, port: int, logdir: str, slow_rank: int, skew_rank: int, skew_ns: int,
+             backends: tuple[str, ...] = ("torch",)) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), KINETO_LOG_LEVEL="4")
     import torch
     import torch.distributed as dist
@@ -30,7 +31,7 @@ def run_rank(rank: int, world: int, port: int, logdir: str, slow_rank: int, skew
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         clock = SkewedClock(skew_ns) if rank == skew_rank else None
         sleeps: dict[int, int] = {}
-        prof = omniprof.Profiler(backend="torch", options={"device_tracer_level": 0}, logdir=logdir,
+        prof = omniprof.Profiler(backend=list(backends), options={"device_tracer_level": 0}, logdir=logdir,
                                  distributed=True, clock=clock, schedule=omniprof.schedule(wait=1, active=STEPS - 1,
                                                                                           repeat=1))
         with prof:
@@ -51,7 +52,8 @@ def run_rank(rank: int, world: int, port: int, logdir: str, slow_rank: int, skew
         dist.destroy_process_group()
 
 
-def spawn(world: int, port: int, logdir: str, slow_rank: int = -1, skew_rank: int = -1, skew_ns: int = 0) -> None:
+def spawn(world: int, port: int, logdir: str, slow_rank: int = -1, skew_rank: int = -1, skew_ns: int = 0,
+          backends: tuple[str, ...] = ("torch",)) -> None:
     import torch.multiprocessing as mp
 
-    mp.spawn(run_rank, args=(world, port, logdir, slow_rank, skew_rank, skew_ns), nprocs=world, join=True)
+    mp.spawn(run_rank, args=(world, port, logdir, slow_rank, skew_rank, skew_ns, backends), nprocs=world, join=True)

@@ -1,7 +1,8 @@
 """Four real torch.distributed ranks (gloo, 127.0.0.1) profiled with distributed=True.
 
-One job is run for the module (it costs ~20 s on this machine): rank 2 sleeps in every step (the
-straggler), rank 1 profiles with a clock 5 s ahead (the skew to undo). Everything below reads what
+One job is run for the module (it costs ~20 s on this machine), profiled with the torch and cpu
+backends together: rank 2 sleeps in every step (the straggler), rank 1 profiles with a clock 5 s
+ahead (the skew to undo). Everything below reads what
 that job left: the run directory, the Kineto traces each rank wrote, and each rank's own record of
 its sleeps.
 """
@@ -41,7 +42,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> dict:
     logdir = tmp_path_factory.mktemp("ddp")
-    ddp_job.spawn(WORLD, _free_port(), str(logdir), slow_rank=SLOW, skew_rank=SKEWED, skew_ns=SKEW_NS)
+    ddp_job.spawn(WORLD, _free_port(), str(logdir), slow_rank=SLOW, skew_rank=SKEWED, skew_ns=SKEW_NS,
+                  backends=("torch", "cpu"))
     truth = {r: json.loads((logdir / f"truth_rank{r}.json").read_text()) for r in range(WORLD)}
     runs = list((logdir / "plugins" / "profile").iterdir())
     return {"logdir": logdir, "truth": truth, "runs": runs}
@@ -64,7 +66,8 @@ def test_one_run_dir_with_a_part_per_rank_and_a_merged_result(job: dict) -> None
         assert len(list((run / f"rank{r}").glob("*.pt.trace.json"))) == 1
     merged = omniprof.load(run / "omniprof.result.json")
     assert merged.metadata.distributed["merged"] is True
-    assert sorted(p.metadata["rank"] for p in merged.parts) == list(range(WORLD))
+    assert sorted((p.metadata["rank"], p.backend) for p in merged.parts) == [
+        (r, b) for r in range(WORLD) for b in ("cpu", "torch")]
     assert load_run(run) == merged  # the parts alone rebuild the same merged result
 
 
@@ -110,13 +113,15 @@ def test_merged_timeline_opens_in_perfetto_with_one_process_per_rank(job: dict, 
         write_proto(merged, fh, PerfettoOptions())
     chrome = tmp_path / "t.json.gz"
     with open(chrome, "wb") as fh:
-        write_chrome_json(merged, fh, ChromeTraceOptions())
+        # Sampled stacks are checked in the protobuf; the JSON importer turns JSON samples into extra slices.
+        write_chrome_json(merged, fh, ChromeTraceOptions(include_samples=False))
     host = merged.metadata.host
     for path in (proto, chrome):
         with open_trace(path) as tp:
             assert import_problems(tp) == []
-            procs = query_rows(tp, "select p.name as name, p.pid as pid, count(*) as n from slice s "
-                                   "join thread_track tt on s.track_id = tt.id join thread using(utid) "
+            procs = query_rows(tp, "select p.name as name, p.pid as pid, count(*) as n from slice s join "
+                                   "(select id, upid from process_track union all select tt.id, t.upid "
+                                   "from thread_track tt join thread t using(utid)) x on s.track_id = x.id "
                                    "join process p using(upid) group by p.upid order by p.name")
             assert [x["name"] for x in procs] == [f"{host} / rank {r}" for r in range(WORLD)]
             assert [x["pid"] for x in procs] == [job["truth"][r]["pid"] for r in range(WORLD)]
@@ -124,6 +129,12 @@ def test_merged_timeline_opens_in_perfetto_with_one_process_per_rank(job: dict, 
             assert [x["n"] for x in procs] == per_rank
             assert query_rows(tp, "select count(*) as n from slice")[0]["n"] == want["slices"]
             assert query_rows(tp, "select count(*) as n from flow")[0]["n"] == want["flows"] > 0
+            if path == proto:  # sampled stacks of every rank's cpu part, each on its rank's threads
+                rows = query_rows(tp, "select p.name as name, count(*) as n from perf_sample s join thread using(utid) "
+                                      "join process p using(upid) group by p.upid order by p.name")
+                samples = [sum(len(p.samples) for p in merged.parts if p.metadata["rank"] == r) for r in range(WORLD)]
+                assert [x["name"] for x in rows] == [f"{host} / rank {r}" for r in range(WORLD)]
+                assert [x["n"] for x in rows] == samples and all(samples)
     with gzip.open(chrome, "rt") as fh:
         names = {e["args"]["name"] for e in json.load(fh)["traceEvents"] if e.get("name") == "process_name"}
     assert names == {f"{host} / rank {r}" for r in range(WORLD)}
@@ -190,7 +201,7 @@ def test_report_command_on_the_run_dir_and_on_a_kineto_directory(job: dict, tmp_
     outdir = tmp_path / "out"
     assert main(["report", str(run), "-r", "perfetto,table", "-o", str(outdir)]) == 0
     out = capsys.readouterr().out
-    assert "== backend torch (rank 3, " in out
+    assert "== backend torch (rank 3, " in out and "== backend cpu (rank 3, " in out
     with open_trace(next(outdir.glob("*.perfetto-trace"))) as tp:
         names = [x["name"] for x in query_rows(tp, "select name from process where name like '% / rank %' order by name")]
     assert names == [f"{omniprof.load(run / 'omniprof.result.json').metadata.host} / rank {r}" for r in range(WORLD)]

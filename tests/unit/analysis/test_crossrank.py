@@ -9,6 +9,7 @@ import random
 import warnings
 from pathlib import Path
 
+import attrs
 import pytest
 
 from omniprof.formats.kineto import read_trace
@@ -201,3 +202,15 @@ def test_merged_result_without_rank_metadata_is_one_rank() -> None:
     res = ProfileResult(metadata=RunMetadata(host="h"), parts=(_part([Span("aten::mm", "m", 0, 10, "cpu_op")]),))
     rep = cr.analyze(res)
     assert [r.rank for r in rep.ranks] == [0] and rep.ranks[0].compute_ns == 10
+
+
+def test_steps_marked_by_two_backends_come_from_the_framework() -> None:
+    """torch's ProfilerStep#3 and the cpu backend's "step 3" (which runs on until the session stops):
+    the step is torch's."""
+    torch_part = _part([Span("ProfilerStep#3", "main", 10, 80, "step", args={"step_num": 3}),
+                        Span("aten::mm", "main", 20, 10, "cpu_op")])
+    cpu_part = attrs.evolve(_part([Span("step 3", "steps", 5, 500, "step", args={"step_num": 3})]), backend="cpu")
+    for parts in ([torch_part, cpu_part], [cpu_part, torch_part]):
+        s = cr.reduce_rank(parts, rank=0)
+        assert [(r.step, r.start_ns, r.dur_ns) for r in s.steps] == [(3, 10, 80)]
+        assert s.window_ns == 80 and s.idle_ns == 70
