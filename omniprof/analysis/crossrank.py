@@ -595,10 +595,13 @@ def analyze(source: ProfileResult | str | os.PathLike[str], **kw: Any) -> CrossR
     return analyze_dir(source, **kw)
 
 
-def is_kineto_rank_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a directory ``analyze_dir`` reads (rank parts, or per-rank Kineto traces)."""
+def is_rank_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a directory :func:`analyze_dir` reads: a distributed run (rank parts) or
+    a directory holding only Kineto traces."""
+    from omniprof.core.readers import detect_format
+
     try:
-        return bool(rank_inputs(path))
+        return Path(path).is_dir() and detect_format(path) in ("result", "kineto")
     except TraceReadError:
         return False
 

@@ -192,12 +192,15 @@ def test_report_command_on_the_run_dir_and_on_a_kineto_directory(job: dict, tmp_
     for r in range(WORLD):
         (trace,) = (run / f"rank{r}").glob("*.pt.trace.json")
         shutil.copy(trace, tmp_path / f"host_rank{r}.pt.trace.json")
-    for src in (run, tmp_path):
-        assert main(["report", str(src), "-r", "table", "-R", "table.include_rank_parts=false",
-                     "-R", "table.width=200"]) == 0
+    for src, workers in ((run, "2"), (tmp_path, "1")):
+        # The cross-rank section alone: ranks read and reduced in worker processes.
+        assert main(["report", str(src), "-r", "table", "-R", "table.include_rank_parts=false", "-j", workers]) == 0
         out = capsys.readouterr().out
         assert f"{WORLD} ranks" in out and f"Straggler: rank {SLOW}, slow in 3 of 3 steps" in out
         assert "== backend torch (rank" not in out
+    assert main(["report", str(run), "-r", "table", "-R", "table.width=200"]) == 0  # whole merged result
+    out = capsys.readouterr().out
+    assert f"Straggler: rank {SLOW}, slow in 3 of 3 steps" in out and "== backend cpu (rank 2, " in out
     outdir = tmp_path / "out"
     assert main(["report", str(run), "-r", "perfetto,table", "-o", str(outdir)]) == 0
     out = capsys.readouterr().out
