@@ -31,7 +31,9 @@ def run_rank(rank: int, world: int, port: int, logdir: str, slow_rank: int, skew
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         clock = SkewedClock(skew_ns) if rank == skew_rank else None
         sleeps: dict[int, int] = {}
-        prof = omniprof.Profiler(backend=list(backends), options={"device_tracer_level": 0}, logdir=logdir,
+        # "{rank}" in logdir: each rank its own directory, as on hosts without a shared filesystem.
+        prof = omniprof.Profiler(backend=list(backends), options={"device_tracer_level": 0},
+                                 logdir=logdir.format(rank=rank),
                                  distributed=True, clock=clock, schedule=omniprof.schedule(wait=1, active=STEPS - 1,
                                                                                           repeat=1))
         with prof:
@@ -47,7 +49,7 @@ def run_rank(rank: int, world: int, port: int, logdir: str, slow_rank: int, skew
                 prof.step()
         truth = {"rank": rank, "sleep_ns": sleeps, "run_dir": str(prof.run_dir),
                  "merged": prof.merged_result is not None, "pid": os.getpid()}
-        Path(logdir, f"truth_rank{rank}.json").write_text(json.dumps(truth))
+        Path(logdir.format(rank=0), f"truth_rank{rank}.json").write_text(json.dumps(truth))
     finally:
         dist.destroy_process_group()
 

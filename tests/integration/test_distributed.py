@@ -208,3 +208,20 @@ def test_report_command_on_the_run_dir_and_on_a_kineto_directory(job: dict, tmp_
     with open_trace(next(outdir.glob("*.perfetto-trace"))) as tp:
         names = [x["name"] for x in query_rows(tp, "select name from process where name like '% / rank %' order by name")]
     assert names == [f"{omniprof.load(run / 'omniprof.result.json').metadata.host} / rank {r}" for r in range(WORLD)]
+
+
+def test_no_shared_filesystem_rank0_holds_every_part(tmp_path: Path) -> None:
+    """Two ranks, each with its own logdir (no shared filesystem): rank 0 named the run, rank 1 used
+    the same name in its own logdir, and rank 0's run dir holds both parts (sent over the process
+    group) and the merged result."""
+    ddp_job.spawn(2, _free_port(), str(tmp_path / "host{rank}"))
+    (run0,) = (tmp_path / "host0" / "plugins" / "profile").iterdir()
+    (run1,) = (tmp_path / "host1" / "plugins" / "profile").iterdir()
+    assert run0.name == run1.name
+    assert sorted(p.name for p in run0.iterdir()) == ["omniprof.result.json", "rank0", "rank1"]
+    assert sorted(p.name for p in run1.iterdir()) == ["rank1"]
+    theirs = omniprof.load(run1 / "rank1" / "omniprof.result.json")
+    assert omniprof.load(run0 / "rank1" / "omniprof.result.json") == theirs  # the copy rank 0 received
+    assert not list((run0 / "rank1").glob("*.pt.trace.json"))  # native artifacts stay on their host
+    merged = omniprof.load(run0 / "omniprof.result.json")
+    assert sorted(p.metadata["rank"] for p in merged.parts) == [0, 1]
