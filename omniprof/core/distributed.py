@@ -138,7 +138,7 @@ def estimate_offset(samples: Sequence[tuple[int, int, int, int]]) -> ClockSync:
     ``(t4 - t1) - (t3 - t2)`` wins (least disturbed by scheduling and queueing).
 
     >>> estimate_offset([(100, 1_150, 1_160, 220), (300, 1_310, 1_311, 330)])
-    ClockSync(offset_ns=995, uncertainty_ns=14, delay_ns=29, rounds=2)
+    ClockSync(offset_ns=995, uncertainty_ns=15, delay_ns=29, rounds=2)
     """
     if not samples:
         raise InvalidArgumentError("estimate_offset needs at least one (t1, t2, t3, t4) exchange")
