@@ -11,6 +11,7 @@ __all__ = [
     "InvalidArgumentError",
     "ConfigError",
     "ProfilerStateError",
+    "DistributedError",
     "PluginError",
     "PluginLoadError",
     "PluginValidationError",
@@ -61,6 +62,11 @@ class ConfigError(OmniprofError, ValueError):
 
 class ProfilerStateError(OmniprofError, RuntimeError):
     """The profiler was asked to do something its current state does not allow."""
+
+
+class DistributedError(OmniprofError, RuntimeError):
+    """A multi-rank run cannot be coordinated: no process group, or ranks that disagree (schedule,
+    step number, backends). Raised on every rank alike, so no rank is left waiting."""
 
 
 class PluginError(OmniprofError):

@@ -194,7 +194,7 @@ def execute(cfg: RunConfig, *, registry: Any = None, clock: Any = None) -> RunOu
     with environment(cfg.env):
         prof = Profiler(backend=list(cfg.backends), options=cfg.options, backend_options=dict(cfg.backend_options),
                         logdir=cfg.logdir, schedule=cfg.schedule, registry=reg, label=cfg.label,
-                        verbose=cfg.verbose, clock=clock)
+                        verbose=cfg.verbose, clock=clock, distributed=cfg.distributed)
         call = make_call(cfg.target)
         count = cfg.repeat_count()
         deadline = time.monotonic() + cfg.duration_s if cfg.duration_s is not None else None

@@ -33,10 +33,12 @@ class Timeline:
     """Spans, instants and counters of every part on the reference clock, sorted by time.
 
     Attributes:
-        tracks: every part's tracks, ids prefixed ``"<backend>/"``.
+        tracks: every part's tracks, ids prefixed ``"<backend>/"`` (``"rank<N>/<backend>/"`` for the
+            parts of a merged distributed result).
         spans, instants, counters: the parts' data with times shifted and tracks renamed.
         start_ns, end_ns: the earliest part start and the latest part end, on the reference clock.
-        parts: ``backend -> (start_ns, end_ns)`` of each part on the reference clock.
+        parts: ``backend`` (or ``rank<N>/backend``) ``-> (start_ns, end_ns)`` of each part on the
+            reference clock.
     """
 
     tracks: tuple[Track, ...]
@@ -57,13 +59,14 @@ def merge(result: ProfileResult) -> Timeline:
     bounds: dict[str, tuple[int, int]] = {}
     for part in result.parts:
         off = part.clock.offset_ns
-        pre = f"{part.backend}/"
+        # Parts of a merged distributed result carry their rank: rank N's tracks are "rank<N>/<backend>/...".
+        pre = f"rank{part.metadata['rank']}/{part.backend}/" if "rank" in part.metadata else f"{part.backend}/"
         tracks += [attrs.evolve(t, id=pre + t.id) for t in part.tracks]
         spans += [attrs.evolve(s, track=pre + s.track, start_ns=s.start_ns + off) for s in part.spans]
         instants += [attrs.evolve(i, track=pre + i.track, t_ns=i.t_ns + off) for i in part.instants]
         counters += [attrs.evolve(c, track=pre + c.track, t_ns=tuple(t + off for t in c.t_ns)) for c in part.counters]
         if part.start_ns or part.end_ns:
-            bounds[part.backend] = (part.start_ns + off, part.end_ns + off)
+            bounds[pre[:-1]] = (part.start_ns + off, part.end_ns + off)
     spans.sort(key=lambda s: (s.start_ns, -s.dur_ns, s.track))
     instants.sort(key=lambda i: (i.t_ns, i.track))
     starts = [b[0] for b in bounds.values()]

@@ -97,7 +97,11 @@ def _parser() -> _Parser:
     _plugin_args(doctor)
 
     report = sub.add_parser("report", help="re-render a saved result or a trace file")
-    report.add_argument("file", help="result JSON, Kineto trace, .xplane.pb or XProf logdir")
+    report.add_argument("file", help="result JSON, Kineto trace, .xplane.pb or XProf logdir; a distributed run "
+                                     "directory or a directory of per-rank Kineto traces")
+    report.add_argument("-j", "--workers", type=int, default=None, metavar="N",
+                        help="a rank directory with -r table -R table.include_rank_parts=false: read ranks in N "
+                             "processes (default: one per core), bounded memory")
     report.add_argument("-r", "--reporter", action="append", default=[])
     report.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE")
     report.add_argument("-o", "--outdir", default=None)

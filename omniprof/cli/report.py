@@ -15,6 +15,26 @@ def report(ns: argparse.Namespace) -> int:
     ropts = c.reporter_options(ns.reporter_option, reporters)
     for name in reporters:
         reg.reporter(name)  # fail early on unknown names
+    if _cross_rank_only(ns, reporters, ropts):
+        from omniprof.analysis import crossrank
+
+        # Only the cross-rank section: each rank is read and reduced in a worker process, and only
+        # small summaries meet here, so a many-rank run never sits whole in memory.
+        print(crossrank.analyze(ns.file, workers=ns.workers).to_text(), end="")
+        return 0
     result = read_any(ns.file)
     c.make_outdir(ns.outdir)
     return c.emit_reports(result, reporters, ropts, ns.outdir, reg)
+
+
+def _cross_rank_only(ns: argparse.Namespace, reporters: list[str], ropts: dict) -> bool:
+    from pathlib import Path
+
+    if reporters != ["table"] or not Path(ns.file).is_dir():
+        return False
+    opts = ropts.get("table", {})
+    if opts.get("include_rank_parts") not in (False, "false") or set(opts) - {"include_rank_parts", "width"}:
+        return False
+    from omniprof.analysis.crossrank import is_rank_dir
+
+    return is_rank_dir(ns.file)

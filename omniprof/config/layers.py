@@ -178,7 +178,7 @@ def env_layer(environ: Mapping[str, str] | None = None) -> Layer:
             value: Any = [x.strip() for x in raw.split(",") if x.strip()]
         elif path[-1] in ("logdir", "outdir", "label"):
             value = raw
-        elif path[-1] == "verbose":
+        elif path[-1] in ("verbose", "distributed"):
             low = raw.strip().lower()
             value = True if low in ("1", "true", "yes", "on") else False if low in ("0", "false", "no", "off") else raw
         else:

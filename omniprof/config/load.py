@@ -237,8 +237,9 @@ def _validate(d: Mapping[str, Any], pr: _Problems, reg: Any, source: str | None,
         if key in d:
             if _field_ok(v.is_str, key, d[key], (key,), pr):
                 kw[key] = d[key]
-    if "verbose" in d and _field_ok(v.is_bool, "verbose", d["verbose"], ("verbose",), pr):
-        kw["verbose"] = d["verbose"]
+    for key in ("verbose", "distributed"):
+        if key in d and _field_ok(v.is_bool, key, d[key], (key,), pr):
+            kw[key] = d[key]
     if "no_plugin" in d:
         np_ = d["no_plugin"]
         if not isinstance(np_, list) or not all(isinstance(x, str) for x in np_):

@@ -35,6 +35,7 @@ TOP_KEYS: dict[str, str] = {
     "outdir": "directory for file reports",
     "label": "free text stored in the result",
     "verbose": "let native profiler libraries log",
+    "distributed": "every rank of a torch.distributed job profiles the same steps into one run (docs/distributed.md)",
     "plugins": "a plugins.toml to use",
     "no_plugin": "plugin names to switch off",
     "profiles": "named profiles: [profiles.NAME] with any of the keys above",
@@ -52,6 +53,7 @@ ENV_KEYS: dict[str, tuple[str, ...]] = {
     "OMNIPROF_REPEATS": ("repeats",),
     "OMNIPROF_DURATION_S": ("duration_s",),
     "OMNIPROF_VERBOSE": ("verbose",),
+    "OMNIPROF_DISTRIBUTED": ("distributed",),
     "OMNIPROF_HOST_TRACER_LEVEL": ("options", "host_tracer_level"),
     "OMNIPROF_DEVICE_TRACER_LEVEL": ("options", "device_tracer_level"),
     "OMNIPROF_PYTHON_TRACER_LEVEL": ("options", "python_tracer_level"),
@@ -103,6 +105,7 @@ class RunConfig:
         reporters: reporters in order.
         env: environment variables set for the run.
         logdir, outdir, label, verbose, plugins, no_plugin: as the CLI flags of the same names.
+        distributed: ``Profiler(distributed=...)``: coordinate the ranks of a torch.distributed job.
         source: the config file, profile: the selected profile name.
     """
 
@@ -119,6 +122,7 @@ class RunConfig:
     outdir: str | None = None
     label: str = ""
     verbose: bool = False
+    distributed: bool = False
     plugins: str | None = None
     no_plugin: tuple[str, ...] = ()
     source: str | None = None
@@ -168,6 +172,7 @@ class RunConfig:
                 out[key] = getattr(self, key)
         out["label"] = self.label
         out["verbose"] = self.verbose
+        out["distributed"] = self.distributed
         if self.no_plugin:
             out["no_plugin"] = list(self.no_plugin)
         return out

@@ -71,6 +71,11 @@ class Profiler:
         registry: plugin registry (default: the process-wide one).
         label: free text stored in the result's metadata.
         verbose: let native profiler libraries log to the terminal.
+        distributed: every rank of a ``torch.distributed`` job profiles the same steps into one run
+            directory (``<logdir>/plugins/profile/<run>/rank<N>/``), with clock offsets to rank 0
+            measured over the process group; rank 0 gathers the ranks' results and writes the merged
+            one (:attr:`merged_result`). Every rank must construct, start, step and stop its
+            Profiler alike. See docs/distributed.md.
 
     Use as a context manager, a decorator, or with start()/stop():
 
@@ -87,7 +92,8 @@ class Profiler:
                  *, backend_options: Mapping[str, Any] | None = None, logdir: str | os.PathLike[str] | None = None,
                  schedule: Schedule | Callable[[int], Action] | None = None,
                  on_result: Callable[[ProfileResult], None] | None = None, clock: Clock | None = None,
-                 registry: Registry | None = None, label: str = "", verbose: bool = False) -> None:
+                 registry: Registry | None = None, label: str = "", verbose: bool = False,
+                 distributed: bool = False) -> None:
         names = [backend] if isinstance(backend, str) else list(backend)
         if not names:
             raise InvalidArgumentError("'backend' must name at least one backend")
@@ -120,6 +126,16 @@ class Profiler:
         self.clock = clock or DEFAULT_CLOCK
         self.label = label
         self.verbose = verbose
+        if not isinstance(distributed, bool):
+            raise InvalidArgumentError(f"'distributed' must be True or False (got {distributed!r})")
+        self.distributed = distributed
+        #: the job's communication layer (set at the first start() of a distributed profiler).
+        self._coll: Any = None
+        self._rank: dict[str, Any] = {}
+        #: ``<logdir>/plugins/profile/<run>`` of the latest distributed session (rank dirs inside).
+        self.run_dir: Path | None = None
+        #: rank 0 of a distributed run: every rank's parts on rank 0's clock (None elsewhere).
+        self.merged_result: ProfileResult | None = None
         self.results: list[ProfileResult] = []
         self.session_dir: Path | None = None
         self._backends: dict[str, Backend] = {}
@@ -158,6 +174,8 @@ class Profiler:
         with self._lock:
             if self._started:
                 raise ProfilerStateError("Profiler is already running; call stop() before start()")
+            if self.distributed:
+                self._join_job()
             self._claim()
             self._started = True
             self._step_num = 0
@@ -237,6 +255,18 @@ class Profiler:
             raise InvalidArgumentError(f"schedule({step}) returned {action!r}; it must return an omniprof Action")
         return action
 
+    def _join_job(self) -> None:
+        from omniprof.core import distributed as dist
+
+        if self._coll is None:
+            self._coll = dist.TorchCollectives()
+            env = dist.detect_environment()
+            self._rank = {"rank": self._coll.rank, "world_size": self._coll.world_size,
+                          "local_rank": env.local_rank if env is not None else None,
+                          "launcher": env.launcher if env is not None else "torch.distributed",
+                          "process_group_backend": self._coll.backend}
+        dist.check_agreement(self._coll, self.backend_names, self.schedule)
+
     def _claim(self) -> None:
         with _active_lock:
             for name, cls in self._classes.items():
@@ -273,7 +303,9 @@ class Profiler:
     def _prepare_all(self) -> None:
         self._errors = [e for e in self._errors if e.source == "workload"]
         self._failed_parts = []
-        if self.logdir is not None:
+        if self.distributed:
+            self._name_run()
+        elif self.logdir is not None:
             self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile")
         ctx = self._context()
         failures: list[tuple[str, BaseException, str]] = []
@@ -306,6 +338,21 @@ class Profiler:
             what = "is unavailable" if phase == "probe" else "failed to prepare"
             warnings.warn(f"backend {name!r} {what} ({type(e).__name__}: {e}); the other backends go on "
                           f"and the failure is recorded in the result", OmniprofWarning, stacklevel=_user_stacklevel())
+
+    def _name_run(self) -> None:
+        """Rank 0 names the run directory once for the whole job; rank N works in ``<run>/rank<N>``."""
+        from omniprof.core import distributed as dist
+
+        base = self.logdir / "plugins" / "profile" if self.logdir is not None else None
+        mine = unique_run_dir(base).name if base is not None and self._coll.rank == 0 else None
+        name = dist.agree_session(self._coll, self._step_num, mine)
+        self._rank["run"] = name or ""
+        if base is None or name is None:
+            self.run_dir = self.session_dir = None
+            return
+        self.run_dir = base / name
+        self.session_dir = dist.rank_dir(self.run_dir, self._coll.rank)
+        self.session_dir.mkdir(parents=True, exist_ok=True)
 
     def _start_all(self) -> None:
         if not self._backends:
@@ -408,6 +455,11 @@ class Profiler:
                     views.append(request)
         self._recording = []
         self._close_all()
+        if self.distributed:
+            from omniprof.core.distributed import sync_clock
+
+            sync = sync_clock(self._coll, self.clock.now_ns)
+            self._rank.update({f"clock_{k}": v for k, v in sync.to_dict().items()})
         result = ProfileResult(
             metadata=self._metadata(end_ns),
             parts=tuple(parts),
@@ -425,6 +477,8 @@ class Profiler:
                 result = result.evolve(partial=True, errors=(*result.errors, ErrorRecord(
                     source="omniprof", phase="save", type=type(e).__name__, message=_one_line(e))))
         self.results.append(result)
+        if self.distributed:
+            self._gather(result)
         if self.on_result is not None:
             self.on_result(result)
         if views:  # only now: the trace and the result are saved, so no viewer, port or Ctrl-C loses them
@@ -439,6 +493,24 @@ class Profiler:
                 f"{n!r}: {type(e).__name__}: {e}" for n, e in failures) + ". The other backends' data is in Profiler.result")
         if save_error is not None:
             raise save_error
+
+    def _gather(self, result: ProfileResult) -> None:
+        """Every rank's result to rank 0 over the process group; rank 0 writes the merged one."""
+        from omniprof.core import distributed as dist
+
+        everyone = self._coll.gather_object(result.to_dict())
+        if self._coll.rank != 0 or everyone is None:
+            return
+        results = [ProfileResult.from_dict(d) for d in everyone]
+        merged = dist.merge_ranks(results)
+        if self.run_dir is not None:
+            for r in results:
+                path = dist.rank_dir(self.run_dir, int(r.metadata.distributed["rank"])) / RESULT_FILENAME
+                if not path.exists():  # no shared filesystem: rank 0 keeps a copy of every part
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    r.save(path)
+            merged.save(self.run_dir / RESULT_FILENAME)
+        self.merged_result = merged
 
     def _close_all(self) -> None:
         self._stop_checkpoints()
@@ -472,6 +544,7 @@ class Profiler:
             backends=self.backend_names, options=self.options.to_dict(),
             backend_options={n: _opts_dict(o) for n, o in self._backend_opts.items()},
             start_unix_ns=self._t0_unix_ns, start_ns=self._t0_ns, end_ns=end_ns, label=self.label,
+            distributed=dict(self._rank) if self.distributed else {},
         )
 
 

@@ -61,12 +61,17 @@ class Reader(abc.ABC):
 
 
 class ResultReader(Reader):
-    """omniprof's own result JSON (``omniprof.result.json``)."""
+    """omniprof's own result JSON (``omniprof.result.json``), or a distributed run directory
+    (``rank<N>/omniprof.result.json`` parts), read as the merged result of its ranks."""
 
     name = "result"
-    summary = "omniprof result JSON (omniprof.result.json)"
+    summary = "omniprof result JSON (omniprof.result.json), or a distributed run directory of rank parts"
 
     def read(self, path: Path) -> ProfileResult:
+        if Path(path).is_dir():
+            from omniprof.core.distributed import load_run
+
+            return load_run(path)
         return load(path)
 
 
@@ -83,8 +88,9 @@ def _head(path: Path, n: int = 4096) -> bytes:
 
 
 def detect_format(path: str | os.PathLike[str], registry: Any = None) -> str:
-    """``"result"``, ``"kineto"``, ``"xplane"`` (a ``.xplane.pb`` or an XProf logdir), or the name of
-    another installed reader whose :meth:`Reader.sniff` recognises the file."""
+    """``"result"`` (also a distributed run directory: ``rank<N>/`` parts), ``"kineto"`` (also a
+    directory of per-rank Kineto traces), ``"xplane"`` (a ``.xplane.pb`` or an XProf logdir), or the
+    name of another installed reader whose :meth:`Reader.sniff` recognises the file."""
     fmt = _builtin_format(path)
     if fmt is not None:
         return fmt
@@ -119,7 +125,7 @@ def _builtin_format(path: str | os.PathLike[str]) -> str | None:
     if not p.exists():
         raise TraceReadError(f"no such file or directory: {str(p)!r}")
     if p.is_dir():
-        return "xplane"
+        return _dir_format(p)
     name = p.name
     if name.endswith(".xplane.pb"):
         return "xplane"
@@ -137,6 +143,24 @@ def _builtin_format(path: str | os.PathLike[str]) -> str | None:
     if text.startswith(b"["):
         return "kineto"
     return None
+
+
+def _dir_format(p: Path) -> str:
+    """A distributed run (``rank<N>/`` parts): result; a directory holding only Kineto traces (one
+    per rank, HTA's input): kineto; else an XProf logdir."""
+    from omniprof.core.distributed import find_rank_results
+
+    try:
+        if find_rank_results(p):
+            return "result"
+        names = [c.name for c in p.iterdir() if c.is_file()]
+    except OSError as e:
+        raise TraceReadError(f"cannot read directory {str(p)!r}: {e.strerror or e}") from e
+    if not any(n.endswith(".xplane.pb") for n in names) and not (p / "plugins").is_dir():
+        traces = [n for n in names if n.endswith((".json", ".json.gz")) and not n.startswith("omniprof.")]
+        if traces and all(_builtin_format(p / n) == "kineto" for n in traces):
+            return "kineto"
+    return "xplane"
 
 
 def read_any(path: str | os.PathLike[str], fmt: str | None = None, *, registry: Any = None) -> ProfileResult:

@@ -365,6 +365,12 @@ class RunMetadata:
 
     ``start_unix_ns`` and ``start_ns`` are the same instant on the wall clock and on the reference
     clock, so any reference time converts to wall time.
+
+    ``distributed`` is empty for a single process. In a rank's result of a distributed run it holds
+    ``rank``, ``world_size``, ``local_rank``, ``launcher``, ``run`` and the clock estimate
+    (``clock_offset_ns``, ``clock_uncertainty_ns``, ``clock_delay_ns``, ``clock_rounds``: this
+    rank's reference time plus the offset is rank 0's); in a merged result ``merged: true``,
+    ``world_size`` and one row per rank under ``ranks`` (docs/distributed.md).
     """
 
     host: str = ""
@@ -381,6 +387,7 @@ class RunMetadata:
     start_ns: int = 0
     end_ns: int = 0
     label: str = ""
+    distributed: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
 
 
 @attrs.frozen

@@ -26,12 +26,17 @@ class XPlaneReader(Reader):
 
 
 class KinetoReader(Reader):
-    """PyTorch Kineto trace JSON (``.json`` or ``.json.gz``); torch is not imported."""
+    """PyTorch Kineto trace JSON (``.json`` or ``.json.gz``); torch is not imported. A directory of
+    per-rank Kineto traces (HTA's input) reads as one merged distributed result."""
 
     name = "kineto"
-    summary = "PyTorch Kineto trace JSON (.json, .json.gz)"
+    summary = "PyTorch Kineto trace JSON (.json, .json.gz), or a directory of per-rank traces"
 
     def read(self, path: Path) -> ProfileResult:
+        if Path(path).is_dir():
+            from omniprof.analysis.crossrank import load_kineto_dir
+
+            return load_kineto_dir(path)
         from omniprof.formats.kineto import read_trace
 
         return read_trace(path)

@@ -259,9 +259,41 @@ def _host_process_name(result: ProfileResult) -> str:
     return f"{base} ({md.host})" if md.host else base
 
 
+def _rank_processes(lay: Layout, result: ProfileResult) -> dict[int, TrackRow]:
+    """A merged distributed result: one process per rank, ``host / rank N`` (part index -> row).
+
+    A rank keeps its own pid unless another rank (on another host) has the same one; then it gets a
+    synthetic pid, since viewers identify processes by pid."""
+    out: dict[int, TrackRow] = {}
+    by_rank: dict[int, TrackRow] = {}
+    used: set[int] = set()
+    for pi, part in enumerate(result.parts):
+        if "rank" not in part.metadata:
+            continue
+        rank = int(part.metadata["rank"])
+        row = by_rank.get(rank)
+        if row is None:
+            host = str(part.metadata.get("rank_host") or "")
+            pid = part.metadata.get("rank_pid")
+            pid = pid if isinstance(pid, int) and pid > 0 and pid not in used else lay.synthetic_id()
+            used.add(pid)
+            row = by_rank[rank] = lay.process(f"{host} / rank {rank}" if host else f"rank {rank}", pid)
+        out[pi] = row
+    return out
+
+
 def layout(result: ProfileResult) -> Layout:
-    """Assign every track of every part a Perfetto track (plain data; no encoding)."""
+    """Assign every track of every part a Perfetto track (plain data; no encoding).
+
+    The parts of a merged distributed result (``rank`` in their metadata) each go under their
+    rank's process, ``host / rank N``: threads as its threads, devices and streams as its named tracks.
+    """
     lay = Layout()
+    ranks = _rank_processes(lay, result)
+    if ranks:
+        for pi, part in enumerate(result.parts):
+            _rank_layout(lay, pi, part, ranks.get(pi) or lay.process(_host_process_name(result), None))
+        return lay
     host_pid = result.metadata.pid or None
     host = lay.process(_host_process_name(result), host_pid)
     for pi, part in enumerate(result.parts):
@@ -284,6 +316,25 @@ def layout(result: ProfileResult) -> Layout:
                 lay.tracks[owner.parent_uuid - 1] if owner is not None and owner.parent_uuid else host)
             lay.counter_tracks[(pi, ci)] = lay.counter(proc, series.name, series.unit)
     return lay
+
+
+def _rank_layout(lay: Layout, pi: int, part: BackendResult, proc: TrackRow) -> None:
+    counter_owner: dict[str, TrackRow] = {}
+    for t in part.tracks:
+        if t.kind == "counter":
+            counter_owner[t.id] = proc
+        elif t.kind == "thread" and t.device is None and t.tid is not None:
+            lay.span_tracks[(pi, t.id)] = lay.thread(proc, t.tid, t.name)
+        else:
+            name = t.name if t.device is None or t.name.startswith("/device") else f"/device:{t.device} {t.name}"
+            lay.span_tracks[(pi, t.id)] = lay.named(proc, name)
+    natives = {t.tid: lay.span_tracks[(pi, t.id)] for t in part.tracks
+               if t.kind == "thread" and t.device is None and t.tid is not None}
+    for th in part.threads:
+        row = natives.get(th.native_id) if th.native_id is not None else None
+        lay.sample_threads[(pi, th.thread_id)] = row if row is not None else lay.thread(proc, th.native_id, th.name)
+    for ci, series in enumerate(part.counters):
+        lay.counter_tracks[(pi, ci)] = lay.counter(proc, series.name, series.unit)
 
 
 def _device_process_name(t: Track) -> str:

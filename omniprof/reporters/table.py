@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import textwrap
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -38,6 +39,8 @@ class TableOptions:
         groupby: sampled stacks per ``"thread"``, ``"task"``, both (``["thread", "task"]``) or
             ``"none"`` (see :class:`omniprof.analysis.stackreport.PrintOptions`).
         native: show native (C) frames when the part has them.
+        include_rank_parts: for a merged distributed result, show each rank's parts after the
+            cross-rank section (False: the cross-rank section alone, for many ranks).
     """
 
     format: str = attrs.field(default="both", validator=v.one_of("both", "tree", "flat"))
@@ -49,6 +52,7 @@ class TableOptions:
     groupby: Any = attrs.field(default="none", converter=stackreport._groupby,
                                validator=v.one_of(*stackreport.GROUPBYS))
     native: bool = attrs.field(default=True, validator=v.is_bool)
+    include_rank_parts: bool = attrs.field(default=True, validator=v.is_bool)
 
 
 def frame_label(frame: Frame) -> str:
@@ -233,13 +237,33 @@ class TableReporter(Reporter):
             out.line(f"! {err.source} failed at {err.phase}: {err.type}: {err.message}")
         for loss in result.losses:
             out.line(f"! {loss.source}: {loss.count} {loss.unit} not recorded ({loss.kind}) {loss.detail}".rstrip())
+        if md.distributed.get("merged"):
+            self._cross_rank(result, out)
+            if not self.options.include_rank_parts:
+                return
         for part in result.parts:
             self._part(part, out)
+
+    def _cross_rank(self, result: ProfileResult, out: _Out) -> None:
+        from omniprof.analysis import crossrank
+
+        d = result.metadata.distributed
+        out.line(f"== distributed run {d.get('run') or ''}: {d.get('world_size')} ranks".replace("run :", "run:"))
+        out.line()
+        for block in crossrank.text_blocks(crossrank.analyze_result(result)):
+            if block[0] == "grid":
+                out.grid(*block[1:])
+            elif not block[1]:
+                out.line()
+            else:
+                for ln in textwrap.wrap(block[1], out.width, subsequent_indent="    "):
+                    out.line(ln)
 
     def _part(self, part: BackendResult, out: _Out) -> None:
         opts = self.options
         out.line()
-        out.line(f"== backend {part.backend}")
+        where = f" (rank {part.metadata['rank']}, {part.metadata.get('rank_host') or '-'})" if "rank" in part.metadata else ""
+        out.line(f"== backend {part.backend}{where}")
         for ln in stackreport.overhead_lines(part):
             out.line("   " + ln)
         if part.samples:

@@ -3,6 +3,7 @@ result with one of each kind of data."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import attrs
@@ -28,7 +29,7 @@ from omniprof.core.results import (
     Track,
 )
 
-__all__ = ["FakeClock", "FakeBackend", "make_result"]
+__all__ = ["FakeClock", "SkewedClock", "FakeBackend", "make_result"]
 
 
 class FakeClock:
@@ -50,6 +51,19 @@ class FakeClock:
 
     def advance(self, ns: int) -> None:
         self.t += ns
+
+
+class SkewedClock:
+    """The real reference clock (``time.perf_counter_ns``) plus a fixed ``skew_ns``: a process
+    whose clock is off by a known amount, for testing how ranks' clocks are realigned."""
+
+    name = "perf_counter_ns+skew"
+
+    def __init__(self, skew_ns: int) -> None:
+        self.skew_ns = int(skew_ns)
+
+    def now_ns(self) -> int:
+        return time.perf_counter_ns() + self.skew_ns
 
 
 class FakeBackend(Backend):

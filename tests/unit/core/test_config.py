@@ -482,7 +482,8 @@ def test_bundled_example_config_is_valid_and_runs(tmp_path, monkeypatch):
 
 SECTIONS = {
     "": ([("repeats = 0", "$.repeats"), ("repaets = 2", "$.repaets"), ("label = 5", "$.label"),
-          ("verbose = \"yes\"", "$.verbose"), ("backend = [1]", "$.backend")],
+          ("verbose = \"yes\"", "$.verbose"), ("backend = [1]", "$.backend"),
+          ("distributed = 1", "$.distributed")],
          ['function = "math:factorial"', "args = [5]", "outdir = \"o\""]),
     "options": ([("host_tracer_level = 9", "$.options.host_tracer_level"),
                  ("device_tracer_lvl = 1", "$.options.device_tracer_lvl"),
@@ -536,3 +537,18 @@ def test_every_injected_problem_is_reported_at_its_line(case):
             got.add((int(where.rpartition(":")[2]), path))
         assert len(got) == len(e.problems), e.problems
     assert got == expected, text
+
+
+def test_distributed_key_reaches_the_profiler(workdir):
+    """`distributed = true` (or OMNIPROF_DISTRIBUTED=1) makes the run's Profiler coordinate ranks:
+    with no torch.distributed process group here, the run stops with the error that says so."""
+    pytest.importorskip("torch")
+    from omniprof.errors import DistributedError
+
+    path = write(workdir / "omniprof.toml", 'function = "math:factorial"\nargs = [5]\ndistributed = true\n')
+    cfg = load_config(path, environ={})
+    assert cfg.distributed is True and cfg.to_dict()["distributed"] is True
+    assert load_config(write(workdir / "omniprof.toml", 'function = "math:factorial"\n'),
+                       environ={"OMNIPROF_DISTRIBUTED": "1"}).distributed is True
+    with pytest.raises(DistributedError, match="init_process_group"):
+        execute(cfg)

@@ -1,0 +1,364 @@
+"""Profiling a multi-process job: every rank profiles the same steps into one run directory.
+
+``Profiler(..., distributed=True)`` inside a job launched by ``torchrun`` / ``torch.distributed``
+(env:// rendezvous; SLURM and Open MPI launchers too, once the job has called
+``torch.distributed.init_process_group``) coordinates the ranks through the job's own process
+group, so no shared filesystem is needed:
+
+* **One schedule.** At ``start()`` the ranks compare their schedule and backends
+  (``all_gather_object``); a mismatch raises :class:`~omniprof.errors.DistributedError` on every
+  rank. Each recording session starts at the same step number on every rank (checked again).
+* **One run directory.** Rank 0 names ``<logdir>/plugins/profile/<run>/`` once and tells the
+  others (the same collective); rank ``N`` writes its part to ``<run>/rank<N>/`` (its
+  ``omniprof.result.json`` and its native artifacts such as the Kineto trace).
+* **Clock offsets.** After the backends stop, each rank exchanges timestamps with rank 0 over the
+  process group (NTP-style, :data:`CLOCK_ROUNDS` rounds of point-to-point messages) and keeps the
+  round with the least delay: ``offset = ((t2 - t1) + (t3 - t4)) / 2`` maps the rank's reference
+  clock onto rank 0's, within ``uncertainty = delay / 2``. Both are recorded in the rank's
+  ``metadata.distributed``.
+* **One result.** Rank 0 gathers every rank's result (``gather_object``), writes the parts it
+  lacks under ``rank<N>/`` and the merged result (:func:`merge_ranks`) as ``<run>/omniprof.result.json``.
+
+torch is imported only when a distributed session starts. A process group whose default backend
+is not gloo (NCCL) gets a gloo group of its own for this coordination (``new_group``), created
+once, at the first ``start()``, by every rank together.
+
+.. versionadded:: 0.2
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from omniprof.core.results import ClockInfo, ErrorRecord, ProfileResult, RunMetadata
+from omniprof.errors import DistributedError, InvalidArgumentError
+
+__all__ = [
+    "RankInfo", "ClockSync", "Collectives", "TorchCollectives", "detect_environment", "estimate_offset",
+    "sync_clock", "merge_ranks", "rank_dir", "RANK_DIR_PREFIX", "CLOCK_ROUNDS", "load_run", "find_rank_results",
+]
+
+#: rank N's part of a run lives in ``<run>/rank<N>/``.
+RANK_DIR_PREFIX = "rank"
+#: timestamp exchanges per rank with rank 0; the least-delayed one is kept.
+CLOCK_ROUNDS = 8
+
+
+@attrs.frozen
+class RankInfo:
+    """Where this process sits in the job.
+
+    Attributes:
+        rank, world_size: global rank and number of ranks.
+        local_rank: rank on this host (None when the launcher does not say).
+        launcher: what told us: ``"torch.distributed"``, ``"torchrun"`` (``RANK``/``WORLD_SIZE``),
+            ``"slurm"`` (``SLURM_PROCID``/``SLURM_NTASKS``) or ``"mpi"`` (``OMPI_COMM_WORLD_*``,
+            ``PMI_RANK``/``PMI_SIZE``).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int | None = None
+    launcher: str = ""
+
+
+def _env_int(environ: Mapping[str, str], *names: str) -> tuple[str, int] | None:
+    for name in names:
+        raw = environ.get(name)
+        if raw is not None and raw.strip():
+            try:
+                return name, int(raw)
+            except ValueError:
+                raise InvalidArgumentError(f"environment variable {name}={raw!r} must be an integer rank or size; "
+                                           f"check the launcher's settings") from None
+    return None
+
+
+_LAUNCHERS = (
+    ("torchrun", ("RANK",), ("WORLD_SIZE",), ("LOCAL_RANK",)),
+    ("slurm", ("SLURM_PROCID",), ("SLURM_NTASKS", "SLURM_NPROCS"), ("SLURM_LOCALID",)),
+    ("mpi", ("OMPI_COMM_WORLD_RANK", "PMI_RANK"), ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"),
+     ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")),
+)
+
+
+def detect_environment(environ: Mapping[str, str] | None = None) -> RankInfo | None:
+    """The rank and world size a launcher put in the environment (torchrun, SLURM, Open MPI/PMI),
+    or None when none did.
+
+    >>> detect_environment({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"})
+    RankInfo(rank=3, world_size=8, local_rank=1, launcher='torchrun')
+    >>> detect_environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}).launcher
+    'slurm'
+    """
+    environ = os.environ if environ is None else environ
+    for launcher, rank_vars, size_vars, local_vars in _LAUNCHERS:
+        rank = _env_int(environ, *rank_vars)
+        size = _env_int(environ, *size_vars)
+        if rank is None or size is None:
+            continue
+        local = _env_int(environ, *local_vars)
+        if not 0 <= rank[1] < size[1]:
+            raise InvalidArgumentError(f"{rank[0]}={rank[1]} is not a rank of a job of {size[0]}={size[1]} ranks; "
+                                       f"check the launcher's settings")
+        return RankInfo(rank[1], size[1], local[1] if local else None, launcher)
+    return None
+
+
+# -- clock offsets ---------------------------------------------------------------------------------
+@attrs.frozen
+class ClockSync:
+    """How this rank's reference clock maps onto rank 0's: ``t_rank0 = t + offset_ns``.
+
+    Attributes:
+        offset_ns: the estimate from the least-delayed round.
+        uncertainty_ns: half that round's round-trip delay: the true offset lies within
+            ``offset_ns ± uncertainty_ns`` whatever the split of the delay between the two ways.
+        delay_ns: that round's round-trip delay (rank 0's own turnaround excluded).
+        rounds: exchanges made.
+    """
+
+    offset_ns: int = 0
+    uncertainty_ns: int = 0
+    delay_ns: int = 0
+    rounds: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return attrs.asdict(self)
+
+
+def estimate_offset(samples: Sequence[tuple[int, int, int, int]]) -> ClockSync:
+    """NTP's estimate from ``(t1, t2, t3, t4)`` exchanges: ``t1`` sent and ``t4`` received on this
+    rank's clock, ``t2`` received and ``t3`` sent on rank 0's. The round with the least delay
+    ``(t4 - t1) - (t3 - t2)`` wins (least disturbed by scheduling and queueing).
+
+    >>> estimate_offset([(100, 1_150, 1_160, 220), (300, 1_310, 1_311, 330)])
+    ClockSync(offset_ns=995, uncertainty_ns=15, delay_ns=29, rounds=2)
+    """
+    if not samples:
+        raise InvalidArgumentError("estimate_offset needs at least one (t1, t2, t3, t4) exchange")
+    best: tuple[int, int] | None = None
+    for t1, t2, t3, t4 in samples:
+        delay = (t4 - t1) - (t3 - t2)
+        offset = ((t2 - t1) + (t3 - t4)) // 2
+        if best is None or delay < best[0]:
+            best = (delay, offset)
+    assert best is not None  # samples is not empty
+    delay, offset = best
+    delay = max(delay, 0)
+    return ClockSync(offset_ns=offset, uncertainty_ns=(delay + 1) // 2, delay_ns=delay, rounds=len(samples))
+
+
+class Collectives(Protocol):
+    """What the coordination needs from a job's communication layer (torch.distributed here)."""
+
+    rank: int
+    world_size: int
+
+    def all_gather_object(self, obj: Any) -> list[Any]: ...
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None: ...
+
+    def send_ints(self, values: Sequence[int], peer: int) -> None: ...
+
+    def recv_ints(self, count: int, peer: int) -> list[int]: ...
+
+
+def sync_clock(coll: Collectives, now_ns: Callable[[], int], rounds: int = CLOCK_ROUNDS) -> ClockSync:
+    """Estimate this rank's clock offset to rank 0 (every rank calls it together; rank 0 gets 0).
+
+    Rank 0 serves the ranks one after another, ``rounds`` exchanges each, so no two ranks queue
+    on it at once.
+    """
+    if coll.world_size <= 1:
+        return ClockSync()
+    if coll.rank == 0:
+        for peer in range(1, coll.world_size):
+            for _ in range(rounds):
+                coll.recv_ints(1, peer)
+                t2 = now_ns()
+                t3 = now_ns()
+                coll.send_ints((t2, t3), peer)
+        return ClockSync(rounds=rounds)
+    samples = []
+    for _ in range(rounds):
+        t1 = now_ns()
+        coll.send_ints((t1,), 0)
+        t2, t3 = coll.recv_ints(2, 0)
+        t4 = now_ns()
+        samples.append((t1, t2, t3, t4))
+    return estimate_offset(samples)
+
+
+class TorchCollectives:
+    """:class:`Collectives` over ``torch.distributed`` (an initialised default process group).
+
+    Object collectives and the clock exchange run on a gloo group: the default one when its backend
+    includes gloo, else one created here with ``new_group(backend="gloo")`` (every rank must
+    construct this object at the same point, as ``Profiler.start()`` does).
+    """
+
+    def __init__(self) -> None:
+        try:
+            import torch.distributed as dist
+        except ImportError as e:
+            raise DistributedError("distributed=True needs torch.distributed (pip install 'omniprof[torch]'); "
+                                   f"it cannot be imported: {e}") from e
+        if not dist.is_available() or not dist.is_initialized():
+            env = detect_environment()
+            where = (f" The environment says this is rank {env.rank} of {env.world_size} ({env.launcher})."
+                     if env else "")
+            raise DistributedError(
+                "distributed=True needs an initialised torch.distributed process group, and there is none." + where +
+                " Call torch.distributed.init_process_group(...) (e.g. backend='gloo' or 'nccl', init_method='env://' "
+                "under torchrun) before starting the Profiler, or leave distributed=False to profile this process alone")
+        self._dist = dist
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        backend = str(dist.get_backend())
+        self.group = None if "gloo" in backend else dist.new_group(backend="gloo")
+        self.backend = backend
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        self._dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        out: list[Any] | None = [None] * self.world_size if self.rank == dst else None
+        self._dist.gather_object(obj, out, dst=dst, group=self.group)
+        return out
+
+    def send_ints(self, values: Sequence[int], peer: int) -> None:
+        import torch
+
+        self._dist.send(torch.tensor(list(values), dtype=torch.int64), peer, group=self.group)
+
+    def recv_ints(self, count: int, peer: int) -> list[int]:
+        import torch
+
+        buf = torch.zeros(count, dtype=torch.int64)
+        self._dist.recv(buf, peer, group=self.group)
+        return [int(x) for x in buf.tolist()]
+
+
+# -- the run directory and the merged result -------------------------------------------------------
+def rank_dir(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """``<run>/rank<N>``: where rank ``N``'s part of a distributed run lives."""
+    return Path(run_dir) / f"{RANK_DIR_PREFIX}{rank}"
+
+
+def merge_ranks(results: Sequence[ProfileResult]) -> ProfileResult:
+    """One result holding every rank's parts on rank 0's clock.
+
+    Each rank's result carries ``metadata.distributed`` (``rank``, ``clock_offset_ns``, ...); its
+    parts are copied with the rank's clock offset added to theirs and ``rank``, ``rank_host`` and
+    ``rank_pid`` added to their metadata, which the timeline and the Perfetto layout use to keep
+    ranks apart (one process per rank, ``host / rank N``). Errors are prefixed with their rank.
+    """
+    if not results:
+        raise InvalidArgumentError("merge_ranks needs at least one rank's result")
+    ordered = sorted(results, key=lambda r: int(r.metadata.distributed.get("rank", 0)))
+    ranks = [int(r.metadata.distributed.get("rank", i)) for i, r in enumerate(ordered)]
+    if len(set(ranks)) != len(ranks):
+        raise InvalidArgumentError(f"merge_ranks got two results for one rank (ranks {ranks})")
+    parts = []
+    errors: list[ErrorRecord] = []
+    rows = []
+    starts, ends = [], []
+    for rank, r in zip(ranks, ordered):
+        d = r.metadata.distributed
+        off = int(d.get("clock_offset_ns", 0))
+        host, pid = r.metadata.host, r.metadata.pid
+        rows.append({"rank": rank, "host": host, "pid": pid, "clock_offset_ns": off,
+                     "clock_uncertainty_ns": int(d.get("clock_uncertainty_ns", 0)),
+                     "local_rank": d.get("local_rank"), "partial": r.partial})
+        for p in r.parts:
+            parts.append(attrs.evolve(p, clock=ClockInfo(p.clock.name, p.clock.offset_ns + off),
+                                      metadata={**p.metadata, "rank": rank, "rank_host": host, "rank_pid": pid}))
+        errors += [attrs.evolve(e, source=f"rank {rank}/{e.source}") for e in r.errors]
+        if r.metadata.start_ns or r.metadata.end_ns:
+            starts.append(r.metadata.start_ns + off)
+            ends.append(r.metadata.end_ns + off)
+    first = ordered[0].metadata
+    world = max([int(r.metadata.distributed.get("world_size", 0)) for r in ordered] + [len(ordered)])
+    missing = sorted(set(range(world)) - set(ranks))
+    dist_meta = {"merged": True, "world_size": world, "ranks": rows, "run": first.distributed.get("run", "")}
+    if missing:
+        dist_meta["missing_ranks"] = missing
+        errors.append(ErrorRecord(source="omniprof", phase="merge", type="MissingRanks",
+                                  message=f"no result from rank(s) {missing} of {world}"))
+    md = attrs.evolve(first, distributed=dist_meta, start_ns=min(starts) if starts else first.start_ns,
+                      end_ns=max(ends) if ends else first.end_ns)
+    return ProfileResult(metadata=md, parts=tuple(parts), partial=any(r.partial for r in ordered) or bool(missing),
+                         errors=tuple(errors))
+
+
+def find_rank_results(run_dir: str | os.PathLike[str]) -> dict[int, Path]:
+    """``rank -> <run>/rank<N>/omniprof.result.json`` for every rank part in a run directory."""
+    from omniprof.core.profiler import PARTIAL_FILENAME, RESULT_FILENAME
+
+    out: dict[int, Path] = {}
+    for d in Path(run_dir).iterdir():
+        name = d.name
+        if not (d.is_dir() and name.startswith(RANK_DIR_PREFIX) and name[len(RANK_DIR_PREFIX):].isdigit()):
+            continue
+        for fname in (RESULT_FILENAME, PARTIAL_FILENAME):
+            if (d / fname).is_file():
+                out[int(name[len(RANK_DIR_PREFIX):])] = d / fname
+                break
+    return dict(sorted(out.items()))
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> ProfileResult:
+    """The merged result of a distributed run directory, rebuilt from its ``rank<N>/`` parts
+    (the merged file rank 0 wrote is not needed: a run whose rank 0 died can still be read)."""
+    from omniprof.core.results import load
+
+    found = find_rank_results(run_dir)
+    if not found:
+        from omniprof.errors import TraceReadError
+
+        raise TraceReadError(f"{run_dir}: no rank<N>/omniprof.result.json inside: not a distributed omniprof run "
+                             f"directory")
+    return merge_ranks([load(p) for p in found.values()])
+
+
+def _describe_schedule(schedule: Any) -> Any:
+    if schedule is None:
+        return None
+    to_dict = getattr(schedule, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    return f"{getattr(schedule, '__module__', '?')}.{getattr(schedule, '__qualname__', type(schedule).__name__)}"
+
+
+def check_agreement(coll: Collectives, backends: Sequence[str], schedule: Any) -> None:
+    """Every rank profiles with the same backends and schedule; else all ranks raise the same error."""
+    mine = {"backends": list(backends), "schedule": _describe_schedule(schedule)}
+    everyone = coll.all_gather_object(mine)
+    odd = [r for r, x in enumerate(everyone) if x != everyone[0]]
+    if odd:
+        raise DistributedError(
+            f"ranks disagree on what to profile: rank 0 has {everyone[0]}, rank {odd[0]} has {everyone[odd[0]]} "
+            f"({len(odd)} rank(s) differ). Give every rank the same backend list and schedule, so all record the "
+            f"same steps")
+
+
+def agree_session(coll: Collectives, step: int, run_name: str | None) -> str | None:
+    """At a session's prepare: every rank is at the same step; returns rank 0's run name."""
+    everyone = coll.all_gather_object((step, run_name))
+    steps = [s for s, _ in everyone]
+    if len(set(steps)) != 1:
+        raise DistributedError(f"ranks reached a profiling session at different step numbers ({steps} by rank); "
+                               f"every rank must call Profiler.step() once per training step")
+    return everyone[0][1]
+
+
+def rank_metadata(md: RunMetadata, info: dict[str, Any]) -> RunMetadata:
+    return attrs.evolve(md, distributed=info)

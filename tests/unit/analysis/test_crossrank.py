@@ -1,0 +1,216 @@
+"""Cross-rank analysis against references computed another way: a sweep line over interval ends
+(not the union/intersect code under test), hand-worked small cases, and real GPU traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import warnings
+from pathlib import Path
+
+import attrs
+import pytest
+
+from omniprof.formats.kineto import read_trace
+from omniprof.analysis import crossrank as cr
+from omniprof.core.results import BackendResult, ProfileResult, RunMetadata, Span, Track
+from omniprof.errors import TraceReadError
+
+KINETO = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "kineto"
+if not KINETO.is_dir():
+    KINETO = Path("/work/shared/data/kineto")
+
+
+def _sweep(classes: dict[str, list[tuple[int, int]]], lo: int, hi: int) -> dict[str, int]:
+    """Reference: walk every interval end in time order with a counter per class and add up, per
+    elementary segment, which classes are active (the partition the module documents)."""
+    points = sorted({lo, hi, *(t for iv in classes.values() for a, b in iv for t in (a, b) if lo <= t <= hi)})
+    out = {"compute": 0, "comm": 0, "mem": 0, "comm_exposed": 0, "mem_exposed": 0, "idle": 0, "overlap": 0}
+    for a, b in zip(points, points[1:]):
+        mid = (a + b) / 2
+        on = {k for k, iv in classes.items() if any(x <= mid < y for x, y in iv)}
+        d = b - a
+        out["compute"] += d if "compute" in on else 0
+        out["comm"] += d if "comm" in on else 0
+        out["mem"] += d if "mem" in on else 0
+        out["overlap"] += d if {"comm", "compute"} <= on else 0
+        out["comm_exposed"] += d if "comm" in on and "compute" not in on else 0
+        out["mem_exposed"] += d if on == {"mem"} else 0
+        out["idle"] += d if not on else 0
+    return out
+
+
+def test_interval_union_matches_a_sweep() -> None:
+    """union() of random intervals has the sweep's covered length and is sorted and disjoint."""
+    rng = random.Random(3)
+    for _ in range(50):
+        iv = [(a, a + rng.randrange(0, 50)) for a in (rng.randrange(0, 500) for _ in range(rng.randrange(0, 30)))]
+        u = cr.union(iv)
+        assert all(a < b for a, b in u) and all(u[i][1] < u[i + 1][0] for i in range(len(u) - 1))
+        ref = _sweep({"compute": iv}, 0, 600)["compute"]
+        assert sum(b - a for a, b in u) == ref
+
+
+def _part(spans: list[Span]) -> BackendResult:
+    tracks = sorted({s.track for s in spans})
+    return BackendResult(backend="torch", tracks=[Track(t, t) for t in tracks], spans=spans)
+
+
+def test_cpu_breakdown_hand_worked() -> None:
+    """One 100 ns step: ops 0-30 and 20-50 (two threads), gloo all-reduce 40-80 on the comm thread,
+    c10d op 90-95: compute 50, comm 45 of which 10 under compute, idle 15 (50-..: 80-90, 95-100)."""
+    spans = [Span("ProfilerStep#7", "main", 0, 100, "step"),
+             Span("aten::mm", "main", 0, 30, "cpu_op"), Span("aten::add", "bwd", 20, 30, "cpu_op"),
+             Span("gloo:all_reduce", "gloo", 40, 40, "annotation"), Span("c10d::allreduce_", "main", 90, 5, "cpu_op"),
+             Span("DistributedDataParallel.forward", "main", 0, 60, "annotation")]
+    s = cr.reduce_rank([_part(spans)], rank=0)
+    assert (s.source, s.window_ns, s.compute_ns, s.communication_ns, s.overlap_ns) == ("cpu", 100, 50, 45, 10)
+    assert (s.exposed_communication_ns, s.exposed_memory_ns, s.idle_ns) == (35, 0, 15)
+    assert s.idle_causes == {"host outside ops": 15}
+    assert s.overlap_pct == pytest.approx(100 * 10 / 45)
+    (row,) = s.steps
+    assert (row.step, row.dur_ns, row.compute_ns, row.communication_ns, row.idle_ns) == (7, 100, 50, 45, 15)
+    assert row.top_ops == (("aten::add", 30), ("aten::mm", 30))  # longest first, ties by name; no comm ops
+    assert s.collectives == (("gloo:all_reduce", 40, 40),)  # gloo: spans are the primary kind
+
+
+def test_gpu_breakdown_on_a_real_trace_matches_the_sweep() -> None:
+    """AlexNet's real Kineto trace (HTA's test data): compute kernels, memcpy/memset and idle from
+    the module agree with the sweep over the same spans, and partition the window."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = read_trace(KINETO / "alexnet_cuda_trace.json.gz")
+    part = res.parts[0]
+    dev = [s for s in part.spans if s.category in ("kernel", "memcpy", "memset")]
+    classes = {"compute": [(s.start_ns, s.end_ns) for s in dev if s.category == "kernel" and not cr.is_comm(s.name)],
+               "comm": [(s.start_ns, s.end_ns) for s in dev if s.category == "kernel" and cr.is_comm(s.name)],
+               "mem": [(s.start_ns, s.end_ns) for s in dev if s.category != "kernel"]}
+    lo, hi = min(s.start_ns for s in dev), max(s.end_ns for s in dev)
+    ref = _sweep(classes, lo, hi)
+    s = cr.reduce_rank(res.parts, rank=0)
+    assert s.source == "gpu" and s.window_ns == hi - lo
+    assert (s.compute_ns, s.communication_ns, s.memory_ns) == (ref["compute"], ref["comm"], ref["mem"])
+    assert (s.exposed_memory_ns, s.idle_ns, s.overlap_ns) == (ref["mem_exposed"], ref["idle"], ref["overlap"])
+    assert s.compute_ns + s.exposed_communication_ns + s.exposed_memory_ns + s.idle_ns == s.window_ns
+    assert sum(s.idle_causes.values()) == s.idle_ns
+
+
+def test_gpu_idle_split_by_the_launch_that_ended_it() -> None:
+    """Gap 1 (10-40) ends with a kernel launched at 30: 20 ns waiting on the host (10-30), 10 on
+    other work; gap 2 (50-60) ends with a kernel launched long before: all sync/dependency."""
+    spans = [Span("k1", "s", 0, 10, "kernel"), Span("launch", "cpu", 30, 2, "runtime", flow_ids=(2,)),
+             Span("k2", "s", 40, 10, "kernel", flow_ids=(2,)), Span("launch", "cpu", 5, 2, "runtime", flow_ids=(3,)),
+             Span("k3", "s", 60, 10, "kernel", flow_ids=(3,))]
+    s = cr.reduce_rank([_part(spans)], rank=0)
+    assert s.idle_ns == 40
+    assert s.idle_causes == {"waiting on host launch": 20, "waiting on sync/dependency": 20,
+                             "before first / after last kernel": 0}
+
+
+def _rank(rank: int, steps: list[tuple[int, int]], colls: list[tuple[int, int]], gap: int = 0) -> RankSummary:
+    spans = []
+    for i, (a, d) in enumerate(steps):
+        spans.append(Span(f"ProfilerStep#{i + 1}", "main", a, d, "step"))
+    for a, d in colls:
+        spans.append(Span("gloo:all_reduce", "gloo", a, d, "annotation"))
+    return cr.reduce_rank([_part(spans)], rank=rank)
+
+
+RankSummary = cr.RankSummary
+
+
+def test_waiting_own_time_and_straggler_worked_by_hand() -> None:
+    """Ranks 0 and 1 wait 60 ms in each step's all-reduce for rank 2, which has 10 ms ones: rank 2
+    is the straggler in both steps; its own time 100 ms vs the median's 40 ms."""
+    ms = 1_000_000
+    fast = [(0, 100 * ms), (100 * ms, 100 * ms)]
+    r0 = _rank(0, fast, [(30 * ms, 70 * ms), (130 * ms, 70 * ms)])
+    r1 = _rank(1, fast, [(30 * ms, 70 * ms), (130 * ms, 70 * ms)])
+    r2 = _rank(2, fast, [(90 * ms, 10 * ms), (190 * ms, 10 * ms)])
+    rep = cr.combine([r2, r0, r1])
+    assert [r.rank for r in rep.ranks] == [0, 1, 2]
+    assert rep.wait_ns == {(0, 1): 60 * ms, (0, 2): 60 * ms, (1, 1): 60 * ms, (1, 2): 60 * ms,
+                           (2, 1): 0, (2, 2): 0}
+    (s,) = rep.stragglers
+    assert (s.rank, s.slow_steps, s.steps) == (2, (1, 2), 2)
+    assert s.own_ns == {1: 100 * ms, 2: 100 * ms} and s.median_own_ns == {1: 40 * ms, 2: 40 * ms}
+    assert s.step_ns == {1: 100 * ms, 2: 100 * ms} and s.others_wait_ns == 240 * ms
+    rows = {(x["step"], x["rank"]): x for x in rep.step_rows()}
+    assert rows[(1, 0)]["own_ns"] == 40 * ms and rows[(1, 2)]["wait_ns"] == 0
+    assert "Straggler: rank 2, slow in 2 of 2 steps" in rep.to_text()
+
+
+def test_balanced_ranks_have_no_straggler_and_mismatched_collectives_are_noted() -> None:
+    """Equal ranks: none named. A collective seen a different number of times is noted, not hidden."""
+    ms = 1_000_000
+    a = _rank(0, [(0, 50 * ms)], [(10 * ms, 5 * ms)])
+    b = _rank(1, [(0, 50 * ms)], [(10 * ms, 5 * ms), (20 * ms, 5 * ms)])
+    rep = cr.combine([a, b])
+    assert rep.stragglers == ()
+    assert rep.notes and "'gloo:all_reduce' occurs {0: 1, 1: 2}" in rep.notes[0]
+    assert "No straggler" in rep.to_text()
+
+
+def _write_trace(path: Path, rank: int | None, step_ms: float) -> None:
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+               "dur": step_ms * 1000},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": step_ms * 900}]
+    doc = {"traceEvents": events, "baseTimeNanoseconds": 0}
+    if rank is not None:
+        doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 2}
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+
+
+def test_kineto_directory_ranks_from_file_names_or_distributed_info(tmp_path: Path) -> None:
+    """HTA-style inputs: a rank number in the name, or distributedInfo.rank inside (which wins)."""
+    _write_trace(tmp_path / "worker_rank1.pt.trace.json.gz", None, 5)
+    _write_trace(tmp_path / "anything.json.gz", 0, 3)
+    rep = cr.analyze(tmp_path, workers=1)
+    assert [(r.rank, r.steps[0].dur_ns) for r in rep.ranks] == [(0, 3_000_000), (1, 5_000_000)]
+    _write_trace(tmp_path / "other.json.gz", None, 3)
+    with pytest.raises(TraceReadError, match="no rank in the trace"):
+        cr.analyze(tmp_path, workers=1)
+
+
+def test_kineto_directory_problems_are_named(tmp_path: Path) -> None:
+    """Two files for one rank, an empty directory, a file instead of a directory: one clear error each."""
+    with pytest.raises(TraceReadError, match="no rank<N>/omniprof.result.json and no Kineto trace"):
+        cr.analyze(tmp_path)
+    _write_trace(tmp_path / "a_rank0.json.gz", None, 1)
+    _write_trace(tmp_path / "b_rank0.json.gz", None, 1)
+    with pytest.raises(TraceReadError, match=r"several files claim rank\(s\) \[0\]"):
+        cr.analyze(tmp_path, workers=1)
+    with pytest.raises(TraceReadError, match="not a directory"):
+        cr.analyze(tmp_path / "a_rank0.json.gz")
+
+
+def test_parallel_reading_gives_the_same_report(tmp_path: Path) -> None:
+    """Ranks reduced in worker processes give exactly what reading them here gives."""
+    with gzip.open(KINETO / "alexnet_cuda_trace.json.gz", "rt") as fh:
+        doc = json.load(fh)
+    for r in range(3):
+        doc["distributedInfo"]["rank"] = r
+        with gzip.open(tmp_path / f"trace{r}.json.gz", "wt") as fh:
+            json.dump(doc, fh)
+    assert cr.analyze(tmp_path, workers=2) == cr.analyze(tmp_path, workers=1)
+
+
+def test_merged_result_without_rank_metadata_is_one_rank() -> None:
+    """A plain single-process result analyses as rank 0."""
+    res = ProfileResult(metadata=RunMetadata(host="h"), parts=(_part([Span("aten::mm", "m", 0, 10, "cpu_op")]),))
+    rep = cr.analyze(res)
+    assert [r.rank for r in rep.ranks] == [0] and rep.ranks[0].compute_ns == 10
+
+
+def test_steps_marked_by_two_backends_come_from_the_framework() -> None:
+    """torch's ProfilerStep#3 and the cpu backend's "step 3" (which runs on until the session stops):
+    the step is torch's."""
+    torch_part = _part([Span("ProfilerStep#3", "main", 10, 80, "step", args={"step_num": 3}),
+                        Span("aten::mm", "main", 20, 10, "cpu_op")])
+    cpu_part = attrs.evolve(_part([Span("step 3", "steps", 5, 500, "step", args={"step_num": 3})]), backend="cpu")
+    for parts in ([torch_part, cpu_part], [cpu_part, torch_part]):
+        s = cr.reduce_rank(parts, rank=0)
+        assert [(r.step, r.start_ns, r.dur_ns) for r in s.steps] == [(3, 10, 80)]
+        assert s.window_ns == 80 and s.idle_ns == 70
