@@ -6,14 +6,15 @@ for), ``by="count"`` uses ``count``.
 
 from __future__ import annotations
 
-import io
-import os
+import shutil
 import sys
 from collections.abc import Callable
 from typing import IO, Any
 
+from omniprof.analysis import calltree
 from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Table
 from omniprof.core.units import format_bytes as _fmt_bytes
+from omniprof.analysis.render import Column, Indented, print_table
 
 __all__ = ["allocation_tables", "tree_rows", "flat_rows", "print_allocs"]
 
@@ -49,7 +50,7 @@ def flat_rows(part: BackendResult, by: str = "bytes") -> list[dict[str, Any]]:
         if row is None:
             name, loc = _loc(f)
             row = sites[key] = {"function": name, "location": loc, "bytes": 0, "count": 0, "alive_bytes": 0,
-                                "alive_count": 0}
+                                "alive_count": 0, "where": calltree.frame_where(f) if f else ""}
         row["bytes"] += a.size_bytes * a.count
         row["count"] += a.count
         if a.alive_at_end:
@@ -65,32 +66,15 @@ def flat_rows(part: BackendResult, by: str = "bytes") -> list[dict[str, Any]]:
 
 def tree_rows(part: BackendResult, by: str = "bytes", maxdepth: int | None = None,
               noisefloor_pct: float = 0.0) -> list[dict[str, Any]]:
-    """Depth-first call tree of allocations (root first), weights summed over callees."""
-    w = _weight(by)
-    root: dict[str, Any] = {"children": {}, "weight": 0, "self": 0}
-    for a in part.allocations:
-        node = root
-        node["weight"] += w(a)
-        for fid in part.stacks[a.stack_id]:
-            node = node["children"].setdefault(fid, {"children": {}, "weight": 0, "self": 0, "fid": fid})
-            node["weight"] += w(a)
-        node["self"] += w(a)
-    total = root["weight"] or 1
-    out: list[dict[str, Any]] = []
-
-    def visit(node: dict[str, Any], depth: int) -> None:
-        for child in sorted(node["children"].values(), key=lambda n: -n["weight"]):
-            pct = 100.0 * child["weight"] / total
-            if pct < noisefloor_pct:
-                continue
-            f = part.frames[child["fid"]]
-            out.append({"depth": depth, "weight": child["weight"], "self": child["self"], "percent": round(pct, 2),
-                        "function": f.name, "location": f"{f.file}:{f.line}" if f.file else ""})
-            if maxdepth is None or depth + 1 < maxdepth:
-                visit(child, depth + 1)
-
-    visit(root, 0)
-    return out
+    """Depth-first call tree of allocations (root first), weights summed over callees (the one
+    call tree, :mod:`omniprof.analysis.calltree`, weighted by bytes or count)."""
+    _weight(by)
+    root = calltree.build_tree(calltree.allocation_stacks(part, by))
+    total = root.total or 1
+    return [{"depth": r.depth, "weight": r.total_ns, "self": r.self_ns, "percent": round(100.0 * r.total_ns / total, 2),
+             "function": r.frame.name, "location": f"{r.frame.file}:{r.frame.line}" if r.frame.file else "",
+             "frame": r.frame}
+            for r in calltree.tree_rows(root, sort="time", maxdepth=maxdepth, min_share=noisefloor_pct / 100.0)]
 
 
 def allocation_tables(part: BackendResult, largest: int = 20) -> tuple[Table, ...]:
@@ -131,21 +115,20 @@ def print_allocs(result: ProfileResult | BackendResult, *, format: str = "flat",
     if format not in ("flat", "tree"):
         raise ValueError(f"'format' must be one of flat, tree (got {format!r})")
     out = io_ or sys.stdout
-    width = cols or (os.get_terminal_size().columns if out.isatty() else 120)
+    width = cols or (shutil.get_terminal_size((120, 24)).columns if out.isatty() else None)
     fmt = _fmt_bytes if by == "bytes" else str
-    buf = io.StringIO()
     s = part.summaries.get("memory", {})
-    buf.write(f"allocations: {s.get('allocations', '?')} ({_fmt_bytes(s['allocated_bytes']) if 'allocated_bytes' in s else '?'})"
+    out.write(f"allocations: {s.get('allocations', '?')} "
+              f"({_fmt_bytes(s['allocated_bytes']) if 'allocated_bytes' in s else '?'})"
               f", sampled {len(part.allocations)} at sample_rate {s.get('sample_rate')}, engine {s.get('engine')}\n")
     if format == "flat":
-        buf.write(f"{by:>12}  {'%':>6}  {'alive':>10}  function  location\n")
-        for r in flat_rows(part, by):
-            if r["count"] < mincount:
-                continue
-            buf.write(f"{fmt(r[by]):>12}  {r['share_pct']:6.2f}  {_fmt_bytes(r['alive_bytes']):>10}  "
-                      f"{r['function']}  {r['location']}\n")
+        columns = [Column(by, kind="num"), Column("%", kind="num"), Column("alive", kind="num"),
+                   Column("function", min_width=30)]
+        rows = [[fmt(r[by]), f"{r['share_pct']:.2f}", _fmt_bytes(r["alive_bytes"]),
+                 f"{r['function']}  {r['where']}" if r["where"] else r["function"]]
+                for r in flat_rows(part, by) if r["count"] >= mincount]
     else:
-        for r in tree_rows(part, by, maxdepth, noisefloor):
-            buf.write(f"{fmt(r['weight']):>12}  {r['percent']:6.2f}  {'  ' * r['depth']}{r['function']}  {r['location']}\n")
-    for line in buf.getvalue().splitlines():
-        out.write((line if len(line) <= width else line[: width - 3] + "...") + "\n")
+        columns = [Column(by, kind="num"), Column("%", kind="num"), Column("function", min_width=30)]
+        rows = [[fmt(r["weight"]), f"{r['percent']:.2f}", Indented("  " * r["depth"], calltree.frame_label(r["frame"]))]
+                for r in tree_rows(part, by, maxdepth, noisefloor)]
+    print_table(out, columns, rows, width=width)
