@@ -15,6 +15,9 @@ def report(ns: argparse.Namespace) -> int:
     ropts = c.reporter_options(ns.reporter_option, reporters)
     for name in reporters:
         reg.reporter(name)  # fail early on unknown names
-    result = read_any(ns.file)
+    from omniprof.cli.progress import progress
+
+    with progress(f"reading {ns.file}"):
+        result = read_any(ns.file)
     c.make_outdir(ns.outdir)
     return c.emit_reports(result, reporters, ropts, ns.outdir, reg)

@@ -202,6 +202,8 @@ class Profiler:
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, SystemExit) and exc.code in (None, 0):
+            exc = None  # sys.exit(0) / sys.exit(): the workload succeeded, the profile is complete
         if exc is not None:
             self._errors.append(ErrorRecord(source="workload", phase="run", type=exc_type.__name__,
                                             message=_one_line(exc)))
@@ -274,7 +276,7 @@ class Profiler:
         self._errors = [e for e in self._errors if e.source == "workload"]
         self._failed_parts = []
         if self.logdir is not None:
-            self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile")
+            self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile", flag="--logdir DIR")
         ctx = self._context()
         failures: list[tuple[str, BaseException, str]] = []
         for name, cls in self._classes.items():
