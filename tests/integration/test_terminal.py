@@ -6,7 +6,6 @@ the terminal have done their work), not from our own renderer's return value.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -21,7 +20,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TIME = r"\d+(?:\.\d+)? (?:ns|us|ms|s)"
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux missing: run .ci/system-deps")
+
+@pytest.fixture(autouse=True)
+def _tmux() -> None:
+    from tests.tools import require
+
+    require(shutil.which("tmux") is not None, "tmux (apt-get install tmux, or .ci/system-deps as root)")
 
 
 def _screen(command: str, width: int, tmp_path: Path, *, height: int = 60, timeout_s: float = 60.0) -> str:
