@@ -32,6 +32,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--omniprof-baseline", default=None, metavar="DIR", help="results of an earlier run to compare with")
     g.addoption("--omniprof-fail-on-regression", type=float, default=None, metavar="PCT",
                 help="fail the run when a test's function or table time grew by more than PCT percent")
+    g.addoption("--omniprof-min-ms", type=float, default=5.0, metavar="MS",
+                help="entries under this time (in the new run) never count as regressions: noise (default 5)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -91,7 +93,10 @@ class _Session:
 
         d = diff(omniprof.load(path), result, threshold_pct=pct if pct is not None else 10.0)
         if pct is not None:
+            floor_ns = self.config.getoption("--omniprof-min-ms") * 1e6
             for table, row in d.regressions:
+                if row.b_ns < floor_ns:
+                    continue  # a few samples of a tiny test: noise, not a slowdown
                 self.regressions.append((nodeid, f"{table.name}: {row.key} {row.a_ns / 1e6:.2f} ms -> "
                                                  f"{row.b_ns / 1e6:.2f} ms"))
 
