@@ -51,6 +51,7 @@ _LAZY = {
     "enable_peek": ("omniprof.backends.cpu.api", "enable_peek"),
     "disable_peek": ("omniprof.backends.cpu.api", "disable_peek"),
     "set_peek_duration": ("omniprof.backends.cpu.api", "set_peek_duration"),
+    "load_ipython_extension": ("omniprof.notebook", "load_ipython_extension"),  # %load_ext omniprof
 }
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "ReporterError",
     "TraceReadError",
     "UsageError",
+    "TargetImportError",
     "OmniprofWarning",
     "DataLossWarning",
     "OverheadWarning",
@@ -30,6 +31,11 @@ __all__ = [
 
 class OmniprofError(Exception):
     """Base class of every error raised by omniprof."""
+
+
+class TargetImportError(OmniprofError):
+    """The module of a ``pkg.mod:function`` target raised while being imported: the user's code
+    failed, not omniprof. ``__cause__`` is that exception, with the user's traceback."""
 
 
 class InvalidArgumentError(OmniprofError, ValueError):

@@ -138,7 +138,16 @@ def make_call(target: TargetSpec) -> Callable[[], Any]:
             sys.path.insert(0, base)
             added = True
         try:
-            obj: Any = importlib.import_module(mod_name)
+            try:
+                obj: Any = importlib.import_module(mod_name)
+            except Exception as e:
+                missing = isinstance(e, ModuleNotFoundError) and e.name is not None and (
+                    mod_name == e.name or mod_name.startswith(e.name + "."))
+                if not missing:  # the user's module itself failed: its traceback, not a usage error
+                    from omniprof.errors import TargetImportError
+
+                    raise TargetImportError(f"importing {mod_name!r} for {target.value!r} failed") from e
+                raise
             for part in attr.split("."):
                 obj = getattr(obj, part)
         except (ImportError, AttributeError) as e:
@@ -152,6 +161,8 @@ def make_call(target: TargetSpec) -> Callable[[], Any]:
         args, kwargs = tuple(target.args), dict(target.kwargs)
         return lambda: call_function(obj, args, kwargs)
     if target.kind == "module":
+        _check_module(target.value)
+
         def run_module() -> Any:
             with _argv_path([target.value, *target.args], os.getcwd()):
                 return runpy.run_module(target.value, run_name="__main__", alter_sys=True)
@@ -161,6 +172,27 @@ def make_call(target: TargetSpec) -> Callable[[], Any]:
         with _argv_path([target.value, *target.args], str(Path(target.value).resolve().parent)):
             return runpy.run_path(target.value, run_name="__main__")
     return run_script
+
+
+def _check_module(module: str) -> None:
+    """A module target must be importable: one line naming it otherwise (as ``python -m``), before
+    any profiling starts. A parent package that fails to import is the user's failure."""
+    import importlib.util
+
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:
+        spec = None
+    except Exception as e:
+        from omniprof.errors import TargetImportError
+
+        raise TargetImportError(f"importing the parents of {module!r} failed") from e
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(os.getcwd())
+    if spec is None:
+        raise InvalidArgumentError(f"no module named {module!r} (run from the directory that holds it, or install it)")
 
 
 def call_function(func: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:

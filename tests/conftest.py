@@ -145,3 +145,17 @@ def registry_with():
         return reg
 
     return make
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    """Name each real reader (viewer, validator) that was missing, once, at the end of the run."""
+    reasons = set()
+    for rep in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(rep, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else ""
+        if "not installed" in reason or "not found" in reason:
+            reasons.add(reason.removeprefix("Skipped: "))
+    if reasons:
+        terminalreporter.write_sep("-", f"{len(reasons)} real reader(s) missing: their tests were skipped")
+        for reason in sorted(reasons):
+            terminalreporter.write_line(reason)

@@ -19,7 +19,7 @@ NODE_MODULES = ROOT / ".ci" / "cache" / "npm" / "node_modules"
 def require(condition: bool, what: str) -> None:
     if condition:
         return
-    message = f"{what} is not installed (run .ci/system-deps)"
+    message = f"{what} is not installed (run .ci/readers; system tools: .ci/system-deps as root)"
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.analysis import stacktree
+from omniprof.analysis import calltree
 from omniprof.core.results import BackendResult, ProfileResult, Table
 from omniprof.errors import InvalidArgumentError
 
@@ -117,7 +117,7 @@ class ResultDiff:
 def _function_times(part: BackendResult) -> dict[str, int]:
     if not part.samples:
         return {}
-    rows = stacktree.flat_rows(part, key=lambda f: (f.name, f.file, f.module))
+    rows = calltree.flat_profile(part, key=lambda f: (f.name, f.file, f.module))
     out: dict[str, int] = {}
     for r in rows:
         where = _short_file(r.frame.file) or r.frame.module or ""

@@ -5,7 +5,8 @@ Rows are built first (:func:`build_report` -> :class:`GroupReport` of :class:`Tr
 (group, stack) before any tree is built, so the cost is O(samples) for one pass plus
 O(distinct stacks x depth): 10^6 samples take well under 2 s (``benchmarks/cpu_sampler.py``).
 
-Counts are samples (Julia's "Count"); ``overhead`` is the self count (samples whose leaf is this
+The rows come from the one call tree (:mod:`omniprof.analysis.calltree`); this module adds Julia's
+options and text layout. Counts are samples (Julia's "Count"); ``overhead`` is the self count (samples whose leaf is this
 frame). Every row also carries the weighted time (``total_ns``/``self_ns``): a sample's weight is
 the time since its thread's previous sample, which also covers coalesced ticks.
 """
@@ -14,17 +15,16 @@ from __future__ import annotations
 
 import functools
 import gc
-import math
 import os
 import shutil
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from operator import attrgetter
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
+from omniprof.analysis import calltree
 from omniprof.core import validators as v
+from omniprof.analysis.calltree import FlatRow, TreeRow
 from omniprof.core.results import BackendResult, Frame, ProfileResult
 from omniprof.core.units import format_ns as _fmt_ns
 from omniprof.errors import InvalidArgumentError
@@ -94,31 +94,6 @@ class PrintOptions:
 
 
 @attrs.frozen
-class TreeRow:
-    """One call-tree row: ``depth`` (0 = root frames), samples ``count``, ``self_count`` (Julia's
-    overhead), weighted times, and the frame (combined by line unless ``combine=False``)."""
-
-    depth: int
-    count: int
-    self_count: int
-    total_ns: int
-    self_ns: int
-    frame: Frame
-
-
-@attrs.frozen
-class FlatRow:
-    """One flat-list row: samples in which the frame appears (once per sample even when it recurs),
-    samples in which it is the leaf, and the same as weighted times."""
-
-    frame: Frame
-    count: int
-    self_count: int
-    total_ns: int
-    self_ns: int
-
-
-@attrs.frozen
 class GroupReport:
     """The rows of one group. ``path`` is ``(("thread", id, name), ("task", id, name))`` or
     shorter (empty for ``groupby="none"``); ``samples``/``total_ns`` are the group's totals."""
@@ -146,158 +121,6 @@ def sampled_part(result: ProfileResult | BackendResult) -> BackendResult:
     return result.parts[0] if result.parts else BackendResult(backend="cpu")
 
 
-class _Node:
-    __slots__ = ("key", "count", "self_count", "total_ns", "self_ns", "children")
-
-    def __init__(self, key: int) -> None:
-        self.key = key
-        self.count = 0
-        self.self_count = 0
-        self.total_ns = 0
-        self.self_ns = 0
-        self.children: dict[int, _Node] = {}
-
-
-def _canon(part: BackendResult, opts: PrintOptions) -> tuple[list[int], list[Frame]]:
-    """Per frame id: its canonical key id (-1: hidden), and the key's representative frame."""
-    key_of: list[int] = []
-    reps: list[Frame] = []
-    index: dict[Any, int] = {}
-    for fr in part.frames:
-        if fr.kind == "native" and not opts.native:
-            key_of.append(-1)
-            continue
-        k: Any = fr if not opts.combine else (fr.name, fr.file, fr.line, fr.module, fr.kind)
-        kid = index.get(k)
-        if kid is None:
-            kid = index[k] = len(reps)
-            reps.append(fr if not opts.combine or fr.offset is None else attrs.evolve(fr, offset=None))
-        key_of.append(kid)
-    return key_of, reps
-
-
-_GROUP_FIELDS: dict[Any, tuple[str, ...]] = {
-    "none": (), "thread": ("thread_id",), "task": ("task_id",),
-    ("thread", "task"): ("thread_id", "task_id"), ("task", "thread"): ("task_id", "thread_id"),
-}
-
-
-def _aggregate(part: BackendResult, opts: PrintOptions) -> dict[tuple[Any, int], list[int]]:
-    """``(group key or None, stack_id) -> [samples, weight_ns]``; counting runs in C (Counter)."""
-    samples: Any = part.samples
-    if opts.threads is not None or opts.tasks is not None:
-        threads = set(opts.threads) if opts.threads is not None else None
-        tasks = set(opts.tasks) if opts.tasks is not None else None
-        samples = [s for s in samples if (threads is None or s.thread_id in threads)
-                   and (tasks is None or s.task_id in tasks)]
-    fields = _GROUP_FIELDS[opts.groupby]
-    getter = attrgetter(*fields, "stack_id")
-    counts = Counter(map(getter, samples))
-    weights: dict[Any, int] = dict.fromkeys(counts, 0)
-    for s, k in zip(samples, map(getter, samples)):
-        weights[k] += s.weight_ns
-    if not fields:
-        return {(None, sid): [c, weights[sid]] for sid, c in counts.items()}
-    return {(k[:-1], k[-1]): [c, weights[k]] for k, c in counts.items()}
-
-
-def _sort_key(opts: PrintOptions, reps: list[Frame]) -> Callable[[Any], Any]:
-    if opts.sortedby == "count":
-        return lambda n: (-n.count, -n.total_ns, _ffl(reps[n.key]))
-    if opts.sortedby == "overhead":
-        return lambda n: (-n.self_count, -n.self_ns, _ffl(reps[n.key]))
-    return lambda n: (_ffl(reps[n.key]), -n.count)
-
-
-def _ffl(fr: Frame) -> tuple[str, str, int, int]:
-    return (fr.file or fr.module or "", fr.name, fr.line, fr.offset or 0)
-
-
-def _tree(stacks: Iterable[tuple[tuple[int, ...], int, int]], recur: str) -> _Node:
-    root = _Node(-1)
-    for ks, c, w in stacks:
-        root.count += c
-        root.total_ns += w
-        node = root
-        if recur == "flat":
-            path = [root]
-            pos: dict[int, int] = {}
-            touched = set()
-            for k in ks:
-                i = pos.get(k)
-                if i is not None:
-                    node = path[i]
-                    for dead in path[i + 1:]:
-                        pos.pop(dead.key, None)
-                    del path[i + 1:]
-                    continue
-                child = node.children.get(k)
-                if child is None:
-                    child = node.children[k] = _Node(k)
-                if id(child) not in touched:
-                    touched.add(id(child))
-                    child.count += c
-                    child.total_ns += w
-                path.append(child)
-                pos[k] = len(path) - 1
-                node = child
-        else:
-            for k in ks:
-                child = node.children.get(k)
-                if child is None:
-                    child = node.children[k] = _Node(k)
-                child.count += c
-                child.total_ns += w
-                node = child
-        node.self_count += c
-        node.self_ns += w
-    return root
-
-
-def _tree_rows(root: _Node, reps: list[Frame], opts: PrintOptions) -> list[TreeRow]:
-    key = _sort_key(opts, reps)
-    rows: list[TreeRow] = []
-    floor = opts.noisefloor
-
-    def keep(child: _Node, parent: _Node) -> bool:
-        if child.count < opts.mincount:
-            return False
-        return not (floor > 0 and child.count <= floor * math.sqrt(parent.count))
-
-    todo = [(0, c) for c in sorted((c for c in root.children.values() if keep(c, root)), key=key, reverse=True)]
-    # sorted(..., reverse=True) then pop() yields ascending order by key.
-    while todo:
-        depth, node = todo.pop()
-        rows.append(TreeRow(depth, node.count, node.self_count, node.total_ns, node.self_ns, reps[node.key]))
-        if opts.maxdepth is None or depth + 1 < opts.maxdepth:
-            kids = sorted((c for c in node.children.values() if keep(c, node)), key=key, reverse=True)
-            todo.extend((depth + 1, c) for c in kids)
-    return rows
-
-
-def _flat_rows(stacks: Iterable[tuple[tuple[int, ...], int, int]], reps: list[Frame], opts: PrintOptions) -> list[FlatRow]:
-    acc: dict[int, list[int]] = {}
-    for ks, c, w in stacks:
-        for k in set(ks):
-            a = acc.get(k)
-            if a is None:
-                a = acc[k] = [0, 0, 0, 0]
-            a[0] += c
-            a[2] += w
-        if ks:
-            a = acc[ks[-1]]
-            a[1] += c
-            a[3] += w
-    rows = [FlatRow(reps[k], a[0], a[1], a[2], a[3]) for k, a in acc.items() if a[0] >= opts.mincount]
-    if opts.sortedby == "count":
-        rows.sort(key=lambda r: (-r.count, -r.total_ns, _ffl(r.frame)))
-    elif opts.sortedby == "overhead":
-        rows.sort(key=lambda r: (-r.self_count, -r.self_ns, _ffl(r.frame)))
-    else:
-        rows.sort(key=lambda r: _ffl(r.frame))
-    return rows
-
-
 def build_report(result: ProfileResult | BackendResult, opts: PrintOptions | None = None, **kwargs: Any
                  ) -> list[GroupReport]:
     """Aggregate the samples of ``result`` into one :class:`GroupReport` per group.
@@ -317,20 +140,24 @@ def build_report(result: ProfileResult | BackendResult, opts: PrintOptions | Non
             gc.enable()
 
 
+def _stacks(part: BackendResult, opts: PrintOptions) -> list[calltree.Stack]:
+    stacks = calltree.sample_stacks(part)
+    if opts.threads is not None or opts.tasks is not None:
+        stacks = calltree.only(stacks, threads=opts.threads, tasks=opts.tasks)
+    if not opts.native:
+        stacks = calltree.drop_native(stacks)
+    return calltree.merge_frames(stacks, "line" if opts.combine else "offset")
+
+
 def _build(part: BackendResult, opts: PrintOptions) -> list[GroupReport]:
-    key_of, reps = _canon(part, opts)
-    agg = _aggregate(part, opts)
-    kstacks: dict[int, tuple[int, ...]] = {}
-    groups: dict[Any, list[tuple[tuple[int, ...], int, int]]] = {}
-    for (g, sid), (c, w) in agg.items():
-        ks = kstacks.get(sid)
-        if ks is None:
-            ks = kstacks[sid] = tuple(k for k in (key_of[f] for f in part.stacks[sid]) if k >= 0)
-        groups.setdefault(g, []).append((ks, c, w))
-    thread_names = {t.thread_id: t.name for t in part.threads}
-    task_names = {t.task_id: t.name for t in part.tasks}
     mode = opts.groupby
     kinds: tuple[str, ...] = () if mode == "none" else ((mode,) if isinstance(mode, str) else mode)
+    groups: dict[Any, list[calltree.Stack]] = {}
+    for st in _stacks(part, opts):
+        g = tuple(st.thread_id if k == "thread" else st.task_id for k in kinds) if kinds else None
+        groups.setdefault(g, []).append(st)
+    thread_names = {t.thread_id: t.name for t in part.threads}
+    task_names = {t.task_id: t.name for t in part.tasks}
 
     def label(kind: str, ident: int | None) -> tuple[str, int | None, str]:
         if kind == "thread":
@@ -341,36 +168,27 @@ def _build(part: BackendResult, opts: PrintOptions) -> list[GroupReport]:
     for g in sorted(groups, key=lambda g: tuple((x is None, x or 0) for x in g) if g is not None else ()):
         stacks = groups[g]
         path = tuple(label(k, i) for k, i in zip(kinds, g)) if g is not None else ()
-        samples = sum(c for _, c, _ in stacks)
-        total = sum(w for _, _, w in stacks)
+        samples = sum(st.count for st in stacks)
+        total = sum(st.weight for st in stacks)
         tree: tuple[TreeRow, ...] = ()
         flat: tuple[FlatRow, ...] = ()
         if opts.format == "tree":
-            tree = tuple(_tree_rows(_tree(stacks, opts.recur), reps, opts))
+            root = calltree.build_tree(calltree.fold_recursion(stacks) if opts.recur == "flat" else stacks)
+            tree = tuple(calltree.tree_rows(root, sort=opts.sortedby, maxdepth=opts.maxdepth, mincount=opts.mincount,
+                                            noisefloor=opts.noisefloor))
         else:
-            flat = tuple(_flat_rows(stacks, reps, opts))
+            flat = tuple(calltree.flat_rows(stacks, sort=opts.sortedby, mincount=opts.mincount))
         out.append(GroupReport(path, samples, total, tree, flat))
     return out
 
 
 # -- text ---------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=65536)
 def frame_where(fr: Frame) -> str:
     """``file:line`` for Python frames, the library for native ones, '' for pseudo-frames."""
-    if fr.file:
-        return f"{_short_path(fr.file)}:{fr.line}"
-    if fr.module:
-        return fr.module
-    return ""
+    return calltree.frame_where(fr)
 
 
-@functools.lru_cache(maxsize=65536)
-def _short_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
+_short_path = calltree.short_path
 
 
 def _ltrunc(text: str, width: int) -> str:
@@ -496,25 +314,18 @@ def _format(part: BackendResult, opts: PrintOptions, groups: Sequence[GroupRepor
 
 
 def _flat_lines(rows: Sequence[FlatRow], cols: int, offsets: bool) -> list[str]:
-    head = ["Count", "Overhead", "Time", "File", "Line", "Function"]
+    from omniprof.analysis.render import Column, render_table
+
+    columns = [Column("Count", kind="num"), Column("Overhead", kind="num"), Column("Time", kind="num"),
+               Column("Self time", kind="num", drop=1), Column("File", min_width=16), Column("Line", kind="num"),
+               Column("Function", min_width=20)]
     cells = []
     for r in rows:
         fr = r.frame
         file = _short_path(fr.file) if fr.file else (fr.module or "")
         line = str(fr.line) + (f"@{fr.offset}" if offsets and fr.offset is not None else "") if fr.line or fr.file else "?"
-        cells.append([str(r.count), str(r.self_count), _fmt_ns(r.total_ns), file, line, fr.name])
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(head)]
-    fixed = widths[0] + widths[1] + widths[2] + widths[4] + 2 * 5
-    room = max(cols - fixed, 10)
-    if widths[3] + widths[5] > room:
-        widths[5] = min(widths[5], max(room // 2, room - widths[3]))
-        widths[3] = max(room - widths[5], 4)
-    out = []
-    for c in [head, *cells]:
-        c = [*c[:3], _ltrunc(c[3], widths[3]), c[4], _ltrunc(c[5], widths[5])]
-        out.append("  ".join([c[0].rjust(widths[0]), c[1].rjust(widths[1]), c[2].rjust(widths[2]),
-                              c[3].ljust(widths[3]), c[4].rjust(widths[4]), c[5]]).rstrip()[:cols])
-    return out
+        cells.append([str(r.count), str(r.self_count), _fmt_ns(r.total_ns), _fmt_ns(r.self_ns), file, line, fr.name])
+    return render_table(columns, cells, width=cols).splitlines()
 
 
 # -- callers ------------------------------------------------------------------------------------
@@ -540,22 +351,20 @@ def callers(funcname: str, result: ProfileResult | BackendResult, *, filename: s
             return False
         return linerange is None or fr.line in linerange
 
-    opts = PrintOptions(native=native)
-    key_of, reps = _canon(part, opts)
-    counts: dict[int, int] = {}
-    for s in part.samples:
-        counts[s.stack_id] = counts.get(s.stack_id, 0) + 1
-    acc: dict[Any, int] = {}
+    acc: dict[Frame | None, int] = {}
     root = Frame(name="<root>", kind="runtime")
-    for sid, c in counts.items():
-        ks = [k for k in (key_of[f] for f in part.stacks[sid]) if k >= 0]
+    for st in _stacks(part, PrintOptions(native=native)):
         seen = set()
-        for i, k in enumerate(ks):
-            if match(reps[k]):
-                caller = ks[i - 1] if i else -1
+        for i, fr in enumerate(st.frames):
+            if match(fr):
+                caller = st.frames[i - 1] if i else None
                 if caller not in seen:
                     seen.add(caller)
-                    acc[caller] = acc.get(caller, 0) + c
-    out = [(n, reps[k] if k >= 0 else root) for k, n in acc.items()]
+                    acc[caller] = acc.get(caller, 0) + st.count
+    out = [(n, k if k is not None else root) for k, n in acc.items()]
     out.sort(key=lambda x: (-x[0], _ffl(x[1])))
     return out
+
+
+def _ffl(fr: Frame) -> tuple[str, str, int, int]:
+    return (fr.file or fr.module or "", fr.name, fr.line, fr.offset or 0)

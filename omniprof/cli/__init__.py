@@ -7,17 +7,22 @@ One module per command (:mod:`omniprof.cli.run`, ``report``, ``collect``, ``view
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Sequence
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 from omniprof.errors import (
     ConfigError,
     InvalidArgumentError,
     OmniprofError,
     PluginLoadError,
+    TargetImportError,
+    TraceReadError,
     UsageError,
 )
 
@@ -197,13 +202,50 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     real_process = argv is None
     _common.terminated_by = None
-    code = _main(list(sys.argv[1:] if argv is None else argv))
+    saved_showwarning = warnings.showwarning
+    if real_process:  # as a program; a caller of main() (tests, embedding) keeps its own warning handling
+        warnings.showwarning = _show_warning
+    try:
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`omniprof plugins | head`): stop quietly, as `cat` would. Python's
+        # own flush at exit must not raise again, so stdout points at /dev/null from here on.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command the pipe cut short
+    finally:
+        warnings.showwarning = saved_showwarning
     if real_process and _common.terminated_by is not None:
         sys.stdout.flush()
         sys.stderr.flush()
         signal.signal(_common.terminated_by, signal.SIG_DFL)
         os.kill(os.getpid(), _common.terminated_by)
     return code
+
+
+_PKG_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """omniprof's warnings (and any warning attributed to omniprof's code) as one line,
+    ``omniprof: warning: ...``, without our source lines; the profiled program's own warnings
+    look as Python prints them."""
+    from omniprof.errors import OmniprofWarning
+
+    ours = (issubclass(category, OmniprofWarning) or str(filename).startswith(_PKG_DIR)
+            or os.path.basename(str(filename)) in ("omniprof", "runpy.py", "<frozen runpy>"))
+    if not ours:
+        _ORIGINAL_SHOWWARNING(message, category, filename, lineno, file, line)
+        return
+    text = " ".join(str(message).split())
+    with contextlib.suppress(OSError, ValueError):
+        print(f"omniprof: warning: {text}", file=file if file is not None else sys.stderr)
+
+
+_ORIGINAL_SHOWWARNING = warnings.showwarning
 
 
 def _main(argv: list[str]) -> int:
@@ -227,9 +269,15 @@ def _main(argv: list[str]) -> int:
             return int(getattr(command, ns.command)(ns))
         _parser().print_help()
         return 2
-    except (UsageError, InvalidArgumentError, ConfigError, PluginLoadError) as e:
+    except (UsageError, InvalidArgumentError, ConfigError, PluginLoadError, TraceReadError) as e:
         print(f"omniprof: error: {e}", file=sys.stderr)
         return 2
+    except TargetImportError as e:  # the user's module failed on import: their traceback, not ours
+        from omniprof.cli._common import print_exception
+
+        cause = e.__cause__ or e
+        print_exception(type(cause), cause, cause.__traceback__)
+        return 1
     except OmniprofError as e:
         print(f"omniprof: error: {e}", file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -26,6 +27,14 @@ def registry(ns: argparse.Namespace) -> Any:
     from omniprof.core.registry import Registry, reset_registry
 
     reg = Registry(plugins_file=ns.plugins, disable=ns.no_plugin)
+    known = {n for kind in ("backend", "reporter") for n in reg.names(kind, include_disabled=True)}
+    for name in ns.no_plugin or ():
+        if name not in known:
+            from omniprof.core.validators import nearest
+
+            near = nearest(name, known)
+            raise UsageError(f"--no-plugin {name!r}: no plugin of that name" + (f"; did you mean {near!r}?" if near else "")
+                             + f" (plugins: {', '.join(sorted(known))})")
     reset_registry(reg)
     return reg
 
@@ -112,7 +121,8 @@ def print_user_traceback() -> None:
 def print_exception(etype: Any, value: Any, tb: Any) -> None:
     frames = traceback.extract_tb(tb)
     pkg = str(Path(__file__).resolve().parent.parent)
-    keep = [f for f in frames if not f.filename.startswith(pkg) and "runpy" not in f.filename]
+    keep = [f for f in frames if not f.filename.startswith(pkg) and "runpy" not in f.filename
+            and not f.filename.startswith("<frozen importlib") and os.sep + "importlib" + os.sep not in f.filename]
     print("Traceback (most recent call last):", file=sys.stderr)
     print("".join(traceback.format_list(keep)), end="", file=sys.stderr)
     print("".join(traceback.format_exception_only(etype, value)), end="", file=sys.stderr)

@@ -28,8 +28,14 @@ def collect(ns: argparse.Namespace) -> int:
     reporters = c.csv(ns.reporter, [])
     for name in reporters:
         reg.reporter(name)
-    got = collect(ns.addresses, ns.duration_ms, ns.logdir, options=options, perfetto_trace=True,
-                  num_tracing_attempts=ns.attempts, verbose=ns.verbose)
+    from omniprof.cli.progress import progress
+
+    # The capture and then the server's conversion can take many seconds: say so at once.
+    print(f"omniprof: capturing {ns.duration_ms / 1000:g} s from {ns.addresses}; the server then converts the "
+          f"trace, which can take longer than the capture itself...", file=sys.stderr, flush=True)
+    with progress(f"capturing from {ns.addresses}"):
+        got = collect(ns.addresses, ns.duration_ms, ns.logdir, options=options, perfetto_trace=True,
+                      num_tracing_attempts=ns.attempts, verbose=ns.verbose)
     print(f"omniprof: captured {len(got.files)} host(s) into {got.run_dir}", file=sys.stderr)
     for f in got.saved:
         print(f"  {f.name}", file=sys.stderr)

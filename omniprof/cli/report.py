@@ -22,7 +22,10 @@ def report(ns: argparse.Namespace) -> int:
         # small summaries meet here, so a many-rank run never sits whole in memory.
         print(crossrank.analyze(ns.file, workers=ns.workers).to_text(), end="")
         return 0
-    result = read_any(ns.file)
+    from omniprof.cli.progress import progress
+
+    with progress(f"reading {ns.file}"):
+        result = read_any(ns.file)
     c.make_outdir(ns.outdir)
     return c.emit_reports(result, reporters, ropts, ns.outdir, reg)
 

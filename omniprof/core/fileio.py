@@ -36,26 +36,28 @@ class OutputError(OmniprofError, OSError):
         return str(self.args[0]) if self.args else super().__str__()
 
 
-# errno -> (why, what to do)
+# errno -> (why, what to do); {flag} is the option that chooses where this output goes.
 _REASONS = {
-    errno.ENOSPC: ("the disk is full", "free some space or write to another directory (-o DIR)"),
-    errno.EDQUOT: ("the disk quota is exceeded", "free some space or write to another directory (-o DIR)"),
+    errno.ENOSPC: ("the disk is full", "free some space or write to another directory ({flag})"),
+    errno.EDQUOT: ("the disk quota is exceeded", "free some space or write to another directory ({flag})"),
     errno.EFBIG: ("the file is larger than this file system or the process's file-size limit allows",
                   "write to another file system or raise 'ulimit -f'"),
-    errno.EROFS: ("the file system is read-only", "write to another directory (-o DIR)"),
-    errno.EACCES: ("permission denied", "write to a directory you can write to (-o DIR) or fix its permissions"),
-    errno.EPERM: ("operation not permitted", "write to a directory you can write to (-o DIR)"),
-    errno.ENOENT: ("the directory does not exist", "create it or choose another output path"),
+    errno.EROFS: ("the file system is read-only", "write to another directory ({flag})"),
+    errno.EACCES: ("permission denied", "write to a directory you can write to ({flag}) or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "write to a directory you can write to ({flag})"),
+    errno.ENOENT: ("the directory does not exist", "create it or choose another output path ({flag})"),
     errno.ENOTDIR: ("a parent of the path is not a directory", "choose another output path"),
     errno.EISDIR: ("the path is a directory", "give a file name, or the directory to write a default name into"),
     errno.ENAMETOOLONG: ("the file name is too long", "choose a shorter output path"),
-    errno.EEXIST: ("a file of that name already exists", "choose another name or allow overwriting"),
+    errno.EEXIST: ("a file of that name already exists", "choose another name (omniprof never replaces a file)"),
 }
 
 
-def output_error(path: os.PathLike[str] | str, exc: OSError) -> OutputError:
-    """A one-line :class:`OutputError` for ``exc`` raised while writing ``path``."""
+def output_error(path: os.PathLike[str] | str, exc: OSError, *, flag: str = "-o DIR") -> OutputError:
+    """A one-line :class:`OutputError` for ``exc`` raised while writing ``path``; the hint names
+    ``flag``, the option that chooses where this output goes (``-o DIR``, ``--logdir DIR``)."""
     why, fix = _REASONS.get(exc.errno or -1, (exc.strerror or str(exc) or type(exc).__name__, ""))
+    fix = fix.format(flag=flag)
     why = " ".join(str(why).split())  # one line, whatever the OS said
     msg = f"cannot write {os.fspath(path)!r}: {why}" + (f"; {fix}" if fix else "")
     err = OutputError(msg)
@@ -246,7 +248,7 @@ def unique_path(path: os.PathLike[str] | str) -> Path:
     raise OutputError(f"cannot find a free file name beside {str(path)!r}")
 
 
-def new_dir(path: os.PathLike[str] | str) -> Path:
+def new_dir(path: os.PathLike[str] | str, *, flag: str = "-o DIR") -> Path:
     """Create a new directory at ``path``, or ``path-1``, ``path-2``, ... when taken; return it.
 
     Creation is atomic (``mkdir`` fails on an existing name), so two runs never share a directory.
@@ -261,18 +263,18 @@ def new_dir(path: os.PathLike[str] | str) -> Path:
             except FileExistsError:
                 continue
     except OSError as e:
-        raise output_error(path, e) from e
+        raise output_error(path, e, flag=flag) from e
     raise OutputError(f"cannot create a new directory beside {str(path)!r}")
 
 
-def unique_run_dir(base: os.PathLike[str] | str, prefix: str | None = None) -> Path:
+def unique_run_dir(base: os.PathLike[str] | str, prefix: str | None = None, *, flag: str = "-o DIR") -> Path:
     """Create and return a new run directory under ``base``: ``YYYY_MM_DD_HH_MM_SS_<ms>[-n]``.
 
     Unlike jax (named to the second), two runs in the same second never share a directory.
     """
     stamp = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime())
     ms = int(time.time() * 1000) % 1000
-    return new_dir(Path(base) / f"{prefix + '_' if prefix else ''}{stamp}_{ms:03d}")
+    return new_dir(Path(base) / f"{prefix + '_' if prefix else ''}{stamp}_{ms:03d}", flag=flag)
 
 
 def hostname() -> str:

@@ -146,8 +146,13 @@ def _freeze_mapping(value: Any) -> Any:
     return value
 
 
+def _mark_explicit(inst: Any, attribute: Any, value: Any) -> Any:
+    object.__setattr__(inst, "_explicit", inst._explicit | {attribute.name})
+    return value
+
+
 @attrs.define(kw_only=True, init=False,
-              on_setattr=attrs.setters.pipe(attrs.setters.convert, attrs.setters.validate))
+              on_setattr=attrs.setters.pipe(attrs.setters.convert, attrs.setters.validate, _mark_explicit))
 class ProfileOptions:
     """Options every backend understands, with the meaning JAX documents.
 
@@ -159,7 +164,14 @@ class ProfileOptions:
         advanced_configuration: TPU and GPU keys of :data:`ADVANCED_KEYS`; read-only once set
             (assign a new mapping to change it).
 
-    Every value is validated on construction and on assignment:
+    Every value is validated on construction and on assignment. :meth:`is_explicit` tells a value
+    given (to the constructor, a config file, ``-O``, or by assignment) from a default, so a backend
+    can warn only about what the user asked for:
+
+    >>> ProfileOptions().is_explicit("device_tracer_level")
+    False
+    >>> ProfileOptions(device_tracer_level=1).is_explicit("device_tracer_level")
+    True
 
     >>> opts = ProfileOptions(host_tracer_level=3)
     >>> opts.host_tracer_level = 7
@@ -177,12 +189,18 @@ class ProfileOptions:
         factory=dict, converter=_freeze_mapping, validator=_validate_advanced,
         eq=attrs.cmp_using(eq=lambda a, b: dict(a) == dict(b)),
     )
+    _explicit: frozenset[str] = attrs.field(factory=frozenset, init=False, eq=False, repr=False, on_setattr=None)
 
     def __init__(self, **options: Any) -> None:
         # A misspelt field is an InvalidArgumentError naming the nearest one (attrs' own __init__
-        # would raise a bare TypeError).
-        v.check_keys(options, [a.name for a in attrs.fields(type(self))], what="profile option")
+        # would raise a bare TypeError). The names given are remembered (is_explicit).
+        v.check_keys(options, [a.name for a in attrs.fields(type(self)) if a.init], what="profile option")
         self.__attrs_init__(**options)
+        object.__setattr__(self, "_explicit", frozenset(options))
+
+    def is_explicit(self, name: str) -> bool:
+        """Whether ``name`` was given rather than left at its default."""
+        return name in self._explicit
 
     def advanced(self, key: str) -> Any:
         """The effective value of an advanced key: the one given, else its documented default."""
@@ -203,7 +221,7 @@ class ProfileOptions:
         """Build from a plain mapping; unknown keys raise with the nearest valid key."""
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(f"profile options must be a mapping (got {data!r})")
-        v.check_keys(data, [a.name for a in attrs.fields(cls)], what="profile option")
+        v.check_keys(data, [a.name for a in attrs.fields(cls) if a.init], what="profile option")
         return cls(**data)
 
 

@@ -220,6 +220,8 @@ class Profiler:
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, SystemExit) and exc.code in (None, 0):
+            exc = None  # sys.exit(0) / sys.exit(): the workload succeeded, the profile is complete
         if exc is not None:
             self._errors.append(ErrorRecord(source="workload", phase="run", type=exc_type.__name__,
                                             message=_one_line(exc)))
@@ -306,7 +308,7 @@ class Profiler:
         if self.distributed:
             self._name_run()
         elif self.logdir is not None:
-            self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile")
+            self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile", flag="--logdir DIR")
         ctx = self._context()
         failures: list[tuple[str, BaseException, str]] = []
         for name, cls in self._classes.items():

@@ -139,8 +139,17 @@ def _builtin_format(path: str | os.PathLike[str]) -> str | None:
             return "result"
         if b'"traceEvents"' in head or ".pt.trace.json" in name or b'"deviceProperties"' in head or b'"schemaVersion"' in head:
             return "kineto"
+        if len(head) < 4096:  # the whole file, and it has none of the keys either format starts with
+            raise TraceReadError(
+                f"{p}: a JSON object that is neither an omniprof result (no \"schema_version\"; write one with "
+                f"-r json) nor a Kineto/Chrome trace (no \"traceEvents\")")
         return "result"
     if text.startswith(b"["):
+        first = text[1:].lstrip()[:1]
+        if first not in (b"{", b"]") or (first == b"{" and b'"ph"' not in head and len(head) < 4096):
+            raise TraceReadError(
+                f"{p}: a JSON array that is not a Chrome/Kineto trace (a trace is a list of events, "
+                f"objects with a \"ph\" field)")
         return "kineto"
     return None
 

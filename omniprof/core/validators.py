@@ -23,8 +23,20 @@ def type_name(value: object) -> str:
 
 
 def nearest(key: str, candidates: Iterable[str]) -> str | None:
-    """The closest candidate to ``key``, or None when nothing is close."""
-    matches = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.5)
+    """The closest candidate to ``key``, or None when nothing is close; case is ignored first
+    (``CPU`` -> ``cpu``).
+
+    >>> nearest("CPU", ["cpu", "xla"]), nearest("tabel", ["table", "json"]), nearest("zzz", ["cpu"])
+    ('cpu', 'table', None)
+    """
+    candidates = list(candidates)
+    folded = [c for c in candidates if c.casefold() == key.casefold()]
+    if folded:
+        return folded[0]
+    matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
+    if not matches:
+        lower = {c.casefold(): c for c in candidates}
+        matches = [lower[m] for m in difflib.get_close_matches(key.casefold(), list(lower), n=1, cutoff=0.5)]
     return matches[0] if matches else None
 
 

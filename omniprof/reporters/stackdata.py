@@ -17,13 +17,13 @@ Everything here is plain data; the reporters only format it.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
+from omniprof.analysis import calltree
 from omniprof.analysis.timeline import nest_lanes
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Span
 from omniprof.errors import DataLossWarning, InvalidArgumentError
@@ -124,29 +124,14 @@ def pick_source(result: ProfileResult, source: str) -> str:
 
 
 def frame_label(frame: Frame, fmt: str = "function_file") -> str:
-    """A frame as one line of text: ``name``, ``name (file)`` or ``name (file:line)``.
-
-    Native frames show their module instead of a file; files under the working directory are
-    shown relative to it, others by their file name.
-    """
+    """A frame as one line of text for flame graphs: ``name``, ``name (file)`` or ``name (file:line)``
+    (py-spy's folded-stack convention), with the one path rule of every report
+    (:func:`omniprof.analysis.calltree.frame_where`: relative to the working directory, to
+    ``site-packages`` or to the standard library). Native frames show their module."""
     if fmt == "function" or frame.kind == "span":
         return frame.name or "?"
-    where = _short_path(frame.file) if frame.file else (frame.module or "")
-    if fmt == "function_line" and frame.file and frame.line:
-        where = f"{where}:{frame.line}"
+    where = calltree.frame_where(frame, line=fmt == "function_line")
     return f"{frame.name or '?'} ({where})" if where else (frame.name or "?")
-
-
-def _short_path(path: str) -> str:
-    # Under the working directory: relative to it; elsewhere: the file name (flame-graph boxes
-    # are narrow; the full path is in speedscope's and pprof's own file fields).
-    if not os.path.isabs(path):
-        return path
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return os.path.basename(path)
-    return rel if not rel.startswith("..") else os.path.basename(path)
 
 
 # -- spans ---------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Reporter ``table``: a terminal report of every kind of data a result holds.
 
-Rows are built first (:func:`tree_rows`, :func:`flat_rows_for`, :func:`table_rows`), then
-formatted: with rich when writing to a terminal, as plain aligned text otherwise.
+Rows are built first (the call tree by :mod:`omniprof.analysis.calltree`, the sections by
+:func:`span_rows` & co.), then drawn by the one table renderer (:mod:`omniprof.analysis.render`):
+in colour on a terminal, as plain text otherwise (piped output is never cut).
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from typing import IO, Any
 
 import attrs
 
-from omniprof.analysis import stackreport, stacktree
+from omniprof.analysis import calltree, stackreport
+from omniprof.analysis.render import Column, Indented, print_table
+from omniprof.analysis.stackreport import GROUPBYS, _groupby
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Table
 from omniprof.core.units import format_bytes as _fmt_bytes
 from omniprof.core.units import format_ns as _fmt_ns
 from omniprof.plugin import Reporter
 
-__all__ = ["TableReporter", "TableOptions", "tree_rows", "flat_rows_for", "frame_label", "span_rows", "counter_rows",
+__all__ = ["TableReporter", "TableOptions", "frame_label", "span_rows", "counter_rows",
            "instant_rows", "allocation_rows"]
 
 
@@ -34,13 +37,20 @@ class TableOptions:
         max_rows: most rows per flat list or derived table.
         max_depth: deepest call-tree level shown (None: all).
         min_percent: hide tree nodes under this share of the total (noise floor).
-        width: line width (None: the terminal's, or 120 when not a terminal).
-        color: ``"auto"`` (rich on a terminal), ``"always"`` or ``"never"``.
-        groupby: sampled stacks per ``"thread"``, ``"task"``, both (``["thread", "task"]``) or
-            ``"none"`` (see :class:`omniprof.analysis.stackreport.PrintOptions`).
+        width: line width (None: the terminal's; piped output is never cut).
+        color: ``"auto"`` (rich colours on a terminal), ``"always"`` or ``"never"``.
+        groupby: sampled stacks per ``"thread"`` (default: busiest thread first, idle threads
+            marked), ``"task"``, both (``["thread", "task"]``) or ``"none"`` (one tree).
         native: show native (C) frames when the part has them.
         include_rank_parts: for a merged distributed result, show each rank's parts after the
             cross-rank section (False: the cross-rank section alone, for many ranks).
+        recur: ``"flat"`` (default: recursion folded, a frame re-entered goes back to its first
+            place on the path) or ``"off"`` (every level kept).
+        lines: ``False`` (default): one row per function; ``True``: one per line (drill-down).
+        idle: ``"hide"`` (default: waits -- sleep, lock, join, select -- left out and their time
+            stated) or ``"show"`` (kept and marked ``[idle]``).
+        counts: add a ``samples`` column (times and shares are always shown).
+        own: keep omniprof's own frames (engine, CLI runner, ``runpy``); hidden by default.
     """
 
     format: str = attrs.field(default="both", validator=v.one_of("both", "tree", "flat"))
@@ -49,74 +59,19 @@ class TableOptions:
     min_percent: float = attrs.field(default=0.5, validator=v.number_in_range(0.0, 100.0))
     width: int | None = attrs.field(default=None, validator=v.int_in_range(20, optional=True))
     color: str = attrs.field(default="auto", validator=v.one_of("auto", "always", "never"))
-    groupby: Any = attrs.field(default="none", converter=stackreport._groupby,
-                               validator=v.one_of(*stackreport.GROUPBYS))
+    groupby: Any = attrs.field(default="thread", converter=_groupby, validator=v.one_of(*GROUPBYS))
     native: bool = attrs.field(default=True, validator=v.is_bool)
     include_rank_parts: bool = attrs.field(default=True, validator=v.is_bool)
+    recur: str = attrs.field(default="flat", validator=v.one_of("flat", "off"))
+    lines: bool = attrs.field(default=False, validator=v.is_bool)
+    idle: str = attrs.field(default="hide", validator=v.one_of("hide", "show"))
+    counts: bool = attrs.field(default=False, validator=v.is_bool)
+    own: bool = attrs.field(default=False, validator=v.is_bool)
 
 
 def frame_label(frame: Frame) -> str:
-    where = f"{_short_path(frame.file)}:{frame.line}" if frame.file else (frame.module or "")
-    return f"{frame.name}  {where}" if where else frame.name
-
-
-def _short_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
-
-
-@attrs.frozen
-class TreeRow:
-    depth: int
-    percent: float
-    self_percent: float
-    total_ns: int
-    self_ns: int
-    count: int
-    frame: Frame
-
-
-def _print_opts(opts: TableOptions, fmt: str, sortedby: str) -> stackreport.PrintOptions:
-    return stackreport.PrintOptions(format=fmt, sortedby=sortedby, maxdepth=opts.max_depth, native=opts.native,
-                                    groupby=opts.groupby)
-
-
-def tree_rows(part: BackendResult, opts: TableOptions = TableOptions(),
-              group: stackreport.GroupReport | None = None) -> list[TreeRow]:
-    """Call-tree rows (children by sample count), hiding nodes under ``min_percent`` of the time."""
-    if group is None:
-        groups = stackreport.build_report(part, _print_opts(attrs.evolve(opts, groupby="none"), "tree", "count"))
-        if not groups:
-            return []
-        group = groups[0]
-    total = group.total_ns or 1
-    rows = []
-    hidden_depth: int | None = None
-    for r in group.tree:
-        if hidden_depth is not None and r.depth > hidden_depth:
-            continue
-        hidden_depth = None
-        pct = 100.0 * r.total_ns / total
-        if pct < opts.min_percent:
-            hidden_depth = r.depth
-            continue
-        rows.append(TreeRow(r.depth, pct, 100.0 * r.self_ns / total, r.total_ns, r.self_ns, r.count, r.frame))
-    return rows
-
-
-def flat_rows_for(part: BackendResult, opts: TableOptions = TableOptions(),
-                  group: stackreport.GroupReport | None = None) -> list[stacktree.FlatRow]:
-    """Flat rows by self time, at most ``max_rows``."""
-    if group is None:
-        groups = stackreport.build_report(part, _print_opts(attrs.evolve(opts, groupby="none"), "flat", "overhead"))
-        if not groups:
-            return []
-        group = groups[0]
-    rows = sorted(group.flat, key=lambda r: (-r.self_ns, -r.total_ns, r.frame.name))
-    return [stacktree.FlatRow(r.frame, r.total_ns, r.self_ns, r.count, r.self_count) for r in rows[: opts.max_rows]]
+    """``name  file:line`` (see :func:`omniprof.analysis.calltree.frame_label`)."""
+    return calltree.frame_label(frame)
 
 
 def _fmt_cell(col: str, value: Any) -> str:
@@ -134,38 +89,42 @@ def _fmt_cell(col: str, value: Any) -> str:
 
 
 class _Out:
-    """Block builder: plain lines and grids, kept as blocks so a grid can be drawn as a rich table
-    on a terminal or as aligned plain text otherwise. Everything fits ``width`` columns: a grid's
-    widest text column is shortened (ending in ``...``) before any line is cut."""
+    """Blocks of a report: plain lines and tables, drawn at the end by the one renderer
+    (:mod:`omniprof.analysis.render`) in colour on a terminal or as plain text."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int | None) -> None:
         self.width = width
-        self.lines: list[str] = []
-        # ("line", text) or ("grid", header, rows, align); lines[] is the plain rendering.
         self.blocks: list[tuple[Any, ...]] = []
 
     def line(self, text: str = "") -> None:
         self.blocks.append(("line", text))
-        self.lines.append(_cut(text, self.width))
 
-    def grid(self, header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> None:
-        header = [str(h) for h in header]
-        rows = [[str(c) for c in r] for r in rows]
-        self.blocks.append(("grid", header, rows, align))
-        widths = [len(h) for h in header]
-        for r in rows:
-            widths = [max(w, len(c)) for w, c in zip(widths, r)]
-        widths = _fit_widths(widths, header, align, self.width)
+    def table(self, columns: Sequence[Column], rows: Sequence[Sequence[Any]], styles: dict[int, str] | None = None
+              ) -> None:
+        self.blocks.append(("table", list(columns), [list(r) for r in rows], styles or {}))
 
-        def fmt(cells: Sequence[str]) -> str:
-            cells = [_cut(c, w) for c, w in zip(cells, widths)]
-            parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align)]
-            return "  ".join(parts).rstrip()
+    def write(self, dest: IO[str], *, color: bool) -> None:
+        if color:
+            from rich.console import Console
+            from rich.text import Text
 
-        self.lines.append(_cut(fmt(header), self.width))
-        self.lines.append(_cut(fmt(["-" * w for w in widths]), self.width))
-        for r in rows:
-            self.lines.append(_cut(fmt(r), self.width))
+            console = Console(file=dest, width=self.width or 120, force_terminal=True, highlight=False,
+                              markup=False, emoji=False, force_jupyter=False)
+        for block in self.blocks:
+            if block[0] == "line":
+                ln = block[1]
+                if color:
+                    style = "bold" if ln.startswith("== ") else ("yellow" if ln.startswith("! ") else "")
+                    console.print(Text(ln, style=style))
+                elif self.width and len(ln) > self.width:
+                    # Words wrap (a figure is never cut); continuation lines are indented.
+                    dest.write("\n".join(textwrap.wrap(ln, self.width, subsequent_indent="    ", break_long_words=False,
+                                                       break_on_hyphens=False)) + "\n")
+                else:
+                    dest.write(ln + "\n")
+                continue
+            _, columns, rows, styles = block
+            print_table(dest, columns, rows, width=self.width, color=color, style=styles if color else None)
 
 
 def _display_column(name: str) -> str:
@@ -176,36 +135,13 @@ def _display_column(name: str) -> str:
     return name
 
 
-def _fits(header: Sequence[str], rows: Sequence[Sequence[str]], align: str, width: int) -> bool:
-    widths = [len(h) for h in header]
-    for r in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, r)]
-    widths = _fit_widths(widths, header, align, width)
-    return sum(widths) + 2 * (len(widths) - 1) <= width
+def _pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}" if whole else "-"
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else (text[: width - 3] + "..." if width > 3 else text[:width])
-
-
-def _fit_widths(widths: list[int], header: Sequence[str], align: str, width: int) -> list[int]:
-    """Shrink left-aligned (text) columns, widest first, until the row fits ``width``."""
-    widths = list(widths)
-    gaps = 2 * (len(widths) - 1)
-    excess = sum(widths) + gaps - width
-    while excess > 0:
-        text_cols = [i for i, a in enumerate(align) if a == "l" and widths[i] > max(len(header[i]), 8)]
-        if not text_cols:
-            break
-        i = max(text_cols, key=lambda k: widths[k])
-        floor = max(len(header[i]), 8)
-        others = sorted((widths[k] for k in text_cols if k != i), reverse=True)
-        target = max(floor, widths[i] - excess, others[0] if others else floor)
-        if target >= widths[i]:
-            target = widths[i] - 1
-        excess -= widths[i] - target
-        widths[i] = target
-    return widths
+def _indent(depth: int) -> str:
+    # Two spaces a level; past 20 levels the depth is written as a number instead.
+    return "  " * depth if depth <= 20 else "  " * 18 + f"+{depth} "
 
 
 class TableReporter(Reporter):
@@ -219,14 +155,11 @@ class TableReporter(Reporter):
     def report(self, result: ProfileResult, dest: IO[str]) -> None:  # type: ignore[override]
         opts = self.options
         isatty = bool(getattr(dest, "isatty", lambda: False)())
-        width = opts.width or (shutil.get_terminal_size((120, 24)).columns if isatty else 120)
+        color = opts.color == "always" or (opts.color == "auto" and isatty and not os.environ.get("NO_COLOR"))
+        width = opts.width or (shutil.get_terminal_size((120, 24)).columns if isatty else None)
         out = _Out(width)
         self.build(result, out)
-        use_rich = opts.color == "always" or (opts.color == "auto" and isatty and not os.environ.get("NO_COLOR"))
-        if use_rich:
-            _render_rich(out, dest, width, force=opts.color == "always")
-        else:
-            dest.write("\n".join(out.lines) + "\n")
+        out.write(dest, color=color)
 
     def build(self, result: ProfileResult, out: _Out) -> None:
         md = result.metadata
@@ -252,46 +185,126 @@ class TableReporter(Reporter):
         out.line()
         for block in crossrank.text_blocks(crossrank.analyze_result(result)):
             if block[0] == "grid":
-                out.grid(*block[1:])
+                _, header, rows, align = block
+                out.table([Column(h, kind="num" if a == "r" else "label") for h, a in zip(header, align)],
+                          [[str(c) for c in r] for r in rows])
             elif not block[1]:
                 out.line()
             else:
                 for ln in textwrap.wrap(block[1], out.width, subsequent_indent="    "):
                     out.line(ln)
 
-    def _part(self, part: BackendResult, out: _Out) -> None:
+    def _stacks(self, part: BackendResult) -> tuple[list[calltree.Stack], int]:
+        """The part's sample stacks after the report's filters, and the idle time left out."""
         opts = self.options
+        return calltree.report_stacks(part, native=opts.native, own=opts.own, lines=opts.lines, idle=opts.idle)
+
+    def _groups(self, part: BackendResult, stacks: list[calltree.Stack]
+                ) -> list[tuple[str | None, list[calltree.Stack]]]:
+        mode = self.options.groupby
+        if mode == "none":
+            return [(None, stacks)]
+        kinds = (mode,) if isinstance(mode, str) else tuple(mode)
+        tasks = {t.task_id: t.name for t in part.tasks}
+        groups: list[tuple[str | None, list[calltree.Stack]]] = []
+        threads = calltree.by_thread(part, stacks)
+        if kinds[0] == "thread":
+            for g in threads:
+                title = f"Thread {g.name}" + (" [idle]" if g.idle_only else "")
+                if len(kinds) == 1:
+                    groups.append((title, list(g.stacks)))
+                    continue
+                for tid, ss in _by_task(g.stacks):
+                    groups.append((f"{title} / task {tasks.get(tid, tid) if tid is not None else '(none)'}", ss))
+        else:
+            names = {g.thread_id: g.name for g in threads}
+            for tid, ss in _by_task(stacks):
+                title = f"Task {tasks.get(tid, tid)}" if tid is not None else "No task"
+                if len(kinds) == 1:
+                    groups.append((title, ss))
+                    continue
+                for g in calltree.by_thread(part, ss):
+                    groups.append((f"{title} / thread {names.get(g.thread_id, g.name)}", list(g.stacks)))
+        if len(groups) == 1:
+            return [(None, groups[0][1])]
+        return groups
+
+    def _samples(self, part: BackendResult, out: _Out) -> None:
+        opts = self.options
+        stacks, idle_ns = self._stacks(part)
+        grand = sum(s.weight for s in stacks) + idle_ns
+        if idle_ns:
+            out.line()
+            out.line(f"Idle time left out: {_fmt_ns(idle_ns)} of {_fmt_ns(grand)} sampled "
+                     "(threads waiting in sleep, lock, join, select; -R table.idle=show keeps it)")
+        for title, group in self._groups(part, stacks):
+            total = sum(s.weight for s in group)
+            if title is not None:
+                out.line()
+                out.line(f"-- {title}: {_fmt_ns(total)} sampled ({sum(s.count for s in group)} samples)")
+            if opts.format in ("both", "tree"):
+                self._tree(group, total, out)
+            if opts.format in ("both", "flat"):
+                self._flat(group, total, out)
+
+    def _tree(self, stacks: list[calltree.Stack], total: int, out: _Out) -> None:
+        opts = self.options
+        shown = calltree.fold_recursion(stacks) if opts.recur == "flat" else stacks
+        root = calltree.build_tree(shown)
+        rows = calltree.tree_rows(root, sort="time", maxdepth=opts.max_depth, min_share=opts.min_percent / 100.0)
+        out.line()
+        out.line(f"Call tree ({_fmt_ns(total)} sampled"
+                 + (f"; nodes under {opts.min_percent:g}% hidden" if opts.min_percent else "")
+                 + ("; recursion folded" if opts.recur == "flat" else "") + ")")
+        cols = [Column("time", kind="num"), Column("%", kind="num"), Column("self", kind="num")]
+        if opts.counts:
+            cols.append(Column("samples", kind="num", drop=1))
+        cols.append(Column("function", min_width=30))
+        cells, styles = [], {}
+        for i, r in enumerate(rows):
+            row = [_fmt_ns(r.total_ns), _pct(r.total_ns, total), _fmt_ns(r.self_ns) if r.self_ns else ""]
+            if opts.counts:
+                row.append(str(r.count))
+            row.append(Indented(_indent(r.depth), self._label(r.frame) + (" [idle]" if r.idle else "")))
+            cells.append(row)
+            if r.idle:
+                styles[i] = "dim"
+        out.table(cols, cells, styles)
+
+    def _flat(self, stacks: list[calltree.Stack], total: int, out: _Out) -> None:
+        opts = self.options
+        rows = calltree.flat_rows(stacks, sort="self_time")
+        shown = rows[: opts.max_rows]
+        out.line()
+        out.line(f"Flat (by self time, per {'line' if opts.lines else 'function'}"
+                 + (f"; top {len(shown)} of {len(rows)}" if len(shown) < len(rows) else "") + ")")
+        cols = [Column("self", kind="num"), Column("self %", kind="num"), Column("total", kind="num"),
+                Column("total %", kind="num")]
+        if opts.counts:
+            cols.append(Column("samples", kind="num", drop=1))
+        cols.append(Column("function", min_width=30))
+        cells, styles = [], {}
+        for i, r in enumerate(shown):
+            row = [_fmt_ns(r.self_ns), _pct(r.self_ns, total), _fmt_ns(r.total_ns), _pct(r.total_ns, total)]
+            if opts.counts:
+                row.append(str(r.count))
+            row.append(self._label(r.frame) + (" [idle]" if r.idle else ""))
+            cells.append(row)
+            if r.idle:
+                styles[i] = "dim"
+        out.table(cols, cells, styles)
+
+    def _label(self, frame: Frame) -> str:
+        return calltree.frame_label(frame, line=self.options.lines)
+
+    def _part(self, part: BackendResult, out: _Out) -> None:
         out.line()
         where = f" (rank {part.metadata['rank']}, {part.metadata.get('rank_host') or '-'})" if "rank" in part.metadata else ""
         out.line(f"== backend {part.backend}{where}")
         for ln in stackreport.overhead_lines(part):
             out.line("   " + ln)
         if part.samples:
-            tree_groups = flat_groups = None
-            if opts.format in ("both", "tree"):
-                tree_groups = stackreport.build_report(part, _print_opts(opts, "tree", "count"))
-            if opts.format in ("both", "flat"):
-                flat_groups = stackreport.build_report(part, _print_opts(opts, "flat", "overhead"))
-            groups = tree_groups if tree_groups is not None else flat_groups
-            for gi, g in enumerate(groups or []):
-                total = g.total_ns or 1
-                if g.path:
-                    out.line()
-                    out.line(" / ".join(f"{k} {i} ({n})" for k, i, n in g.path) + f": {g.samples} samples")
-                if tree_groups is not None:
-                    out.line()
-                    out.line(f"Call tree (share of {_fmt_ns(total)} sampled; nodes under {opts.min_percent}% hidden)")
-                    rows = tree_rows(part, opts, tree_groups[gi])
-                    out.grid(["total%", "self%", "samples", "function"],
-                             [[f"{r.percent:.1f}", f"{r.self_percent:.1f}", str(r.count),
-                               "  " * r.depth + frame_label(r.frame)] for r in rows], "rrrl")
-                if flat_groups is not None:
-                    out.line()
-                    out.line("Flat (by self time)")
-                    frows = flat_rows_for(part, opts, flat_groups[gi])
-                    out.grid(["self%", "total%", "self", "total", "samples", "function"],
-                             [[f"{100 * r.self_ns / total:.1f}", f"{100 * r.total_ns / total:.1f}", _fmt_ns(r.self_ns),
-                               _fmt_ns(r.total_ns), str(r.count), frame_label(r.frame)] for r in frows], "rrrrrl")
+            self._samples(part, out)
         self._spans(part, out)
         for table in part.tables:
             self._table(table, out)
@@ -300,7 +313,8 @@ class TableReporter(Reporter):
                 continue
             out.line()
             out.line(f"{name.replace('_', ' ').capitalize()} summary")
-            out.grid(["key", "value"], [[k, _fmt_cell(k, val)] for k, val in summary.items()], "ll")
+            out.table([Column("key", kind="label"), Column("value", kind="label")],
+                      [[k, _fmt_cell(k, val)] for k, val in summary.items()])
         self._counters(part, out)
         self._instants(part, out)
         self._allocations(part, out)
@@ -312,18 +326,21 @@ class TableReporter(Reporter):
         more = len(table.rows) - len(shown)
         out.line((table.title or table.name) + (f" (top {len(shown)} of {len(table.rows)})" if more else ""))
         cells = [[_fmt_cell(c, val) for c, val in zip(table.columns, row)] for row in shown]
-        align = "".join("r" if any(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in shown) else "l"
-                        for i in range(len(table.columns)))
-        header = [_display_column(c) for c in table.columns]
-        keep = list(range(len(header)))
-        # Too wide even with text columns shortened: leave out columns from the right, and say so.
-        while len(keep) > 2 and not _fits([header[i] for i in keep], [[r[i] for i in keep] for r in cells],
-                                          "".join(align[i] for i in keep), out.width):
-            keep.pop()
-        out.grid([header[i] for i in keep], [[r[i] for i in keep] for r in cells], "".join(align[i] for i in keep))
-        hidden = [table.columns[i] for i in range(len(header)) if i not in keep]
-        if hidden:
-            out.line(f"  (not shown, too wide: {', '.join(hidden)})")
+        numeric = [any(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in shown)
+                   for i in range(len(table.columns))]
+        first_text = next((i for i, n in enumerate(numeric) if not n), None)
+        cols = []
+        for i, c in enumerate(table.columns):
+            if numeric[i]:
+                # The first three number columns always stay; further ones may be left out (the
+                # right-most first) when even shortened names cannot make room.
+                rank = sum(numeric[:i])
+                cols.append(Column(_display_column(c), kind="num", drop=0 if rank < 3 else i))
+            elif i == first_text:
+                cols.append(Column(_display_column(c), min_width=24))
+            else:
+                cols.append(Column(_display_column(c), min_width=12, drop=i))
+        out.table(cols, cells)
 
     # -- every other kind of data (kept apart from the call tree / flat code) ------------------------
     def _spans(self, part: BackendResult, out: _Out) -> None:
@@ -334,9 +351,10 @@ class TableReporter(Reporter):
         out.line()
         out.line(f"Spans by total time ({len(part.spans)} spans, {len(rows)} names"
                  + (f", top {len(shown)}" if len(shown) < len(rows) else "") + ")")
-        out.grid(["total", "count", "mean", "max", "category", "name"],
-                 [[_fmt_ns(r.total_ns), str(r.count), _fmt_ns(r.total_ns / r.count), _fmt_ns(r.max_ns), r.category,
-                   r.name] for r in shown], "rrrrll")
+        out.table([Column("total", kind="num"), Column("count", kind="num"), Column("mean", kind="num", drop=2),
+                   Column("max", kind="num"), Column("category", min_width=12, drop=1), Column("name")],
+                  [[_fmt_ns(r.total_ns), str(r.count), _fmt_ns(r.total_ns / r.count), _fmt_ns(r.max_ns), r.category,
+                    r.name] for r in shown])
 
     def _counters(self, part: BackendResult, out: _Out) -> None:
         rows = counter_rows(part)
@@ -344,9 +362,11 @@ class TableReporter(Reporter):
             return
         out.line()
         out.line("Counters")
-        out.grid(["counter", "unit", "points", "min", "mean", "max", "last"],
-                 [[r.name, r.unit, str(r.points)] + [_fmt_num(x) for x in (r.min, r.mean, r.max, r.last)]
-                  for r in rows], "llrrrrr")
+        out.table([Column("counter"), Column("unit", kind="label"), Column("points", kind="num"),
+                   Column("min", kind="num"), Column("mean", kind="num"), Column("max", kind="num"),
+                   Column("last", kind="num")],
+                  [[r.name, r.unit, str(r.points)] + [_fmt_num(x) for x in (r.min, r.mean, r.max, r.last)]
+                   for r in rows])
 
     def _instants(self, part: BackendResult, out: _Out) -> None:
         if not part.instants and not part.flows:
@@ -357,8 +377,9 @@ class TableReporter(Reporter):
             shown = rows[: self.options.max_rows]
             out.line(f"Instant events ({len(part.instants)}"
                      + (f", top {len(shown)} of {len(rows)} names" if len(shown) < len(rows) else "") + ")")
-            out.grid(["count", "first at", "category", "name"],
-                     [[str(r.count), _fmt_ns(r.first_ns), r.category, r.name] for r in shown], "rrll")
+            out.table([Column("count", kind="num"), Column("first at", kind="num"), Column("category", min_width=12),
+                       Column("name")],
+                      [[str(r.count), _fmt_ns(r.first_ns), r.category, r.name] for r in shown])
         if part.flows:
             linked = sum(1 for s in part.spans if s.flow_ids)
             out.line(f"Flows: {len(part.flows)} ({linked} spans linked)")
@@ -374,8 +395,9 @@ class TableReporter(Reporter):
         out.line()
         out.line(f"Allocations: {objects} objects in {len(part.allocations)} records, {_fmt_bytes(total)} allocated, "
                  f"{_fmt_bytes(live)} still in use at the end")
-        out.grid(["allocated", "objects", "in use", "function"],
-                 [[_fmt_bytes(r.size_bytes), str(r.count), _fmt_bytes(r.in_use_bytes), r.label] for r in shown], "rrrl")
+        out.table([Column("allocated", kind="num"), Column("objects", kind="num"), Column("in use", kind="num"),
+                   Column("function", min_width=30)],
+                  [[_fmt_bytes(r.size_bytes), str(r.count), _fmt_bytes(r.in_use_bytes), r.label] for r in shown])
 
     def _artifacts(self, part: BackendResult, out: _Out) -> None:
         facts = {k: val for k, val in part.metadata.items() if isinstance(val, (str, int, float, bool))}
@@ -389,7 +411,8 @@ class TableReporter(Reporter):
         if part.artifacts:
             out.line()
             out.line("Artifacts")
-            out.grid(["kind", "path", "description"], [[a.kind, a.path, a.description] for a in part.artifacts], "lll")
+            out.table([Column("kind", kind="label"), Column("path", min_width=30), Column("description", min_width=20)],
+                      [[a.kind, a.path, a.description] for a in part.artifacts])
 
 
 # -- plain rows of the sections above -----------------------------------------------------------------
@@ -474,7 +497,7 @@ def allocation_rows(part: BackendResult) -> list[AllocationRow]:
     agg: dict[str, list[int]] = {}
     for a in part.allocations:
         stack = part.stacks[a.stack_id] if 0 <= a.stack_id < len(part.stacks) else ()
-        label = frame_label(part.frames[stack[-1]]) if stack else "[unknown stack]"
+        label = calltree.frame_label(part.frames[stack[-1]]) if stack else "[unknown stack]"
         acc = agg.setdefault(label, [0, 0, 0])
         acc[0] += a.count
         acc[1] += a.size_bytes * a.count
@@ -490,23 +513,8 @@ def _fmt_num(x: float | None) -> str:
     return f"{x:.4g}" if abs(x) < 1e6 else f"{x:.3e}"
 
 
-def _render_rich(out: _Out, dest: IO[str], width: int, *, force: bool) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table as RichTable
-    from rich.text import Text
-
-    console = Console(file=dest, width=width, force_terminal=force or None, highlight=False)
-    for block in out.blocks:
-        if block[0] == "line":
-            ln = block[1]
-            style = "bold" if ln.startswith("== ") else ("yellow" if ln.startswith("! ") else "")
-            console.print(Text(_cut(ln, width), style=style), soft_wrap=True)
-            continue
-        _, header, rows, align = block
-        t = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
-        for h, a in zip(header, align):
-            t.add_column(h, justify="right" if a == "r" else "left", no_wrap=True, overflow="ellipsis")
-        for r in rows:
-            t.add_row(*r)
-        console.print(t)
+def _by_task(stacks: Sequence[calltree.Stack]) -> list[tuple[int | None, list[calltree.Stack]]]:
+    groups: dict[int | None, list[calltree.Stack]] = {}
+    for s in stacks:
+        groups.setdefault(s.task_id, []).append(s)
+    return sorted(groups.items(), key=lambda kv: (kv[0] is None, -sum(s.weight for s in kv[1]), kv[0] or 0))

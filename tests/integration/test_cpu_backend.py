@@ -272,8 +272,8 @@ def test_table_reporter_groups_by_thread():
     out = io.StringIO()
     TableReporter(TableOptions(groupby="thread", format="tree", width=160)).report(prof.result, out)
     text = out.getvalue()
-    assert "(MainThread)" in text, text
-    assert "(side)" in text, text
+    assert "-- Thread MainThread: " in text, text
+    assert "-- Thread side: " in text, text
     assert "Hz achieved of 1000 Hz requested" in text and "sampler self-time" in text
 
 

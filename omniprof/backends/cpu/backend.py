@@ -140,6 +140,12 @@ class _SignalTrigger:
 
     def stop(self) -> None:
         self._armed = False
+        # The profiled program may have installed its own SIGALRM handler (and timer) meanwhile:
+        # then the timer and the handler are its own now and stay as they are; the sampling
+        # stopped when it took them over (reported as a loss by the backend).
+        self.taken = signal.getsignal(signal.SIGALRM) is not self.handler
+        if self.taken:
+            return
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
         signal.signal(signal.SIGALRM, self._old if self._old is not None else signal.SIG_DFL)
 
@@ -356,8 +362,10 @@ class CpuSamplerBackend(Backend):
     def stop(self) -> BackendResult:
         if self._tracer is not None:
             self._tracer.uninstall()
+        timer_taken = False
         if self._trigger is not None:
             self._trigger.stop()
+            timer_taken = bool(getattr(self._trigger, "taken", False))
             self._trigger = None
         self._remove_gc()
         end_ns = self.clock.now_ns()
@@ -394,6 +402,15 @@ class CpuSamplerBackend(Backend):
             if pyspy_lines is not None:
                 summary["sampler_time_note"] = ("py-spy runs in its own process; its CPU time is not charged here, "
                                                 "but it pauses this process briefly at each sample")
+        if timer_taken:
+            missing = max(round(duration_s / self.options.interval_s) - summary.get("ticks", 0), 0)
+            losses.append(Loss(source="cpu", kind="timer_taken", count=missing, unit="samples",
+                               detail="the program installed its own SIGALRM handler (signal.signal / setitimer), "
+                                      "which the signal engine needs; sampling stopped there. Use engine='thread' "
+                                      "(-O cpu.engine=thread)"))
+            warnings.warn(f"backend 'cpu': the program installed its own SIGALRM handler while profiling, so the "
+                          f"signal engine stopped sampling (about {missing} samples missing); profile it with "
+                          f"-O cpu.engine=thread", DataLossWarning, stacklevel=3)
         if self._annotations_dropped:
             losses.append(Loss(source="cpu", kind="annotations_dropped", count=self._annotations_dropped, unit="spans",
                                detail=f"more than max_samples={self.options.max_samples} annotation spans in this "

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from omniprof.analysis import calltree
 from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Table
 from omniprof.core.units import format_bytes as _fmt_bytes
 
@@ -46,7 +47,7 @@ def flat_rows(part: BackendResult, by: str = "bytes") -> list[dict[str, Any]]:
         if row is None:
             name, loc = _loc(f)
             row = sites[key] = {"function": name, "location": loc, "bytes": 0, "count": 0, "alive_bytes": 0,
-                                "alive_count": 0}
+                                "alive_count": 0, "where": calltree.frame_where(f) if f else ""}
         row["bytes"] += a.size_bytes * a.count
         row["count"] += a.count
         if a.alive_at_end:
@@ -62,32 +63,15 @@ def flat_rows(part: BackendResult, by: str = "bytes") -> list[dict[str, Any]]:
 
 def tree_rows(part: BackendResult, by: str = "bytes", maxdepth: int | None = None,
               noisefloor_pct: float = 0.0) -> list[dict[str, Any]]:
-    """Depth-first call tree of allocations (root first), weights summed over callees."""
-    w = _weight(by)
-    root: dict[str, Any] = {"children": {}, "weight": 0, "self": 0}
-    for a in part.allocations:
-        node = root
-        node["weight"] += w(a)
-        for fid in part.stacks[a.stack_id]:
-            node = node["children"].setdefault(fid, {"children": {}, "weight": 0, "self": 0, "fid": fid})
-            node["weight"] += w(a)
-        node["self"] += w(a)
-    total = root["weight"] or 1
-    out: list[dict[str, Any]] = []
-
-    def visit(node: dict[str, Any], depth: int) -> None:
-        for child in sorted(node["children"].values(), key=lambda n: -n["weight"]):
-            pct = 100.0 * child["weight"] / total
-            if pct < noisefloor_pct:
-                continue
-            f = part.frames[child["fid"]]
-            out.append({"depth": depth, "weight": child["weight"], "self": child["self"], "percent": round(pct, 2),
-                        "function": f.name, "location": f"{f.file}:{f.line}" if f.file else ""})
-            if maxdepth is None or depth + 1 < maxdepth:
-                visit(child, depth + 1)
-
-    visit(root, 0)
-    return out
+    """Depth-first call tree of allocations (root first), weights summed over callees (the one
+    call tree, :mod:`omniprof.analysis.calltree`, weighted by bytes or count)."""
+    _weight(by)
+    root = calltree.build_tree(calltree.allocation_stacks(part, by))
+    total = root.total or 1
+    return [{"depth": r.depth, "weight": r.total_ns, "self": r.self_ns, "percent": round(100.0 * r.total_ns / total, 2),
+             "function": r.frame.name, "location": f"{r.frame.file}:{r.frame.line}" if r.frame.file else "",
+             "frame": r.frame}
+            for r in calltree.tree_rows(root, sort="time", maxdepth=maxdepth, min_share=noisefloor_pct / 100.0)]
 
 
 def allocation_tables(part: BackendResult, largest: int = 20) -> tuple[Table, ...]:

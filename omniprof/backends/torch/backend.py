@@ -261,7 +261,9 @@ class TorchBackend(Backend):
 
             dev_acts, device_names = _device_activities(torch, ProfilerActivity, supported_activities())
             activities += dev_acts
-            if not device_names:
+            if not device_names and po.is_explicit("device_tracer_level"):
+                # Only a device asked for explicitly is worth a warning: by default a CPU-only
+                # machine quietly records host activity (the result's metadata says so).
                 _warn(
                     "backend 'torch': device_tracer_level=1 but torch sees no CUDA, XPU or MTIA device here; only "
                     "host activity is recorded. Set device_tracer_level=0 to say so and silence this warning")

@@ -318,7 +318,7 @@ def test_cli_report_truncated_is_one_line_error(tmp_path, capsys):
     """A truncated trace gives exit code 1 and a one-line error naming the file, no traceback."""
     cut = tmp_path / "cut.pt.trace.json"
     cut.write_bytes(gzip.decompress(ALEXNET.read_bytes())[:50_000])
-    assert main(["report", str(cut)]) == 1
+    assert main(["report", str(cut)]) == 2  # an unreadable input is a user mistake: exit 2
     err = capsys.readouterr().err
     assert err.startswith("omniprof: error: ") and str(cut) in err and "Traceback" not in err
 

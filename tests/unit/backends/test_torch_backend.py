@@ -189,6 +189,23 @@ def test_device_level_without_device_warns():
     assert rec[0].filename == __file__  # attributed to the user's line that started profiling
 
 
+def test_default_run_on_a_cpu_only_machine_is_quiet():
+    """Default options (device level 1 by default, not asked for) on a machine without a torch
+    device: no warning at all, host activity recorded, the metadata says no device was seen."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    import warnings
+
+    model, x = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with omniprof.Profiler(backend="torch") as prof:
+            _train_step(model, x)
+    part = prof.result.part("torch")
+    assert part.metadata["torch_options"]["devices"] == []
+    assert any(s.category == "cpu_op" for s in part.spans)
+
+
 def test_device_activities_follow_available_devices():
     """CUDA activity is asked for exactly when torch supports it and a CUDA device is present."""
     from types import SimpleNamespace

@@ -172,7 +172,7 @@ def test_diff_json_output(tmp_path, capsys):
 def test_diff_unreadable_file_is_an_error(tmp_path, capsys):
     """A missing input exits non-zero naming the file."""
     a = _result({"dot": 1}).save(tmp_path / "a.json")
-    assert main(["diff", str(a), str(tmp_path / "missing.json")]) == 1
+    assert main(["diff", str(a), str(tmp_path / "missing.json")]) == 2  # a missing input is a user mistake
     assert "missing.json" in capsys.readouterr().err
 
 
@@ -190,10 +190,10 @@ def test_report_rerenders_a_saved_result_with_any_reporter(tmp_path, capsys):
 
 
 def test_report_of_an_unreadable_file_fails_with_its_name(tmp_path, capsys):
-    """A file that is neither a result nor a trace exits 1 naming it."""
+    """A file that is neither a result nor a trace exits 2 naming it."""
     bad = tmp_path / "notes.txt"
     bad.write_text("hello", encoding="utf-8")
-    assert main(["report", str(bad)]) == 1
+    assert main(["report", str(bad)]) == 2
     assert "notes.txt: unrecognised file format" in capsys.readouterr().err
 
 
@@ -202,7 +202,7 @@ def test_reporter_options_from_the_command_line_override_the_file(proj, capsys):
     write(proj / "r.toml", 'script = "work.py"\nreporter = "table"\n[reporters.table]\nformat = "tree"\n')
     assert main(["run", "--config", "r.toml", "-R", "table.format=flat"]) == 0
     out = capsys.readouterr().out
-    assert "Flat (by self time)" in out and "Call tree" not in out
+    assert "Flat (by self time" in out and "Call tree" not in out
 
 
 def test_config_plugins_key_registers_local_plugins(proj, monkeypatch):

@@ -24,7 +24,7 @@ from omniprof.config import (
     find_config,
     load_config,
 )
-from omniprof.analysis import stacktree
+from omniprof.analysis import calltree
 from omniprof.core.schedule import Schedule
 from omniprof.core.tomlpos import key_lines, line_of
 
@@ -474,7 +474,7 @@ def test_bundled_example_config_is_valid_and_runs(tmp_path, monkeypatch):
     assert cfg.target.kind == "function" and cfg.target.base_dir == str(example.parent)
     out = execute(cfg)
     assert out.runs == 6 and len(out.results) == 2 and out.error is None
-    flat = {r.frame.name for res in out.results for r in stacktree.flat_rows(res.parts[0])}
+    flat = {r.frame.name for res in out.results for r in calltree.flat_profile(res.parts[0])}
     assert "hot_function" in flat
 
 

@@ -28,7 +28,7 @@ def speedscope_schema() -> dict:
     """speedscope's published file-format JSON Schema (from the speedscope npm package)."""
     path = Path(os.environ.get("OMNIPROF_SPEEDSCOPE_SCHEMA", CACHE / "speedscope" / "release" / "file-format-schema.json"))
     if not path.is_file():
-        _missing(f"speedscope's file-format-schema.json ({path})", "run .ci/system-deps (npm pack speedscope)")
+        _missing(f"speedscope's file-format-schema.json ({path})", "run .ci/readers (npm pack speedscope)")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -39,7 +39,7 @@ def flamegraph_pl() -> list[str]:
     cand = os.environ.get("OMNIPROF_FLAMEGRAPH_PL") or shutil.which("flamegraph.pl") or str(
         CACHE / "flamegraph" / "flamegraph.pl")
     if not perl or not Path(cand).is_file():
-        _missing("flamegraph.pl (and perl)", "run .ci/system-deps, or set OMNIPROF_FLAMEGRAPH_PL")
+        _missing("flamegraph.pl (and perl)", "run .ci/readers, or set OMNIPROF_FLAMEGRAPH_PL")
     return [perl, cand]
 
 
@@ -157,7 +157,7 @@ def speedscope_app(tmp_path_factory: pytest.TempPathFactory) -> SpeedscopeApp:
     """The real speedscope app in headless Chromium."""
     release = Path(os.environ.get("OMNIPROF_SPEEDSCOPE_RELEASE", CACHE / "speedscope" / "release"))
     if not (release / "index.html").is_file():
-        _missing(f"the speedscope app ({release}/index.html)", "run .ci/system-deps (npm pack speedscope)")
+        _missing(f"the speedscope app ({release}/index.html)", "run .ci/readers (npm pack speedscope)")
     chromium = next((c for c in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if c), None)
     if not chromium:
         _missing("chromium (to run the speedscope app headless)", "apt-get install chromium, or run .ci/system-deps")

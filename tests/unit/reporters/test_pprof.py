@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 import omniprof
-from omniprof.analysis import stacktree
+from omniprof.analysis import calltree
 from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Span, StackSample, ThreadInfo
 from omniprof.reporters.pprof import PprofOptions, PprofReporter
 from omniprof.testing.conformance import ReporterConformance
@@ -153,7 +153,7 @@ def _our_flat(result: ProfileResult) -> dict[str, tuple[int, int]]:
     part = result.parts[0]
     # Reporters draw a negative weight (a cpu sampler bug seen under load) as 0: compare with that.
     part = attrs.evolve(part, samples=[attrs.evolve(s, weight_ns=max(0, s.weight_ns)) for s in part.samples])
-    return {r.frame.name: (r.self_ns, r.total_ns) for r in stacktree.flat_rows(part, key=lambda f: f.name)}
+    return {r.frame.name: (r.self_ns, r.total_ns) for r in calltree.flat_profile(part, key=lambda f: f.name)}
 
 
 @pytest.mark.parametrize("which", ["fake", "real"])

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import attrs
 
-from omniprof.analysis import stacktree
+from omniprof.analysis import calltree
 from omniprof.core import validators as v
 from omniprof.core.results import ProfileResult
 from omniprof.plugin import Reporter
@@ -69,7 +69,7 @@ def sections(result: ProfileResult, opts: MarkdownOptions = MarkdownOptions()) -
     for part in result.parts:
         if part.samples:
             total = sum(s.weight_ns for s in part.samples) or 1
-            flat = stacktree.flat_rows(part)
+            flat = calltree.flat_profile(part)
             rows = tuple((r.frame.name, f"{r.frame.file}:{r.frame.line}" if r.frame.file else (r.frame.module or ""),
                           _ms(r.self_ns), f"{100 * r.self_ns / total:.1f}", _ms(r.total_ns)) for r in flat[:n])
             more = (f"{len(flat) - n} more functions not shown",) if len(flat) > n else ()
