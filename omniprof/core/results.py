@@ -195,6 +195,8 @@ class StackSample:
         weight_ns: time this sample stands for (time since the thread's previous sample), so a
             long C call whose signals coalesced still counts in full.
         task_id: a ``TaskInfo.task_id`` or None.
+        idle: the thread was not on a CPU when sampled (sleeping, waiting for I/O, a lock or the
+            GIL); recorded by the native engine (``wall`` mode), False where unknown.
     """
 
     t_ns: int
@@ -202,6 +204,7 @@ class StackSample:
     stack_id: int
     weight_ns: int
     task_id: int | None = None
+    idle: bool = False
 
 
 @attrs.frozen

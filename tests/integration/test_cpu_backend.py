@@ -105,7 +105,8 @@ def _work(n: int) -> int:
 
 
 @pytest.mark.timing
-def test_two_to_one_split_and_rate():
+@pytest.mark.parametrize("engine", ["native", "signal"])
+def test_two_to_one_split_and_rate(engine):
     """heavy() does twice light()'s work: the attributed shares match the measured wall-time shares
     within a band; the achieved rate never exceeds the requested one."""
 
@@ -117,7 +118,7 @@ def test_two_to_one_split_and_rate():
 
     truth = {"heavy": 0.0, "light": 0.0}
     pc = time.perf_counter
-    with omniprof.Profiler(backend="cpu") as prof:
+    with omniprof.Profiler(backend="cpu", backend_options={"cpu": {"engine": engine}}) as prof:
         end = pc() + 0.8
         while pc() < end:
             a = pc()
@@ -137,7 +138,7 @@ def test_two_to_one_split_and_rate():
     true_share = truth["heavy"] / (truth["heavy"] + truth["light"])
     assert abs(share - true_share) < 0.08  # generous band on a loaded CI machine; benchmarks measure tighter
     over = part.summaries["overhead"]
-    assert over["engine"] == "signal"
+    assert over["engine"] == engine
     # A loaded CI machine delays timer signals (they coalesce): a generous lower band, a strict upper one.
     assert 0.15 * over["requested_rate_hz"] < over["achieved_rate_hz"] <= 1.1 * over["requested_rate_hz"]
     assert over["sampler_time_ns"] > 0
@@ -285,9 +286,9 @@ def test_native_requires_pyspy_engine():
 
 
 def _pyspy_ok() -> str | None:
-    import shutil
+    from omniprof.backends.cpu.pyspy import which_pyspy
 
-    if shutil.which("py-spy") is None:
+    if which_pyspy() is None:
         return "py-spy is not installed"
     return None
 
@@ -336,6 +337,21 @@ def test_pyspy_is_started_behind_a_gate_under_the_pid_named_as_our_tracer():
     finally:
         eng.stop()
     assert eng.ptracer_set is False
+
+
+def test_pyspy_found_beside_the_interpreter(tmp_path, monkeypatch):
+    """A venv's py-spy is found though the venv is not activated (not on PATH)."""
+    from omniprof.backends.cpu import pyspy
+
+    exe = tmp_path / "py-spy"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    assert pyspy.find_pyspy() == str(exe)
+    exe.unlink()
+    with pytest.raises(omniprof.errors.BackendUnavailableError, match="py-spy is not installed"):
+        pyspy.find_pyspy()
 
 
 def _child_script(body: str) -> str:

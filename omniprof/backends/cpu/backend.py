@@ -1,6 +1,10 @@
 """Backend ``cpu``: a sampler of every Python thread's stack, in-process or through py-spy.
 
 Engines (``engine`` option; ``"auto"`` picks the first that fits):
+    * ``"native"`` (the default where it runs): a C thread of its own, outside the GIL, reads every
+      Python thread's frames at each tick, at the instruction executing (see :mod:`.native`).
+      Modes (``mode``): ``wall`` (every thread, idle ones marked), ``cpu`` (threads on a CPU),
+      ``gil`` (the GIL holder). Where it cannot run, ``auto`` falls back to ``signal`` and warns.
     * ``"signal"``: ``setitimer(ITIMER_REAL)`` + a SIGALRM handler in the main thread. Delivers the
       requested rate (1 kHz measured here) and samples every thread at each tick. ``auto`` uses it
       when profiling starts in the main thread, SIGALRM is unused and ``native`` is off.
@@ -44,7 +48,13 @@ from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgume
 
 __all__ = ["CpuSamplerBackend", "CpuOptions"]
 
-ENGINES = ("auto", "signal", "thread", "py-spy")
+ENGINES = ("auto", "native", "signal", "thread", "py-spy")
+MODES = ("wall", "cpu", "gil")
+#: What the fallback engines get wrong, said in the warning when ``auto`` cannot use the native one.
+SIGNAL_BIAS = ("samples are taken at the next bytecode boundary the interpreter checks for signals (a call or a "
+               "backward jump), not where the thread is: time of straight-line code is charged to the next call "
+               "or loop back-edge, and other threads are seen only at their own such points")
+_warned_fallback: list[str] = []
 #: Samples (and annotation spans) a checkpoint (``snapshot()``) writes at most: the latest ones. Building and writing a
 #: result costs about 0.4 KiB of memory per sample for a moment (measured: benchmarks/soak.py).
 CHECKPOINT_MAX_SAMPLES = 100_000
@@ -59,7 +69,10 @@ class CpuOptions:
         max_samples: sample buffer size, shared by sessions until ``omniprof.sampler.clear()``;
             when full, recording stops (the program goes on) and the rest is counted. It also
             bounds the annotation spans one session keeps (the rest counted as ``annotations_dropped``).
-        engine: ``"auto"``, ``"signal"``, ``"thread"`` or ``"py-spy"`` (see the module docs).
+        engine: ``"auto"``, ``"native"``, ``"signal"``, ``"thread"`` or ``"py-spy"`` (see the module docs).
+        mode: ``"wall"`` (every thread at every tick, idle ones marked), ``"cpu"`` (only threads on a
+            CPU) or ``"gil"`` (only the thread holding the GIL); modes other than wall need the
+            native engine.
         native: record native (C) frames; needs the ``py-spy`` engine (``auto`` picks it).
         max_python_events: bound of the exact call tracer (``python_tracer_level=1``).
         record_offsets: keep each frame's bytecode offset (``Frame.offset``), so reports with
@@ -75,6 +88,7 @@ class CpuOptions:
                                     validator=v.number_in_range(0.0, 10.0, lo_open=True))
     max_samples: int = attrs.field(factory=lambda: api.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
     engine: str = attrs.field(default="auto", validator=v.one_of(*ENGINES))
+    mode: str = attrs.field(default="wall", validator=v.one_of(*MODES))
     native: bool = attrs.field(default=False, validator=v.is_bool)
     max_python_events: int = attrs.field(default=2_000_000, validator=v.int_in_range(1, 2**31 - 1))
     record_offsets: bool = attrs.field(default=False, validator=v.is_bool)
@@ -208,19 +222,24 @@ class CpuSamplerBackend(Backend):
 
     @classmethod
     def capabilities(cls) -> list[Capability]:
-        import shutil
-
+        from omniprof.backends.cpu.native import native_available
         from omniprof.backends.cpu.stacks import FAST_WALK
 
+
         timer = hasattr(signal, "setitimer")
+        nat_ok, nat_how = native_available()
         caps = [
+            Capability("native engine (C thread reads every thread's frames; modes wall/cpu/gil)", nat_ok,
+                       f"reads through {nat_how}" if nat_ok else f"{nat_how}: engine 'auto' falls back to 'signal'"),
             Capability("signal engine (SIGALRM timer, every thread's stack)", timer,
                        "setitimer(ITIMER_REAL)" if timer else "no setitimer on this platform: use engine='thread'"),
             Capability("thread engine", True, "a sampling thread; works anywhere"),
             Capability("fast stack walk (C extension)", FAST_WALK,
                        "built" if FAST_WALK else "not built or disabled: a pure-Python walk is used (slower)"),
         ]
-        exe = shutil.which("py-spy")
+        from omniprof.backends.cpu.pyspy import which_pyspy
+
+        exe = which_pyspy()
         if exe is None:
             caps.append(Capability("native frames (engine='py-spy')", False, "py-spy is not installed: pip install py-spy"))
         else:
@@ -248,6 +267,7 @@ class CpuSamplerBackend(Backend):
         self._gc_cb: Any = None
         self._tracer: Any = None
         self._pyspy: Any = None
+        self._native: Any = None
         self.engine = ""
         self.sampling = False
 
@@ -267,7 +287,25 @@ class CpuSamplerBackend(Backend):
             return
         engine = opts.engine
         if engine == "auto":
-            engine = "py-spy" if opts.native else ("signal" if _signal_usable() else "thread")
+            if opts.native:
+                engine = "py-spy"
+            else:
+                from omniprof.backends.cpu.native import native_available
+
+                ok, why = native_available()
+                if ok and getattr(self.clock, "name", "") != "perf_counter_ns":
+                    ok, why = False, f"the session clock {getattr(self.clock, 'name', '?')!r} is not perf_counter_ns"
+                engine = "native" if ok else ("signal" if _signal_usable() else "thread")
+                if not ok and why not in _warned_fallback:
+                    _warned_fallback.append(why)
+                    warnings.warn(f"backend 'cpu': the native engine cannot run here ({why}); using the {engine} "
+                                  f"engine, whose {SIGNAL_BIAS}", BackendOptionWarning, stacklevel=2)
+        elif engine == "native":
+            from omniprof.backends.cpu.native import native_available
+
+            ok, why = native_available()
+            if not ok:
+                raise InvalidArgumentError(f"backend 'cpu': engine='native' cannot run here: {why}; use engine='auto'")
         elif engine == "signal" and not _signal_usable():
             raise InvalidArgumentError(
                 "backend 'cpu': engine='signal' needs profiling to start in the main thread with SIGALRM unused; "
@@ -276,6 +314,9 @@ class CpuSamplerBackend(Backend):
             raise InvalidArgumentError(
                 f"backend 'cpu': native=True needs engine='py-spy' (got engine={engine!r}); an in-process sampler "
                 f"cannot unwind C frames. Use engine='auto' or 'py-spy'")
+        if opts.mode != "wall" and engine != "native":
+            raise InvalidArgumentError(f"backend 'cpu': mode={opts.mode!r} needs the native engine (got "
+                                       f"engine={engine!r}); only mode='wall' works with the others")
         if engine == "py-spy":
             from omniprof.backends.cpu.pyspy import find_pyspy
 
@@ -300,6 +341,12 @@ class CpuSamplerBackend(Backend):
                 source = python_stacks(main_frame=lambda: self._frame_box[0])
                 self._start_idx = s.begin(source, self.clock)
                 self._trigger = _SignalTrigger(s, opts.interval_s, self._frame_box)
+            elif self.engine == "native":
+                from omniprof.backends.cpu.native import NativeEngine
+
+                self._start_idx = s.begin(None, self.clock)
+                self._native = NativeEngine(s, opts.interval_s, opts.mode)
+                self._native.start()
             elif self.engine == "thread":
                 holder: list[_ThreadTrigger] = []
                 source = python_stacks(exclude=lambda: holder[0].ident() if holder else ())
@@ -334,7 +381,7 @@ class CpuSamplerBackend(Backend):
         s = self.sampler
         if s is None or self._pyspy is not None:
             return None
-        n = min(len(s.t_ns), len(s.thread_ids), len(s.task_ids), len(s.stack_ids), len(s.weights_ns))
+        n = min(len(s.t_ns), len(s.thread_ids), len(s.task_ids), len(s.stack_ids), len(s.weights_ns), len(s.flags))
         first = max(self._start_idx, n - CHECKPOINT_MAX_SAMPLES)  # the latest ones: a checkpoint stays cheap
         frames, stacks, samples, losses = s.export(first, n, dropped=s.dropped - self._base[2],
                                                    offsets=self.options.record_offsets, flush=False)
@@ -367,6 +414,10 @@ class CpuSamplerBackend(Backend):
             self._trigger.stop()
             timer_taken = bool(getattr(self._trigger, "taken", False))
             self._trigger = None
+        native = self._native
+        if native is not None:
+            native.stop()
+            self._native = None
         self._remove_gc()
         end_ns = self.clock.now_ns()
         pyspy_lines = None
@@ -388,6 +439,8 @@ class CpuSamplerBackend(Backend):
             if pyspy_lines is not None:
                 pyspy_ticks = self._add_pyspy(pyspy_lines, end_ns)
             ticks0, self0, dropped0 = self._base
+            if native is not None and self._gc_spans:
+                self._mark_gc(s)
             dropped = s.dropped - dropped0
             frames, stacks, samples, loss = s.export(self._start_idx, dropped=dropped,
                                                      offsets=self.options.record_offsets)
@@ -399,6 +452,27 @@ class CpuSamplerBackend(Backend):
                            achieved_rate_hz=ticks / duration_s, sampler_time_ns=self_ns,
                            sampler_overhead_pct=100.0 * self_ns / (duration_s * 1e9),
                            bytes_per_sample=BYTES_PER_SAMPLE)
+            if native is not None:
+                st = native.stats
+                ticks = int(st.get("ticks", 0))
+                self_ns = int(st.get("engine_cpu_ns", 0))
+                idle = sum(1 for x in samples if x.idle)
+                summary.update(ticks=ticks, achieved_rate_hz=ticks / duration_s, sampler_time_ns=self_ns,
+                               sampler_overhead_pct=100.0 * self_ns / (duration_s * 1e9), mode=self.options.mode,
+                               engine_cpu_ns=self_ns, torn_samples=int(st.get("torn", 0)),
+                               idle_samples=idle, own_samples=native.own_samples, own_time_ns=native.own_ns,
+                               stale_codes=native.stale_codes, max_tick_lag_ns=int(st.get("max_lag_ns", 0)),
+                               samples_dropped=dropped + int(st.get("dropped", 0)),
+                               sampler_time_note="CPU time of the native engine's own thread (not the program's "
+                                                 "threads); torn samples (read while the thread changed them) are "
+                                                 "counted, not reported")
+                if st.get("torn"):
+                    losses.append(Loss(source="cpu", kind="torn_samples", count=int(st["torn"]), unit="samples",
+                                       detail="thread stacks that changed while being read (failed validation); "
+                                              "not reported"))
+                if st.get("dropped"):
+                    losses.append(Loss(source="cpu", kind="samples_dropped", count=int(st["dropped"]),
+                                       unit="samples", detail="native engine's pending buffer full"))
             if pyspy_lines is not None:
                 summary["sampler_time_note"] = ("py-spy runs in its own process; its CPU time is not charged here, "
                                                 "but it pauses this process briefly at each sample")
@@ -463,6 +537,10 @@ class CpuSamplerBackend(Backend):
             with contextlib.suppress(Exception):
                 self._pyspy.cleanup()
             self._pyspy = None
+        if self._native is not None:
+            with contextlib.suppress(Exception):
+                self._native.stop()
+            self._native = None
         self._remove_gc()
 
     # -- py-spy --------------------------------------------------------------------------------
@@ -490,6 +568,35 @@ class CpuSamplerBackend(Backend):
             for _ in range(count):
                 s.add(end_ns, tid, raw, interval_ns)
         return max(per_thread.values(), default=0)
+
+    def _mark_gc(self, s: Sampler) -> None:
+        """Native engine: samples taken while a collection ran on their thread get a ``<gc gen N>``
+        leaf (the engine saw the Python line that triggered it; the gc callback knows when it ran)."""
+        from bisect import bisect_right
+
+        from omniprof.backends.cpu.stacks import GC_KEY
+
+        spans: dict[int, list[tuple[int, int, int]]] = {}
+        for sp in self._gc_spans:
+            spans.setdefault(int(sp.track.split(":")[1]), []).append((sp.start_ns, sp.start_ns + sp.dur_ns,
+                                                                       int(sp.args["generation"])))
+        for v_ in spans.values():
+            v_.sort()
+        starts = {k: [x[0] for x in v_] for k, v_ in spans.items()}
+        for i in range(self._start_idx, len(s.t_ns)):
+            tid = s.thread_ids[i]
+            lst = spans.get(tid)
+            if not lst:
+                continue
+            j = bisect_right(starts[tid], s.t_ns[i]) - 1
+            if j < 0 or s.t_ns[i] > lst[j][1]:
+                continue
+            raw = (GC_KEY, lst[j][2], *s.stack_list[s.stack_ids[i]])
+            sid = s.stack_index.get(raw)
+            if sid is None:
+                sid = s.stack_index[raw] = len(s.stack_list)
+                s.stack_list.append(raw)
+            s.stack_ids[i] = sid
 
     # -- gc (level 3) ------------------------------------------------------------------------------
     def _install_gc(self) -> None:

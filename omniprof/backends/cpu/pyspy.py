@@ -38,9 +38,20 @@ _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?::\s*(?P<name>.*
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<where>[^()]*)\)$")
 
 
+def which_pyspy() -> str | None:
+    """py-spy on PATH, or beside the running interpreter (a venv's ``bin`` used without activating it)."""
+    exe = shutil.which("py-spy")
+    if exe is None:
+        for d in (os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))):
+            cand = shutil.which("py-spy", path=d)
+            if cand is not None:
+                return cand
+    return exe
+
+
 def find_pyspy() -> str:
     """Path of the py-spy executable, or raise BackendUnavailableError saying how to get it."""
-    exe = shutil.which("py-spy")
+    exe = which_pyspy()
     if exe is None:
         raise BackendUnavailableError("py-spy is not installed (engine 'py-spy' needs it for native frames)",
                                       "pip install py-spy, or use engine='signal'/'thread' without native frames",

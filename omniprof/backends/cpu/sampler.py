@@ -22,13 +22,15 @@ from omniprof.core.clock import Clock
 from omniprof.core.results import Frame, Loss, StackSample, TaskInfo, ThreadInfo
 from omniprof.errors import DataLossWarning
 
-__all__ = ["Sampler", "BYTES_PER_SAMPLE", "NO_TASK", "current_tasks"]
+__all__ = ["Sampler", "BYTES_PER_SAMPLE", "NO_TASK", "FLAG_IDLE", "current_tasks"]
 
 OVERFLOW_HINT = ("Raise 'max_samples' (backend option, or omniprof.sampler.init(max_samples=...)), lower the "
                  "sampling rate ('interval_s'), or call omniprof.sampler.clear() between sessions.")
 
-#: Bytes of buffer per stored sample (5 int64 arrays), excluding the per-distinct-stack table.
-BYTES_PER_SAMPLE = 5 * 8
+#: Bytes of buffer per stored sample (5 int64 arrays and a flags byte), excluding the per-distinct-stack table.
+BYTES_PER_SAMPLE = 5 * 8 + 1
+#: ``flags`` bit: the thread was idle (not on a CPU) when sampled (native engine).
+FLAG_IDLE = 1
 NO_TASK = -1
 
 
@@ -83,6 +85,7 @@ class Sampler:
         self.task_ids = array("q")
         self.stack_ids = array("q")
         self.weights_ns = array("q")
+        self.flags = array("B")
         self.stack_index: dict[RawStack, int] = {}
         self.stack_list: list[RawStack] = []
         self.code_table = CodeTable()
@@ -165,8 +168,9 @@ class Sampler:
             self.task_ids.append(self._task_id(tasks.get(tid), tid) if tasks else NO_TASK)
             self.stack_ids.append(sid)
             self.weights_ns.append(w)
+            self.flags.append(0)
 
-    def add(self, t_ns: int, tid: int, raw: RawStack, weight_ns: int, task_id: int = NO_TASK) -> bool:
+    def add(self, t_ns: int, tid: int, raw: RawStack, weight_ns: int, task_id: int = NO_TASK, flags: int = 0) -> bool:
         """Store one ready-made sample (out-of-process engines); False when the buffer is full."""
         if len(self.t_ns) >= self.max_samples:
             self.dropped += 1
@@ -181,6 +185,7 @@ class Sampler:
         self.task_ids.append(task_id)
         self.stack_ids.append(sid)
         self.weights_ns.append(weight_ns)
+        self.flags.append(flags)
         return True
 
     def _new_stack(self, raw: RawStack, frame: Any) -> int:
@@ -243,6 +248,7 @@ class Sampler:
             self.task_ids.append(NO_TASK)
             self.stack_ids.append(sid)
             self.weights_ns.append(dur)
+            self.flags.append(0)
             if tid in self._last:
                 self._debt[tid] = self._debt.get(tid, 0) + dur
 
@@ -258,7 +264,7 @@ class Sampler:
 
     def clear(self) -> None:
         """Forget every sample (the buffer keeps its capacity)."""
-        for a in (self.t_ns, self.thread_ids, self.task_ids, self.stack_ids, self.weights_ns):
+        for a in (self.t_ns, self.thread_ids, self.task_ids, self.stack_ids, self.weights_ns, self.flags):
             del a[:]
         self.stack_index.clear()
         self.stack_list.clear()
@@ -276,7 +282,7 @@ class Sampler:
     def nbytes(self) -> int:
         """Bytes held by the sample arrays (not counting the distinct-stack table)."""
         return sum(a.itemsize * len(a) for a in (self.t_ns, self.thread_ids, self.task_ids, self.stack_ids,
-                                                  self.weights_ns))
+                                                  self.weights_ns, self.flags))
 
     def export(self, start: int = 0, end: int | None = None, *, dropped: int | None = None, offsets: bool = True,
                flush: bool = True
@@ -299,7 +305,8 @@ class Sampler:
         stack_dedup: dict[tuple[int, ...], int] = {}
         samples = []
         sl = self.stack_list
-        t_ns, tids, tasks, sids, ws = self.t_ns, self.thread_ids, self.task_ids, self.stack_ids, self.weights_ns
+        t_ns, tids, tasks, sids, ws, fl = (self.t_ns, self.thread_ids, self.task_ids, self.stack_ids, self.weights_ns,
+                                           self.flags)
         for i in range(start, end):
             raw_sid = sids[i]
             sid = stack_map.get(raw_sid)
@@ -318,7 +325,8 @@ class Sampler:
                     stacks.append(key)
                 stack_map[raw_sid] = sid
             task = tasks[i]
-            samples.append(StackSample(t_ns[i], tids[i], sid, ws[i], None if task == NO_TASK else task))
+            samples.append(StackSample(t_ns[i], tids[i], sid, ws[i], None if task == NO_TASK else task,
+                                       bool(fl[i] & FLAG_IDLE)))
         n_dropped = self.dropped if dropped is None else dropped
         losses: tuple[Loss, ...] = ()
         if n_dropped:

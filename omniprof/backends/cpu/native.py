@@ -1,0 +1,171 @@
+"""The native engine: a C thread reads every Python thread's stack at each tick (see ``_nativesampler.c``).
+
+This module is its Python half, run under the GIL: a drain thread (``omniprof-native-drain``, never
+sampled) moves the engine's samples into the :class:`~.sampler.Sampler` every ``DRAIN_INTERVAL_S``,
+turns code addresses into code objects (validated again, then kept alive by the sampler's code
+table so an address is never reused while the buffer holds it), names threads while they live,
+tells asyncio tasks apart by their coroutine's frame, and drops samples taken inside omniprof's own
+code (their time is counted apart as ``own_samples``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from array import array
+from typing import Any
+
+from omniprof.backends.cpu.sampler import Sampler
+from omniprof.core.results import ThreadInfo
+
+__all__ = ["NativeEngine", "native_available", "MODES"]
+
+MODES = ("wall", "cpu", "gil")
+DRAIN_INTERVAL_S = 0.05
+#: deepest stack recorded; a deeper one is counted as torn (a cycle read mid-change looks infinite)
+MAX_DEPTH = 2048
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+try:
+    if os.environ.get("OMNIPROF_NO_NATIVE"):
+        raise ImportError("OMNIPROF_NO_NATIVE is set")
+    from omniprof.backends.cpu import _nativesampler as _ns
+except ImportError as e:  # not built (no compiler), or switched off
+    _ns = None
+    _IMPORT_ERROR = str(e)
+else:
+    _IMPORT_ERROR = ""
+
+
+def native_available() -> tuple[bool, str]:
+    """Whether the native engine runs here, and how (or why not)."""
+    if _ns is None:
+        return False, (f"the _nativesampler extension is not available ({_IMPORT_ERROR}); build it with a C "
+                       f"compiler (pip install reinstalls it)")
+    ok, how = _ns.available()
+    return bool(ok), str(how)
+
+
+def _task_sets() -> list[Any]:
+    mod = sys.modules.get("asyncio.tasks")
+    if mod is None:
+        return []
+    out: list[Any] = []
+    for name in ("_all_tasks", "_scheduled_tasks", "_eager_tasks"):
+        s = getattr(mod, name, None)
+        if s is not None:
+            out.append(s)
+    cur = getattr(mod, "_current_tasks", None)
+    if cur:
+        out.append(list(cur.values()))
+    return out
+
+
+class NativeEngine:
+    """Runs the C engine for one session, feeding ``sampler``."""
+
+    def __init__(self, sampler: Sampler, interval_s: float, mode: str = "wall") -> None:
+        if _ns is None:
+            raise RuntimeError(native_available()[1])
+        self.sampler = sampler
+        self.interval_ns = max(1, round(interval_s * 1e9))
+        self.mode = mode
+        self.stats: dict[str, Any] = {}
+        self.own_samples = 0
+        self.own_ns = 0
+        self.stale_codes = 0
+        self._stacks: dict[int, Any] = {}      # engine stack index -> raw stack, or None (omniprof's own)
+        self._codes: dict[int, Any] = {}       # address -> code object (None: stale, not resolved)
+        self._tasks: dict[int, Any] = {}       # coroutine frame address -> task
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.gen_offset = int(getattr(_ns, "GEN_FRAME_OFFSET", -1))
+
+    def start(self) -> None:
+        mode = {"wall": _ns.MODE_WALL, "cpu": _ns.MODE_CPU, "gil": _ns.MODE_GIL}[self.mode]
+        self._thread = threading.Thread(target=self._run, name="omniprof-native-drain", daemon=True)
+        self._thread.start()
+        self._note_threads()
+        excl = [t.ident for t in threading.enumerate() if t.name.startswith("omniprof-") and t.ident]
+        _ns.start(self.interval_ns, mode, MAX_DEPTH, 1 << 24, excl)
+
+    def _run(self) -> None:
+        while not self._stop.wait(DRAIN_INTERVAL_S):
+            try:
+                self.drain()
+            except Exception:  # noqa: BLE001 - never disturb the program; stop() drains again and reports
+                pass
+
+    def stop(self) -> None:
+        _ns.stop()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.drain()
+
+    def _note_threads(self) -> None:
+        s = self.sampler
+        natives = {}
+        for t in threading.enumerate():
+            if t.ident is None:
+                continue
+            if t.name.startswith("omniprof-"):
+                _ns.exclude(t.ident)
+                continue
+            nid = getattr(t, "native_id", None)
+            if nid:
+                natives[t.ident] = nid
+            info = s.threads.get(t.ident)
+            if info is None or info.name != t.name:
+                s.threads[t.ident] = ThreadInfo(t.ident, t.name, nid)
+        _ns.set_native_ids(natives)
+
+    def _note_tasks(self) -> None:
+        if self.gen_offset < 0:
+            return
+        for group in _task_sets():
+            for task in list(group):
+                coro = getattr(task, "get_coro", lambda: None)()
+                if coro is not None:
+                    self._tasks[id(coro) + self.gen_offset] = task
+
+    def drain(self) -> None:
+        """Move the engine's samples into the sampler (under the GIL)."""
+        with self._lock:
+            self._note_threads()
+            self._note_tasks()
+            data, stacks, codes, stats = _ns.drain()
+            self.stats = stats
+            if codes:
+                table = self.sampler.code_table.codes
+                for addr, code in zip(codes, _ns.resolve_codes(codes)):
+                    self._codes[addr] = code
+                    if code is None:
+                        self.stale_codes += 1
+                    else:
+                        table.setdefault(addr, code)  # keeps it alive: the address is never reused meanwhile
+            for idx, raw in stacks:
+                leaf = self._codes.get(raw[0]) if raw else None
+                own = leaf is not None and leaf.co_filename.startswith(_PKG_DIR)
+                self._stacks[idx] = None if own else tuple(raw)
+            if not data:
+                return
+            words = array("q")
+            words.frombytes(data)
+            s = self.sampler
+            sh = _ns.FLAG_SHIFT
+            mask = (1 << sh) - 1
+            tasks = self._tasks
+            task_id = s._task_id
+            for i in range(0, len(words), 5):
+                t, tid, w, sf, gen = words[i:i + 5]
+                tid &= 0xFFFFFFFFFFFFFFFF
+                raw = self._stacks.get(sf & mask)
+                if raw is None:
+                    self.own_samples += 1
+                    self.own_ns += w
+                    continue
+                task = tasks.get(gen & 0xFFFFFFFFFFFFFFFF) if gen else None
+                s.add(t, tid, raw, w, task_id(task, tid) if task is not None else -1, sf >> sh)
