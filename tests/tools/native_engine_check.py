@@ -14,9 +14,7 @@ import threading
 import time
 from collections import Counter
 
-sys.path.insert(0, sys.argv[1])
-import _nativesampler as ns  # noqa: E402
-
+ns = None  # the extension, imported by main() from the directory given
 FAILS = []
 
 
@@ -66,7 +64,7 @@ def deep(n, f):
     return f() if n == 0 else deep(n - 1, f)
 
 
-def session(fn, interval_ns=1_000_000, mode=ns.MODE_WALL, exclude=()):
+def session(fn, interval_ns=1_000_000, mode=0, exclude=()):
     ns.set_native_ids({t.ident: t.native_id for t in threading.enumerate()})
     ns.start(interval_ns, mode, 2048, 1 << 22, list(exclude))
     t0 = time.perf_counter()
@@ -94,6 +92,11 @@ def line_of(code, off):
 
 
 def main():
+    global ns
+    sys.path.insert(0, sys.argv[1])
+    import _nativesampler
+
+    ns = _nativesampler
     ok, how = ns.available()
     check("available", ok, how)
     if not ok:
