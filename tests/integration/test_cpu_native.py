@@ -13,6 +13,7 @@ import random
 import subprocess
 import sys
 import sysconfig
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -313,3 +314,45 @@ def test_fallback_warns_naming_the_bias():
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "signal"
     assert "native engine cannot run here" in r.stdout and "next bytecode boundary" in r.stdout
+
+
+def test_peek_during_a_long_c_call_is_full_rate():
+    """SIGUSR1 while the main thread is inside one long C call (sorted of 4M floats, GIL held):
+    the peek samples at the requested rate during the call (the signal engine: 1-2 samples after it)."""
+    code = textwrap.dedent("""
+        import os, random, signal, sys, threading, time, omniprof
+        omniprof.enable_peek()
+        omniprof.set_peek_duration(0.3)
+        data = [random.random() for _ in range(4_000_000)]
+        def long_c_call():
+            return sorted(data)
+        print("READY", flush=True)
+        time.sleep(0.2)
+        t = time.perf_counter()
+        long_c_call()
+        print("CALL", time.perf_counter() - t, flush=True)
+        time.sleep(0.5)
+        omniprof.disable_peek()
+    """)
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        time.sleep(0.3)  # from outside: inside the process no Python code runs during the C call
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert r.returncode == 0, r.stderr
+    call_s = float(r.stdout.split("CALL", 1)[1].split()[0])
+    assert call_s > 0.4, "the C call must outlast the peek for this test to mean anything"
+    head = r.stderr.split("omniprof peek: profile of", 1)
+    assert "long_c_call" in head[0], r.stderr
+    first = head[1].splitlines()[1]
+    n = int(first.split(" samples")[0])
+    assert n >= 0.4 * 300, r.stderr  # 0.3 s at 1 kHz, loaded machine
+    assert "long_c_call" in head[1]

@@ -639,6 +639,7 @@ static struct sigaction peek_old;
 static int64_t peek_duration_ns, peek_interval_ns;
 static int peek_mode;
 static volatile int peek_quit = 0;
+static volatile int peek_result = 0;  /* 1: sampled; 2: skipped (a session was running) */
 
 static void peek_handler(int sig) {
     (void)sig;
@@ -658,10 +659,11 @@ static void *peek_main(void *arg) {
     for (;;) {
         while (sem_wait(&peek_sem) != 0 && errno == EINTR) {}
         if (peek_quit) break;
-        if (E.running) { peek_pending = 0; sem_post(&peek_done); continue; }  /* a session runs: no peek */
+        if (E.running) { peek_result = 2; sem_post(&peek_done); continue; }  /* a session runs: no peek */
         int64_t t = now_ns(CLOCK_MONOTONIC);
         start_engine_locked(peek_interval_ns, peek_mode, 256, 1 << 22, t + peek_duration_ns);
         engine_main(NULL);
+        peek_result = 1;
         sem_post(&peek_done);
     }
     return NULL;
@@ -938,7 +940,8 @@ static PyObject *py_peek_arm(PyObject *self, PyObject *args) {
 #endif
 }
 
-/* peek_wait(timeout_s) -> True when a peek's sampling finished (drain() has its samples). */
+/* peek_wait(timeout_s) -> 1 when a peek's sampling finished (drain() has its samples), 2 when it was
+ * skipped (a profiling session was running), 0 on timeout. */
 static PyObject *py_peek_wait(PyObject *self, PyObject *arg) {
 #ifdef OMNIPROF_NATIVE
     double timeout = PyFloat_AsDouble(arg);
@@ -952,10 +955,9 @@ static PyObject *py_peek_wait(PyObject *self, PyObject *arg) {
     ts.tv_nsec = ns % 1000000000LL;
     while ((rc = sem_timedwait(&peek_done, &ts)) != 0 && errno == EINTR) {}
     Py_END_ALLOW_THREADS
-    if (rc == 0) return PyBool_FromLong(1);
-    return PyBool_FromLong(0);
+    return PyLong_FromLong(rc == 0 ? peek_result : 0);
 #else
-    Py_RETURN_FALSE;
+    return PyLong_FromLong(0);
 #endif
 }
 
@@ -992,7 +994,7 @@ static PyMethodDef methods[] = {
     {"drain", py_drain, METH_NOARGS, "drain() -> (samples, new stacks, new code addresses, stats)"},
     {"resolve_codes", py_resolve_codes, METH_O, "resolve_codes(addresses) -> code objects (None: stale)"},
     {"peek_arm", py_peek_arm, METH_VARARGS, "peek_arm(signum, duration_ns, interval_ns, mode)"},
-    {"peek_wait", py_peek_wait, METH_O, "peek_wait(timeout_s) -> True when a peek's sampling ended"},
+    {"peek_wait", py_peek_wait, METH_O, "peek_wait(timeout_s) -> 1 when a peek's sampling ended, 2 when skipped, 0 on timeout"},
     {"peek_release", py_peek_release, METH_NOARGS, "let the next signal start a new peek"},
     {"peek_disarm", py_peek_disarm, METH_NOARGS, "restore the signal's handler, end the peek thread"},
     {NULL, NULL, 0, NULL},

@@ -209,6 +209,10 @@ def set_peek_duration(seconds: float) -> None:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
         raise InvalidArgumentError(f"'seconds' must be > 0 and <= 3600 (got {seconds!r})")
     _peek["duration_s"] = float(seconds)
+    if _peek.get("native") and _peek["signum"] is not None:
+        from omniprof.backends.cpu import _nativesampler as ns
+
+        ns.peek_arm(_peek["signum"], int(seconds * 1e9), round(float(_config["interval_s"]) * 1e9), ns.MODE_WALL)
 
 
 def peek_duration() -> float:
@@ -230,6 +234,22 @@ def enable_peek(signum: int | None = None) -> None:
     sig = signal.SIGUSR1 if signum is None else signum
     if _peek["signum"] is not None:
         return
+    from omniprof.backends.cpu.native import native_available
+
+    if native_available()[0]:
+        # A C-level handler wakes the native engine, which samples at full rate even while the main
+        # thread is inside a long C call; a Python thread prints the report afterwards.
+        from omniprof.backends.cpu import _nativesampler as ns
+
+        ns.peek_arm(sig, int(_peek["duration_s"] * 1e9), round(float(_config["interval_s"]) * 1e9), ns.MODE_WALL)
+        _peek["native"] = True
+        _peek["stop"] = threading.Event()
+        t = threading.Thread(target=_native_peek_loop, args=(_peek["stop"],), name="omniprof-peek", daemon=True)
+        _peek["thread"] = t
+        t.start()
+        _peek["signum"] = sig
+        return
+    _peek["native"] = False
     _peek["old"] = signal.signal(sig, _on_peek)
     _peek["signum"] = sig
 
@@ -237,6 +257,17 @@ def enable_peek(signum: int | None = None) -> None:
 def disable_peek(timeout_s: float | None = None) -> None:
     """Restore the signal handler that :func:`enable_peek` replaced, after waiting for a peek in
     progress to print its report (at most ``timeout_s``; default: the peek duration + 5 s)."""
+    if _peek.get("native") and _peek["signum"] is not None:
+        from omniprof.backends.cpu import _nativesampler as ns
+
+        _peek["stop"].set()
+        t = _peek.get("thread")
+        if t is not None and t.is_alive():
+            t.join(peek_duration() + 5.0 if timeout_s is None else timeout_s)
+        ns.peek_disarm()
+        _peek["signum"] = None
+        _peek["native"] = False
+        return
     t = _peek.get("thread")
     if t is not None and t.is_alive():
         t.join(peek_duration() + 5.0 if timeout_s is None else timeout_s)
@@ -247,6 +278,70 @@ def disable_peek(timeout_s: float | None = None) -> None:
     signal.signal(sig, old if old is not None else signal.SIG_DFL)
     _peek["signum"] = None
     _peek["old"] = None
+
+
+def _native_peek_loop(stop: threading.Event) -> None:
+    from omniprof.backends.cpu import _nativesampler as ns
+    from omniprof.backends.cpu.native import NativeEngine
+
+    ns.exclude(threading.get_ident())
+    while not stop.is_set():
+        got = ns.peek_wait(0.2)
+        if got == 2:  # a profiling session runs the engine: peek with the thread engine beside it
+            try:
+                _peek["running"] = True
+                main = sys._current_frames().get(threading.main_thread().ident)  # type: ignore[arg-type]
+                _peek_run(_format_all_stacks(main), _peek["duration_s"])
+            finally:
+                ns.peek_release()
+            continue
+        if got != 1:
+            continue
+        err = sys.stderr
+        try:
+            sampler = Sampler(None, DEFAULT_CLOCK, int(_config["max_samples"]), tasks=None)
+            sampler.begin()
+            eng = NativeEngine(sampler, float(_config["interval_s"]))
+            eng.drain()
+            _print_peek(sampler, eng.stats, err)
+            _peek_heap_snapshot(err)
+        except Exception as e:  # never disturb the program: report and go on
+            with _suppress():
+                err.write(f"omniprof peek failed: {type(e).__name__}: {e}\n")
+        finally:
+            ns.peek_release()
+
+
+def _print_peek(sampler: Sampler, stats: dict[str, Any], err: Any) -> None:
+    frames, stack_table, samples, losses = sampler.export()
+    if not samples:
+        err.write(f"omniprof peek: pid {os.getpid()} received a peek request; no samples\n")
+        return
+    start_ns, end_ns = samples[0].t_ns, samples[-1].t_ns
+    names = {t.thread_id: t.name for t in sampler.threads.values()}
+    parts = [f"omniprof peek: pid {os.getpid()} received a peek request; a {peek_duration():g} s profile follows\n"]
+    first = [s for s in samples if s.t_ns == start_ns]
+    for smp in first:  # every thread's stack at the first tick, most recent call last
+        parts.append(f"\nThread {smp.thread_id} ({names.get(smp.thread_id, '?')}), most recent call last:\n")
+        for i in stack_table[smp.stack_id]:
+            fr = frames[i]
+            parts.append(f'  File "{fr.file}", line {fr.line}, in {fr.name}\n')
+    err.write("".join(parts))
+    threads = [sampler.threads[t] for t in sorted({s.thread_id for s in samples}) if t in sampler.threads]
+    dur = max(end_ns - start_ns, 1) / 1e9
+    ticks = int(stats.get("ticks", 0))
+    part = BackendResult(
+        backend="cpu", start_ns=start_ns, end_ns=end_ns, frames=frames, stacks=stack_table, samples=samples,
+        threads=threads, losses=losses,
+        summaries={"overhead": {"engine": "native (peek)", "samples": len(samples), "ticks": ticks,
+                                "interval_s": float(_config["interval_s"]),
+                                "requested_rate_hz": 1.0 / float(_config["interval_s"]),
+                                "achieved_rate_hz": ticks / dur, "sampler_time_ns": int(stats.get("engine_cpu_ns", 0)),
+                                "sampler_overhead_pct": 100.0 * int(stats.get("engine_cpu_ns", 0)) / (dur * 1e9)}})
+    err.write(f"\nomniprof peek: profile of {dur:.2f} s\n")
+    err.write("\n".join(format_report(part, PrintOptions(groupby=("thread", "task"), sortedby="count",
+                                                           cols=120))) + "\n")
+    err.flush()
 
 
 def _on_peek(signum: int, frame: Any) -> None:
