@@ -75,6 +75,7 @@ class NativeEngine:
         self.own_samples = 0
         self.own_ns = 0
         self.stale_codes = 0
+        self.empty_samples = 0
         self._stacks: dict[int, Any] = {}      # engine stack index -> raw stack, or None (omniprof's own)
         self._codes: dict[int, Any] = {}       # address -> code object (None: stale, not resolved)
         self._tasks: dict[int, Any] = {}       # coroutine frame address -> task
@@ -149,7 +150,7 @@ class NativeEngine:
             for idx, raw in stacks:
                 leaf = self._codes.get(raw[0]) if raw else None
                 own = leaf is not None and leaf.co_filename.startswith(_PKG_DIR)
-                self._stacks[idx] = None if own else tuple(raw)
+                self._stacks[idx] = None if own else tuple(raw)  # () : a thread with no Python frame
             if not data:
                 return
             words = array("q")
@@ -163,6 +164,9 @@ class NativeEngine:
                 t, tid, w, sf, gen = words[i:i + 5]
                 tid &= 0xFFFFFFFFFFFFFFFF
                 raw = self._stacks.get(sf & mask)
+                if raw == ():  # a thread running no Python code (starting, ending, or C only): nothing to show
+                    self.empty_samples += 1
+                    continue
                 if raw is None:
                     self.own_samples += 1
                     self.own_ns += w
