@@ -439,3 +439,25 @@ def test_clear_while_recording_is_refused_and_empty_print_says_so():
     out = io.StringIO()
     omniprof.sampler.print(file=out)
     assert "No samples collected" in out.getvalue()
+
+
+def test_julia_parity_init_fetch_print():
+    """init(n=, delay=) as Julia spells them; fetch(include_meta=False) keeps stacks and weights only;
+    print(io, data) in Julia's order and print(fetch()) both print the buffer."""
+    assert api.init(n=5000, delay=0.002) == (5000, 0.002)
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        api.init(max_samples=10, n=10)
+    with omniprof.Profiler(backend="cpu"):
+        spin(0.1)
+    raw = api.fetch()
+    bare = api.fetch(include_meta=False)
+    assert len(raw.t_ns) == len(raw.stack_ids) > 0
+    assert bare.t_ns == () and bare.stack_ids == raw.stack_ids and bare.weights_ns == raw.weights_ns
+    a, b = io.StringIO(), io.StringIO()
+    omniprof.sampler.print(a, raw, format="flat")
+    omniprof.sampler.print(api.retrieve(), b, format="flat")
+    assert "spin" in a.getvalue() and "spin" in b.getvalue()
+    rows_raw = {(r.frame.name, r.frame.line): r.count for r in api.report_groups(raw, format="flat")[0].flat}
+    rows_all = {(r.frame.name, r.frame.line): r.count
+                for r in api.report_groups(api.retrieve(record_offsets=False), format="flat")[0].flat}
+    assert rows_raw == rows_all

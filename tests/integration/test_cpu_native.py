@@ -85,6 +85,19 @@ def test_engine_on_every_cpython(version, exe, tmp_path):
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, f"{version}:\n{run.stdout}\n{run.stderr[-3000:]}"
     assert run.stdout.count("OK ") == 10, run.stdout
+    assert "OK   available process_vm_readv" in run.stdout
+
+
+def test_pipe_fallback_reads(tmp_path):
+    """Where process_vm_readv is refused (seccomp), reads go through a pipe: same checks pass."""
+    env = {**os.environ, "OMNIPROF_NATIVE_READS": "pipe"}
+    from omniprof.backends.cpu import _nativesampler
+
+    run = subprocess.run([sys.executable, str(ROOT / "tests/tools/native_engine_check.py"),
+                          os.path.dirname(_nativesampler.__file__)], capture_output=True, text=True, timeout=180,
+                         env=env)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "OK   available pipe copies" in run.stdout
 
 
 # -- accuracy (this interpreter, through the backend) --------------------------------------------

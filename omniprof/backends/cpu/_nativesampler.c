@@ -79,6 +79,8 @@ typedef struct {
     int ts_frame_via_cframe;  /* 3.11/3.12: ts_frame is tstate->cframe; cframe->current_frame */
     size_t cframe_current;
     size_t ts_size;           /* bytes of PyThreadState to read (covers every field above) */
+    size_t ts_chunk, ts_top;  /* 3.11+: the thread's frame data stack (chunk, top): copied in one read */
+    size_t chunk_data;
     int legacy;               /* 3.10: PyFrameObject chain (f_back, f_code, f_lasti in code units) */
     size_t fr_code, fr_previous, fr_instr, fr_owner, fr_size;
     int owner_cstack;         /* owner value of C-stack shim frames (-1: none) */
@@ -120,6 +122,10 @@ static int init_offsets(PyInterpreterState *interp) {
     O.interp_gil_ptr = offsetof(PyInterpreterState, ceval.gil);
     O.gil_holder = offsetof(struct _gil_runtime_state, last_holder);
     O.gil_locked = offsetof(struct _gil_runtime_state, locked);
+    O.ts_chunk = offsetof(PyThreadState, datastack_chunk);
+    O.ts_top = offsetof(PyThreadState, datastack_top);
+    O.chunk_data = offsetof(_PyStackChunk, data);
+    if (O.ts_size < O.ts_top + 8) O.ts_size = O.ts_top + 8;
 #else
 #if PY_VERSION_HEX >= 0x030B0000
     O.interp_head = offsetof(PyInterpreterState, threads.head);
@@ -145,6 +151,11 @@ static int init_offsets(PyInterpreterState *interp) {
     O.fr_owner = 0;
     O.fr_size = MAXOF(MAXOF(O.fr_code, O.fr_previous), O.fr_instr) + 8;
     O.code_adaptive = 0;
+#endif
+#if PY_VERSION_HEX >= 0x030B0000
+    O.ts_chunk = offsetof(PyThreadState, datastack_chunk);
+    O.ts_top = offsetof(PyThreadState, datastack_top);
+    O.chunk_data = offsetof(_PyStackChunk, data);
 #endif
     O.ts_next = offsetof(PyThreadState, next);
     O.ts_interp = offsetof(PyThreadState, interp);
@@ -202,7 +213,8 @@ static int setup_reads(char *why, size_t why_len) {
     uint64_t got = 0;
     struct iovec l = {&got, 8}, r = {(void *)&probe, 8};
     errno = 0;
-    if (process_vm_readv(self_pid, &l, 1, &r, 1, 0) == 8 && got == probe) {
+    const char *force = getenv("OMNIPROF_NATIVE_READS");  /* "pipe": test the fallback path */
+    if (!(force && strcmp(force, "pipe") == 0) && process_vm_readv(self_pid, &l, 1, &r, 1, 0) == 8 && got == probe) {
         /* an unmapped page must fail cleanly */
         if (process_vm_readv(self_pid, &l, 1, &(struct iovec){(void *)8, 8}, 1, 0) < 0 && errno == EFAULT) {
             use_pipe = 0;
@@ -352,10 +364,13 @@ static int code_rehash(void) {
 static code_t *check_code(uintptr_t p, int64_t *code_bytes) {
     if ((E.n_codes + 1) * 2 > E.codes_size && code_rehash() < 0) return NULL;
     code_t *c = code_lookup(p);
+    /* Seen before: a code object referenced by a live frame stays alive, so the address still holds
+     * it; a torn read that lands on another known code address is caught by the bounds check or, at
+     * worst, names one wrong frame; resolve_codes() checks every address again under the GIL. */
+    if (c->ptr) { *code_bytes = c->nbytes; return c; }
     PyVarObject head;
     if (safe_read(&head, p, sizeof head) < 0) return NULL;
     if ((uintptr_t)head.ob_base.ob_type != (uintptr_t)&PyCode_Type) return NULL;
-    if (c->ptr) { *code_bytes = c->nbytes; return c; }
     int64_t nbytes = (int64_t)head.ob_size * 2;
     if (O.legacy) {  /* 3.10: the bytecode is a bytes object */
 #if PY_VERSION_HEX < 0x030B0000
@@ -436,6 +451,33 @@ static int excluded(uint64_t tid) {
     return 0;
 }
 
+/* The current thread's frame data stack, copied in one read (3.11+): frames inside it are read from
+ * the copy, others (generators' frames, older chunks) one by one. */
+#define CHUNK_COPY_MAX (512 * 1024)
+static char *chunk_buf;
+static uintptr_t chunk_lo, chunk_hi;
+
+static inline int read_frame(char *dst, uintptr_t frame, size_t n) {
+    if (frame >= chunk_lo && frame + n <= chunk_hi) {
+        memcpy(dst, chunk_buf + (frame - chunk_lo), n);
+        return 0;
+    }
+    return safe_read(dst, frame, n);
+}
+
+static void copy_chunk(const char *ts) {
+    chunk_lo = chunk_hi = 0;
+    if (O.legacy || !O.ts_top || !chunk_buf) return;
+    uintptr_t chunk, top;
+    memcpy(&chunk, ts + O.ts_chunk, 8);
+    memcpy(&top, ts + O.ts_top, 8);
+    uintptr_t lo = chunk + O.chunk_data;
+    if (!chunk || top <= lo || top - lo > CHUNK_COPY_MAX) return;
+    if (safe_read(chunk_buf, lo, top - lo) < 0) return;
+    chunk_lo = lo;
+    chunk_hi = top;
+}
+
 /* Walk one thread's frames into w (leaf first). Returns pairs written, or -1 when torn. */
 static int64_t walk_thread(const char *ts, uint64_t *w, uint64_t *gen) {
     *gen = 0;
@@ -450,7 +492,7 @@ static int64_t walk_thread(const char *ts, uint64_t *w, uint64_t *gen) {
     int hops = 0;
     while (frame) {
         if (n >= E.max_depth || ++hops > 4 * E.max_depth) return -1;
-        if (O.fr_size > sizeof buf || safe_read(buf, frame, O.fr_size) < 0) return -1;
+        if (O.fr_size > sizeof buf || read_frame(buf, frame, O.fr_size) < 0) return -1;
         uintptr_t code, prev;
         memcpy(&code, buf + O.fr_code, 8);
         memcpy(&prev, buf + O.fr_previous, 8);
@@ -537,6 +579,7 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
         if (E.mode == MODE_GIL && !has_gil) continue;
         E.thread_reads++;
         uint64_t gen;
+        copy_chunk(ts);
         int64_t n = walk_thread(ts, w, &gen);
         if (n < 0) { E.torn++; continue; }
         if (E.n_samples >= E.max_pending) { E.dropped++; continue; }
@@ -560,6 +603,7 @@ static void *engine_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &all, NULL);  /* signals are the program's, never this thread's */
     uint64_t *w = malloc((size_t)E.max_depth * 2 * 8 + 16);
     char *ts = malloc(O.ts_size + 16);
+    if (!chunk_buf) chunk_buf = malloc(CHUNK_COPY_MAX);
     if (!w || !ts) { free(w); free(ts); snprintf(E.error, sizeof E.error, "out of memory"); E.running = 0; return NULL; }
     int64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
     int64_t due = now_ns(CLOCK_MONOTONIC);

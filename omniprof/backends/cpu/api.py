@@ -43,15 +43,25 @@ _buffer: Sampler | None = None
 _lock = threading.Lock()
 
 
-def init(max_samples: int | None = None, interval_s: float | None = None) -> tuple[int, float]:
+def init(max_samples: int | None = None, interval_s: float | None = None, *, n: int | None = None,
+         delay: float | None = None) -> tuple[int, float]:
     """Set the default buffer size and sampling interval of the ``cpu`` backend (Julia's
-    ``Profile.init(n, delay)``); returns the current ``(max_samples, interval_s)``.
+    ``Profile.init(n, delay)``; ``n=`` and ``delay=`` are accepted as Julia spells them); returns
+    the current ``(max_samples, interval_s)``.
 
     Backend options given explicitly (``backend_options={"cpu": {...}}``, ``-O cpu.interval_s=``)
     still win over these defaults.
     """
     from omniprof.backends.cpu.backend import CpuOptions
 
+    if n is not None:
+        if max_samples is not None:
+            raise InvalidArgumentError("init(): give 'max_samples' or Julia's 'n', not both")
+        max_samples = n
+    if delay is not None:
+        if interval_s is not None:
+            raise InvalidArgumentError("init(): give 'interval_s' or Julia's 'delay', not both")
+        interval_s = delay
     if max_samples is not None or interval_s is not None:
         # Validate with the backend's own validators (same messages as -O cpu.KEY=...).
         CpuOptions(max_samples=_config["max_samples"] if max_samples is None else max_samples,
@@ -102,11 +112,17 @@ class RawBuffer:
     dropped: int
 
 
-def fetch() -> RawBuffer:
-    """A copy of the raw sample buffer (see :class:`RawBuffer`)."""
+def fetch(*, include_meta: bool = True) -> RawBuffer:
+    """A copy of the raw sample buffer (see :class:`RawBuffer`); ``print(fetch())`` prints it.
+
+    ``include_meta=False`` (Julia's keyword) leaves out the per-sample metadata (times, threads,
+    tasks): only stacks and weights."""
     b = buffer()
-    return RawBuffer(tuple(b.t_ns), tuple(b.thread_ids), tuple(b.task_ids), tuple(b.stack_ids),
-                     tuple(b.weights_ns), tuple(b.stack_list), b.dropped)
+    n = len(b.t_ns)
+    if not include_meta:
+        return RawBuffer((), (), (), tuple(b.stack_ids), tuple(b.weights_ns), tuple(b.stack_list), b.dropped)
+    return RawBuffer(tuple(b.t_ns[:n]), tuple(b.thread_ids[:n]), tuple(b.task_ids[:n]), tuple(b.stack_ids[:n]),
+                     tuple(b.weights_ns[:n]), tuple(b.stack_list), b.dropped)
 
 
 def retrieve(*, record_offsets: bool = True) -> ProfileResult:
@@ -153,7 +169,37 @@ def clear() -> None:
 
 
 def _result_or_buffer(result: Any) -> Any:
-    return retrieve() if result is None else result
+    if result is None:
+        return retrieve()
+    if isinstance(result, RawBuffer):
+        return _from_raw(result)
+    return result
+
+
+def _from_raw(raw: RawBuffer) -> BackendResult:
+    """A result from a :func:`fetch` copy (code ids resolved through this process's buffer)."""
+    from array import array
+
+    b = buffer()
+    n = len(raw.stack_ids)
+    s = Sampler(None, DEFAULT_CLOCK, max(n, 1))
+    s.t_ns = array("q", raw.t_ns or [0] * n)
+    s.thread_ids = array("Q", raw.thread_ids or [0] * n)
+    s.task_ids = array("q", raw.task_ids or [-1] * n)
+    s.stack_ids = array("q", raw.stack_ids)
+    s.weights_ns = array("q", raw.weights_ns)
+    s.flags = array("B", bytes(n))
+    s.stack_list = list(raw.stacks)
+    s.code_table.codes = b.code_table.codes
+    s.dropped = raw.dropped
+    frames, stacks, samples, losses = s.export()
+    from omniprof.core.results import ThreadInfo
+
+    tids = sorted({x.thread_id for x in samples})
+    threads = [b.threads.get(t) or ThreadInfo(t, f"thread {t}") for t in tids]
+    return BackendResult(backend="cpu", frames=frames, stacks=stacks, samples=samples, threads=threads,
+                         tasks=[t for k, t in sorted(b.task_info.items())], losses=losses,
+                         metadata={"source": "omniprof.sampler.fetch"})
 
 
 def report_groups(result: ProfileResult | BackendResult | None = None, **options: Any) -> list[GroupReport]:
@@ -186,6 +232,8 @@ def print(result: ProfileResult | BackendResult | None = None, file: IO[str] | N
             "flat"), ``C``/``native``, ``combine``, ``maxdepth``, ``sortedby``, ``groupby``,
             ``noisefloor``, ``mincount``, ``recur``, ``threads``, ``tasks``, ``cols``.
     """
+    if result is not None and hasattr(result, "write") and not hasattr(file, "write"):
+        result, file = file, result  # Julia's order: print(io, data)
     opts = _print_options(options)
     if opts.cols is None and file is not None and not getattr(file, "isatty", lambda: False)():
         opts = attrs.evolve(opts, cols=120)

@@ -1,0 +1,35 @@
+"""Run the cpu backend's tests under every CPython this machine has (pyenv 3.10-3.13).
+
+    python -m pip install nox   # into a venv of your own
+    nox                         # every version found
+    nox -s cpu-3.12             # one
+
+Each session builds omniprof (with its C extensions, for that interpreter) into a fresh venv and
+runs the cpu tests. CI runs the engine checks per version inside the normal pytest run instead
+(tests/integration/test_cpu_native.py::test_engine_on_every_cpython), which needs no venvs.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import nox
+
+VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
+CPU_TESTS = ["tests/unit/backends/test_cpu_sampler.py", "tests/integration/test_cpu_backend.py",
+             "tests/integration/test_cpu_native.py"]
+
+
+def _python(version: str) -> str:
+    found = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python")))
+    return found[-1] if found else f"python{version}"
+
+
+@nox.session(name="cpu", python=[_python(v) for v in VERSIONS])
+def cpu(session: nox.Session) -> None:
+    session.install("-e", ".", "pytest>=8", "pytest-timeout>=2.2", "hypothesis>=6.100", "pyinstrument>=4.6",
+                    "py-spy>=0.3.14")
+    session.run("python", "-c", "from omniprof.backends.cpu.native import native_available as a; print(a())")
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", *CPU_TESTS,
+                *session.posargs)
