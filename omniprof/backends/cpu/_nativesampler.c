@@ -200,7 +200,7 @@ static int read_pipe(void *dst, uintptr_t src, size_t n) {
 }
 
 static inline int safe_read(void *dst, uintptr_t src, size_t n) {
-    if (src < 4096) return -1;
+    if (src < 4096 || src + n < src) return -1;
     if (use_pipe) return read_pipe(dst, src, n);
     struct iovec l = {dst, n}, r = {(void *)src, n};
     return process_vm_readv(self_pid, &l, 1, &r, 1, 0) == (ssize_t)n ? 0 : -1;
@@ -458,7 +458,7 @@ static char *chunk_buf;
 static uintptr_t chunk_lo, chunk_hi;
 
 static inline int read_frame(char *dst, uintptr_t frame, size_t n) {
-    if (frame >= chunk_lo && frame + n <= chunk_hi) {
+    if (frame >= chunk_lo && frame < chunk_hi && n <= chunk_hi - frame) {  /* no overflow on a torn pointer */
         memcpy(dst, chunk_buf + (frame - chunk_lo), n);
         return 0;
     }
@@ -491,7 +491,7 @@ static int64_t walk_thread(const char *ts, uint64_t *w, uint64_t *gen) {
     char buf[128];
     int hops = 0;
     while (frame) {
-        if (n >= E.max_depth || ++hops > 4 * E.max_depth) return -1;
+        if (n >= E.max_depth || ++hops > 4 * E.max_depth || (frame & 7)) return -1;
         if (O.fr_size > sizeof buf || read_frame(buf, frame, O.fr_size) < 0) return -1;
         uintptr_t code, prev;
         memcpy(&code, buf + O.fr_code, 8);
@@ -920,15 +920,19 @@ static PyObject *py_resolve_codes(PyObject *self, PyObject *arg) {
         PyObject *res = Py_None;
         code_t *c = E.codes_size ? code_lookup(p) : NULL;
         PyVarObject head;
+        int32_t fl;
+        uintptr_t nm, fn, nmt = 0, fnt = 0;
+        /* every field is read fault-safely; a freed object fails the type or the reference count test
+         * (malloc writes its own pointers there), a reused address fails the identity test */
         if (c && c->ptr == p && safe_read(&head, p, sizeof head) == 0 &&
             (uintptr_t)head.ob_base.ob_type == (uintptr_t)&PyCode_Type && head.ob_base.ob_refcnt > 0 &&
-            head.ob_base.ob_refcnt < ((Py_ssize_t)1 << 48)) {
-            PyCodeObject *co = (PyCodeObject *)p;
-            if (co->co_firstlineno == c->firstlineno && (uintptr_t)co->co_name == c->name &&
-                (uintptr_t)co->co_filename == c->filename && PyUnicode_Check(co->co_name) &&
-                PyUnicode_Check(co->co_filename))
-                res = (PyObject *)co;
-        }
+            (uint64_t)head.ob_base.ob_refcnt <= ((uint64_t)1 << 32) &&
+            safe_read(&fl, p + O.code_firstlineno, 4) == 0 && safe_read(&nm, p + O.code_name, 8) == 0 &&
+            safe_read(&fn, p + O.code_filename, 8) == 0 && fl == c->firstlineno && nm == c->name &&
+            fn == c->filename && safe_read(&nmt, nm + offsetof(PyObject, ob_type), 8) == 0 &&
+            safe_read(&fnt, fn + offsetof(PyObject, ob_type), 8) == 0 && nmt == (uintptr_t)&PyUnicode_Type &&
+            fnt == (uintptr_t)&PyUnicode_Type)
+            res = (PyObject *)p;
         Py_INCREF(res);
         PyList_SET_ITEM(out, i, res);
     }
