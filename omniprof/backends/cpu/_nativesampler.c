@@ -569,7 +569,7 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
         int64_t since = th->last_t >= 0 ? t - th->last_t : t - (E.t_prev ? E.t_prev : E.t_start);
         int idle;
         if (cpu < 0) idle = 0;                     /* no CPU clock: not known to be idle */
-        else if (th->last_cpu < 0) idle = 0;       /* first sight: no delta yet */
+        else if (th->last_cpu < 0) idle = !thread_runnable(th);  /* first sight: no delta yet, ask the kernel */
         else idle = (cpu - th->last_cpu) * 10 < since && !thread_runnable(th);  /* on a CPU < 10% of the
                                                      interval and not waiting for one */
         int has_gil = locked && holder == cur;
