@@ -33,7 +33,7 @@ def _thread_body(i: int, start: threading.Barrier, stop: threading.Event) -> Non
     fn[f"worker_{i}"](stop)
 
 
-@pytest.mark.parametrize("engine", ["signal", "thread"])
+@pytest.mark.parametrize("engine", ["native", "signal", "thread"])
 def test_64_threads_under_the_sampler(engine, tally):
     """64 busy threads are all sampled, each under its own name and function, and the program's
     threads all finish."""
@@ -45,7 +45,7 @@ def test_64_threads_under_the_sampler(engine, tally):
         t.start()
     with omniprof.Profiler(backend="cpu", backend_options={"cpu": {"engine": engine, "interval_s": 0.002}}) as prof:
         start.wait()
-        _spin(2.0 if engine == "signal" else 3.0)
+        _spin(3.0 if engine == "thread" else 2.0)
         stop.set()
         for t in threads:
             t.join()
