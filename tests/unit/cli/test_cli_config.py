@@ -121,7 +121,7 @@ def test_config_check_of_a_plugins_file(proj, capsys):
     """config check plugins.toml validates plugin defaults with the plugin's Options."""
     write(proj / "plugins.toml", "[backend.cpu]\noptions = { engine = \"turbo\" }\n")
     assert main(["config", "check", "plugins.toml", "--plugins", str(proj / "plugins.toml")]) == 1
-    assert "plugins.toml:2: $.backend.cpu.options.engine: backend 'cpu': 'engine' must be one of auto, signal, thread" \
+    assert "plugins.toml:2: $.backend.cpu.options.engine: backend 'cpu': 'engine' must be one of auto, native, signal, thread" \
         in capsys.readouterr().err
 
 

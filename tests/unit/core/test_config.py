@@ -378,7 +378,7 @@ def test_show_dict_fills_defaults_and_round_trips_through_toml(workdir):
     cfg = load_config(path, environ={})
     data = cfg.to_dict()
     assert data["backends"]["cpu"] == {"interval_s": 0.0005, "max_samples": 1_000_000, "engine": "thread",
-                                       "native": False, "max_python_events": 2_000_000, "record_offsets": False,
+                                       "mode": "wall", "native": False, "max_python_events": 2_000_000, "record_offsets": False,
                                        "accumulate": True}
     assert data["reporters"]["json"] == {"indent": 2, "compress": False, "output": str(workdir / "out" / "run.json")}
     text = dump_toml(data)

@@ -183,4 +183,4 @@ def test_doctor_lists_capabilities_and_survives_a_plugin_whose_capabilities_rais
     text = format_doctor(report)
     assert "    [no ] capabilities(): raised RuntimeError: capability probe exploded" in text
     assert "    [yes] thread engine" in text
-    assert json.loads(json.dumps(report.to_dict()))["capabilities"]["cpu"][1]["feature"] == "thread engine"
+    assert "thread engine" in [c["feature"] for c in json.loads(json.dumps(report.to_dict()))["capabilities"]["cpu"]]
