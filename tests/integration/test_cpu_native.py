@@ -171,16 +171,19 @@ def test_c_calls_by_count_and_by_time():
     rng = random.Random(1)
     data = [rng.random() for _ in range(600_000)]
     blob = os.urandom(40 * 2**20)
-    t0 = time.perf_counter()
-    sorted(data)
-    t1 = time.perf_counter()
-    hashlib.sha256(blob).digest()
-    t2 = time.perf_counter()
-    s = 0
-    for i in range(400_000):
-        s += i
-    t3 = time.perf_counter()
-    truth = {"sort": t1 - t0, "sha": t2 - t1, "loop": t3 - t2}
+    truth = {"sort": float("inf"), "sha": float("inf"), "loop": float("inf")}
+    for _ in range(3):  # best of 3: other processes on this machine only add time
+        t0 = time.perf_counter()
+        sorted(data)
+        t1 = time.perf_counter()
+        hashlib.sha256(blob).digest()
+        t2 = time.perf_counter()
+        s = 0
+        for i in range(400_000):
+            s += i
+        t3 = time.perf_counter()
+        for k, v in (("sort", t1 - t0), ("sha", t2 - t1), ("loop", t3 - t2)):
+            truth[k] = min(truth[k], v)
     total = sum(truth.values())
     lines = c_heavy.__code__.co_firstlineno
     which = {lines + 1: "sort", lines + 2: "sha", lines + 4: "loop", lines + 5: "loop"}
@@ -254,8 +257,8 @@ def test_asyncio_task_shares():
             await asyncio.sleep(0)
 
     async def main():
-        await asyncio.gather(asyncio.create_task(crunch(0.03), name="small"),
-                             asyncio.create_task(crunch(0.09), name="big"))
+        await asyncio.gather(asyncio.create_task(crunch(0.05), name="small"),
+                             asyncio.create_task(crunch(0.15), name="big"))
 
     with native_profiler() as prof:
         asyncio.run(main())

@@ -206,6 +206,23 @@ class _ThreadTrigger:
         return (self.thread.ident,) if self.thread is not None and self.thread.ident else ()
 
 
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def _drop_own(frames: Any, stacks: Any, samples: Any) -> tuple[Any, int, int]:
+    """Samples whose leaf is omniprof's own code (the signal handler and its re-arming, starting and
+    stopping the profiler, the gc callback) are not the program's: dropped, counted apart."""
+    own_frames = {i for i, f in enumerate(frames) if f.file and f.file.startswith(_PKG_DIR)}
+    if not own_frames:
+        return samples, 0, 0
+    own_stacks = {k for k, st in enumerate(stacks) if st and st[-1] in own_frames}
+    if not own_stacks:
+        return samples, 0, 0
+    kept = tuple(x for x in samples if x.stack_id not in own_stacks)
+    own_ns = sum(x.weight_ns for x in samples if x.stack_id in own_stacks)
+    return kept, len(samples) - len(kept), own_ns
+
+
 def _signal_usable() -> bool:
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         return False
@@ -444,10 +461,12 @@ class CpuSamplerBackend(Backend):
             dropped = s.dropped - dropped0
             frames, stacks, samples, loss = s.export(self._start_idx, dropped=dropped,
                                                      offsets=self.options.record_offsets)
+            samples, own_n, own_ns = _drop_own(frames, stacks, samples)
             losses.extend(loss)
             self._threads.update({k: t for k, t in s.threads.items() if k in {x.thread_id for x in samples}})
             ticks = s.ticks - ticks0 if pyspy_lines is None else pyspy_ticks
             self_ns = s.self_time_ns - self0
+            summary.update(own_samples=own_n, own_time_ns=own_ns)
             summary.update(ticks=ticks, samples=len(samples), samples_dropped=dropped,
                            achieved_rate_hz=ticks / duration_s, sampler_time_ns=self_ns,
                            sampler_overhead_pct=100.0 * self_ns / (duration_s * 1e9),
@@ -460,7 +479,8 @@ class CpuSamplerBackend(Backend):
                 summary.update(ticks=ticks, achieved_rate_hz=ticks / duration_s, sampler_time_ns=self_ns,
                                sampler_overhead_pct=100.0 * self_ns / (duration_s * 1e9), mode=self.options.mode,
                                engine_cpu_ns=self_ns, torn_samples=int(st.get("torn", 0)),
-                               idle_samples=idle, own_samples=native.own_samples, own_time_ns=native.own_ns,
+                               idle_samples=idle, own_samples=native.own_samples + own_n,
+                               own_time_ns=native.own_ns + own_ns,
                                stale_codes=native.stale_codes, max_tick_lag_ns=int(st.get("max_lag_ns", 0)),
                                samples_dropped=dropped + int(st.get("dropped", 0)),
                                sampler_time_note="CPU time of the native engine's own thread (not the program's "

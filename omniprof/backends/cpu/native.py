@@ -150,7 +150,8 @@ class NativeEngine:
             for idx, raw in stacks:
                 leaf = self._codes.get(raw[0]) if raw else None
                 own = leaf is not None and leaf.co_filename.startswith(_PKG_DIR)
-                self._stacks[idx] = None if own else tuple(raw)  # () : a thread with no Python frame
+                # None: omniprof's own; -1: a thread with no Python frame; else the sampler's stack id
+                self._stacks[idx] = None if own else (-1 if not raw else self.sampler.intern(tuple(raw)))
             if not data:
                 return
             words = array("q")
@@ -163,13 +164,13 @@ class NativeEngine:
             for i in range(0, len(words), 5):
                 t, tid, w, sf, gen = words[i:i + 5]
                 tid &= 0xFFFFFFFFFFFFFFFF
-                raw = self._stacks.get(sf & mask)
-                if raw == ():  # a thread running no Python code (starting, ending, or C only): nothing to show
-                    self.empty_samples += 1
-                    continue
-                if raw is None:
+                sid = self._stacks.get(sf & mask)
+                if sid is None:
                     self.own_samples += 1
                     self.own_ns += w
                     continue
+                if sid < 0:  # a thread running no Python code (starting, ending, or C only): nothing to show
+                    self.empty_samples += 1
+                    continue
                 task = tasks.get(gen & 0xFFFFFFFFFFFFFFFF) if gen else None
-                s.add(t, tid, raw, w, task_id(task, tid) if task is not None else -1, sf >> sh)
+                s.add_sid(t, tid, sid, w, task_id(task, tid) if task is not None else -1, sf >> sh)

@@ -188,6 +188,26 @@ class Sampler:
         self.flags.append(flags)
         return True
 
+    def intern(self, raw: RawStack) -> int:
+        """The stack id of ``raw`` (added when new; code objects registered by the caller)."""
+        sid = self.stack_index.get(raw)
+        return self._new_stack(raw, raw) if sid is None else sid
+
+    def add_sid(self, t_ns: int, tid: int, sid: int, weight_ns: int, task_id: int = NO_TASK, flags: int = 0) -> bool:
+        """Store one sample of an interned stack (the native engine's drain); False when the buffer is full."""
+        if len(self.t_ns) >= self.max_samples:
+            self.dropped += 1
+            if not self.warned:
+                self._warn_full()
+            return False
+        self.t_ns.append(t_ns)
+        self.thread_ids.append(tid)
+        self.task_ids.append(task_id)
+        self.stack_ids.append(sid)
+        self.weights_ns.append(weight_ns)
+        self.flags.append(flags)
+        return True
+
     def _new_stack(self, raw: RawStack, frame: Any) -> int:
         sid = self.stack_index[raw] = len(self.stack_list)
         self.stack_list.append(raw)
