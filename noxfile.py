@@ -21,12 +21,12 @@ CPU_TESTS = ["tests/unit/backends/test_cpu_sampler.py", "tests/integration/test_
              "tests/integration/test_cpu_native.py"]
 
 
-def _python(version: str) -> str:
-    found = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python")))
-    return found[-1] if found else f"python{version}"
+# pyenv's interpreters, found by nox as pythonX.Y once their bin directories are on PATH
+_BINS = [sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}.*/bin")))[-1:] for v in VERSIONS]
+os.environ["PATH"] = os.pathsep.join([b for found in _BINS for b in found] + [os.environ.get("PATH", "")])
 
 
-@nox.session(name="cpu", python=[_python(v) for v in VERSIONS])
+@nox.session(name="cpu", python=VERSIONS)
 def cpu(session: nox.Session) -> None:
     session.install("-e", ".", "pytest>=8", "pytest-timeout>=2.2", "hypothesis>=6.100", "pyinstrument>=4.6",
                     "py-spy>=0.3.14")
