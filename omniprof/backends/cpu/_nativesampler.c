@@ -83,6 +83,7 @@ typedef struct {
     size_t chunk_data;
     int legacy;               /* 3.10: PyFrameObject chain (f_back, f_code, f_lasti in code units) */
     size_t fr_code, fr_previous, fr_instr, fr_owner, fr_size;
+    size_t fr_gen;            /* 3.10: PyFrameObject.f_gen, the generator/coroutine running the frame */
     int owner_cstack;         /* owner value of C-stack shim frames (-1: none) */
     size_t code_adaptive, code_firstlineno, code_name, code_filename;
     uintptr_t gil;            /* address of the GIL state (0: unknown) */
@@ -149,7 +150,10 @@ static int init_offsets(PyInterpreterState *interp) {
     O.fr_previous = offsetof(PyFrameObject, f_back);
     O.fr_instr = offsetof(PyFrameObject, f_lasti);
     O.fr_owner = 0;
-    O.fr_size = MAXOF(MAXOF(O.fr_code, O.fr_previous), O.fr_instr) + 8;
+#if PY_VERSION_HEX < 0x030B0000
+    O.fr_gen = offsetof(PyFrameObject, f_gen);
+#endif
+    O.fr_size = MAXOF(MAXOF(O.fr_code, O.fr_previous), MAXOF(O.fr_instr, O.fr_gen)) + 8;
     O.code_adaptive = 0;
 #endif
 #if PY_VERSION_HEX >= 0x030B0000
@@ -496,7 +500,11 @@ static int64_t walk_thread(const char *ts, uint64_t *w, uint64_t *gen) {
         uintptr_t code, prev;
         memcpy(&code, buf + O.fr_code, 8);
         memcpy(&prev, buf + O.fr_previous, 8);
-        if (!O.legacy) {
+        if (O.legacy) {
+            uintptr_t g;
+            memcpy(&g, buf + O.fr_gen, 8);
+            if (g) *gen = g;  /* the root-most is a task's coroutine */
+        } else {
             char owner = buf[O.fr_owner];
             if (O.owner_cstack >= 0 && owner == O.owner_cstack) { frame = prev; continue; }
             if (owner == 1) *gen = frame;  /* FRAME_OWNED_BY_GENERATOR: the root-most is a task's coroutine */
@@ -1061,6 +1069,8 @@ PyMODINIT_FUNC PyInit__nativesampler(void) {
     PyModule_AddIntConstant(m, "FLAG_SHIFT", 40);
 #if defined(OMNIPROF_NATIVE) && PY_VERSION_HEX >= 0x030B0000
     PyModule_AddIntConstant(m, "GEN_FRAME_OFFSET", (long)offsetof(PyGenObject, gi_iframe));
+#elif defined(OMNIPROF_NATIVE)
+    PyModule_AddIntConstant(m, "GEN_FRAME_OFFSET", 0);  /* 3.10: the frame names its generator itself */
 #else
     PyModule_AddIntConstant(m, "GEN_FRAME_OFFSET", -1);
 #endif

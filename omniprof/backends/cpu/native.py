@@ -83,8 +83,28 @@ class NativeEngine:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.gen_offset = int(getattr(_ns, "GEN_FRAME_OFFSET", -1))
+        self._natives: dict[int, int] = {}
+        self._orig_set_native: Any = None
+
+    def _hook_native_ids(self) -> None:
+        """CPython 3.10's thread states lack the native thread id (needed for the per-thread CPU
+        clock): a thread started during the session gives it to the engine as it starts."""
+        if sys.version_info >= (3, 11) or self._orig_set_native is not None:
+            return
+        orig = threading.Thread._set_native_id  # type: ignore[attr-defined]
+        natives = self._natives
+
+        def _set_native_id(th: threading.Thread) -> None:
+            orig(th)
+            if th.ident is not None and th.native_id:
+                natives[th.ident] = th.native_id
+                _ns.set_native_ids(dict(natives))
+
+        self._orig_set_native = orig
+        threading.Thread._set_native_id = _set_native_id  # type: ignore[attr-defined]
 
     def start(self) -> None:
+        self._hook_native_ids()
         mode = {"wall": _ns.MODE_WALL, "cpu": _ns.MODE_CPU, "gil": _ns.MODE_GIL}[self.mode]
         self._thread = threading.Thread(target=self._run, name="omniprof-native-drain", daemon=True)
         self._thread.start()
@@ -100,6 +120,9 @@ class NativeEngine:
                 pass
 
     def stop(self) -> None:
+        if self._orig_set_native is not None:
+            threading.Thread._set_native_id = self._orig_set_native  # type: ignore[attr-defined]
+            self._orig_set_native = None
         _ns.stop()
         self._stop.set()
         if self._thread is not None:
@@ -118,6 +141,7 @@ class NativeEngine:
             nid = getattr(t, "native_id", None)
             if nid:
                 natives[t.ident] = nid
+                self._natives[t.ident] = nid
             info = s.threads.get(t.ident)
             if info is None or info.name != t.name:
                 s.threads[t.ident] = ThreadInfo(t.ident, t.name, nid)
