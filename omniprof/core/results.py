@@ -553,7 +553,8 @@ def _converter() -> Any:
     conv.register_structure_hook(str, scalar(str, "a string"))
     conv.register_structure_hook(bool, scalar(bool, "a boolean"))
     conv.register_structure_hook(float, lambda v, _: float(v))  # numbers, and "nan"/"inf" as written
-    conv.register_structure_hook(Any, lambda v, _: v)
+    # typing.Any by identity: before 3.11 it is no class, and a class-keyed hook refuses it.
+    conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
     for cls in (Frame, ThreadInfo, TaskInfo, Track, Span, Instant, Flow, StackSample, CounterSeries, Allocation,
                 Table, Loss, ErrorRecord, Artifact, ClockInfo, BackendResult, RunMetadata, ProfileResult):
         attrs.resolve_types(cls, globals())
