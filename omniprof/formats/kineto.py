@@ -52,20 +52,32 @@ from omniprof.core.results import (
     Track,
     json_safe,
 )
-from omniprof.errors import DataLossWarning, TraceReadError
+from omniprof.errors import DataLossWarning, OmniprofWarning, TraceReadError
 
-__all__ = ["read_trace", "parse_trace", "op_stats_table", "OP_STATS_COLUMNS", "CATEGORY_MAP", "FWDBWD_FLOW_BASE",
-           "us_text_to_ns"]
+__all__ = ["read_trace", "parse_trace", "op_stats_table", "OP_STATS_COLUMNS", "CATEGORY_MAP", "LEGACY_CATEGORY_MAP",
+           "FWDBWD_FLOW_BASE", "us_text_to_ns"]
 
 #: Kineto category -> our span category (docs/results.md). Others keep their Kineto name.
 CATEGORY_MAP = {
-    "cpu_op": "cpu_op", "user_annotation": "annotation", "gpu_user_annotation": "annotation",
+    "cpu_op": "cpu_op", "user_annotation": "annotation", "gpu_user_annotation": "gpu_annotation",
     "cuda_runtime": "runtime", "cuda_driver": "runtime", "xpu_runtime": "runtime", "xpu_driver": "runtime",
     "privateuse1_runtime": "runtime", "privateuse1_driver": "runtime", "mtia_runtime": "runtime",
     "kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
     "python_function": "python", "overhead": "overhead", "cuda_profiler_range": "annotation",
 }
+#: Category names of older Kineto releases (PyTorch 1.8-1.9, 2021) -> today's names. Their trace logger
+#: wrote ``Operator`` (CPU ops), ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset`` and ``User`` (the GPU-side
+#: projection of a user annotation, on tid ``"stream N user"``); a 2021 release spelled it
+#: ``gpu_user_Annotation``. Launches were linked by ``ph: s/f`` events of category ``async``.
+LEGACY_CATEGORY_MAP = {
+    "Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset", "User": "gpu_user_annotation", "gpu_user_Annotation": "gpu_user_annotation",
+    "Python": "python_function",
+}
 _DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync", "gpu_instant_event"})
+#: Our categories the op and kernel tables are built from: a trace with none of them yields no table.
+_ANALYSED = frozenset({"cpu_op", "annotation", "step", "kernel", "memcpy", "memset", "runtime", "gpu_annotation"})
+_STREAM_TID = re.compile(r"^stream (\d+)")
 _DEVICE_WORK = frozenset({"kernel", "memcpy", "memset"})
 
 #: Forward/backward flow ids are shifted by this so they never collide with CUDA correlation ids.
@@ -293,12 +305,14 @@ class _Builder:
         self.t_min: int | None = None
         self.t_max: int | None = None
         self.pids: dict[Any, int] = {}
+        self.async_ids: set[int] = set()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _s(self, text: str) -> str:
         return self._strings.setdefault(text, text)
 
     def _host_track(self, pid: Any, tid: Any) -> str:
+        pid, tid = _norm_id(pid), _norm_id(tid)
         key = (pid, tid)
         tid_id = self._host_tracks.get(key)
         if tid_id is None:
@@ -381,21 +395,27 @@ class _Builder:
         if dur < 0:
             raise ValueError(f"negative duration {dur} ns")
         self.cat_counts[cat] = self.cat_counts.get(cat, 0) + 1
+        raw_cat = cat
+        cat = LEGACY_CATEGORY_MAP.get(cat, cat)
         ours = CATEGORY_MAP.get(cat, cat)
         if self.keep is not None and not self.keep(ours):
             self.filtered += 1
             return
         pid, tid = ev.get("pid"), ev.get("tid")
         if cat in _DEVICE_CATS or ("stream" in args and "device" in args and ours not in ("runtime", "cpu_op")):
-            device = args.get("device", pid)
-            track = self._device_track(device, args.get("stream", tid))
+            device = args.get("device", args.get("inDevice", pid))
+            stream = args.get("stream")
+            track = self._device_track(device, _stream_of(tid) if stream is None else stream)
             on_device = True
         else:
             track = self._host_track(pid, tid)
             on_device = False
             self.pids[pid] = self.pids.get(pid, 0) + 1
         corr = args.get("correlation")
-        if ours == "cpu_op":
+        if ours == "cpu_op" and cat != raw_cat and _STEP.match(name):
+            ours = "step"  # PyTorch 1.8-1.9 wrote the step ranges as "Operator" events
+            span_args = {"step_num": int(name[len("ProfilerStep#"):])}
+        elif ours == "cpu_op":
             span_args = self._op_args(name, args)
         elif ours == "kernel":
             span_args = _kernel_args(args, self._lists)
@@ -403,13 +423,14 @@ class _Builder:
             span_args = _copy_args(name, args, self._lists)
         elif ours == "runtime":
             span_args = {k: v for k, v in (("correlation_id", corr), ("cbid", args.get("cbid"))) if v is not None}
-        elif ours == "annotation":
-            m = _STEP.match(name)
+        elif ours == "annotation" or ours == "gpu_annotation":
+            m = _STEP.match(name) if ours == "annotation" else None
             if m and not on_device:
                 ours = "step"
                 span_args = {"step_num": int(m.group(1))}
             else:
-                span_args = _EMPTY
+                ext = args.get("External id")
+                span_args = {"external_id": ext} if type(ext) is int else _EMPTY
         elif ours == "python":
             span_args = _EMPTY
         elif ours == "sync":
@@ -424,7 +445,7 @@ class _Builder:
         self.spans.append(_fast_span(self._s(name), track, t0, dur, ours, span_args))
 
     def _op_args(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        dims = args.get("Input Dims")
+        dims = args.get("Input Dims", args.get("Input dims"))
         types = args.get("Input type")
         flops = args.get("flops")
         if flops is None and self.flops:
@@ -479,6 +500,11 @@ class _Builder:
     def _flow(self, ev: dict[str, Any]) -> None:
         cat = ev.get("cat")
         fid = ev.get("id")
+        if cat == "async" and isinstance(fid, int):
+            # PyTorch 1.8-1.9 launch links: the id is the CUDA correlation id, rebuilt below from the spans'
+            # own correlation ids; ids that match no span pair are counted in finish().
+            self.async_ids.add(fid)
+            return
         if cat == "ac2g" or not isinstance(fid, int):
             return  # launch flows are rebuilt from correlation ids, which every span carries
         fid += FWDBWD_FLOW_BASE if cat == "fwdbwd" else 0
@@ -490,11 +516,11 @@ class _Builder:
         args = ev.get("args") or {}
         pid, tid = ev.get("pid"), ev.get("tid")
         if name == "process_name":
-            self.process_names[pid] = str(args.get("name", ""))
+            self.process_names[_norm_id(pid)] = str(args.get("name", ""))
         elif name == "process_labels":
-            self.process_labels[pid] = str(args.get("labels", ""))
+            self.process_labels[_norm_id(pid)] = str(args.get("labels", ""))
         elif name == "thread_name":
-            self.thread_names[(pid, tid)] = str(args.get("name", "")).strip()
+            self.thread_names[(_norm_id(pid), _norm_id(tid))] = str(args.get("name", "")).strip()
 
     def _counter(self, ev: dict[str, Any], t: int) -> None:
         name = str(ev.get("name"))
@@ -518,7 +544,7 @@ class _Builder:
             corr = s.args.get("correlation_id")
             if corr in linked:
                 self.spans[i] = _fast_span(s.name, s.track, s.start_ns, s.dur_ns, s.category, s.args, (corr,))
-        unbound = 0
+        unbound = len(self.async_ids - linked)
         if self.fwdbwd:
             by_start: dict[tuple[str, int], int] = {}
             for i, s in enumerate(self.spans):
@@ -566,6 +592,14 @@ class _Builder:
         if unclosed:
             losses.append(Loss(self.source, "truncated", unclosed, "events", "'B' events never closed by an 'E'"))
         meta: dict[str, Any] = {"kineto_categories": dict(sorted(self.cat_counts.items()))}
+        analysed = sum(n for c, n in self.cat_counts.items()
+                       if CATEGORY_MAP.get(LEGACY_CATEGORY_MAP.get(c, c), c) in _ANALYSED)
+        if self.cat_counts and not analysed:
+            found = ", ".join(f"{c!r} x{n}" for c, n in sorted(self.cat_counts.items(), key=lambda kv: -kv[1])[:8])
+            meta["analysis_note"] = (
+                f"no event category is one omniprof analyses (found {found}): the events are kept as spans, but no "
+                f"op table, kernel table or launch flows are built from them. Known categories: "
+                f"{', '.join(sorted(CATEGORY_MAP))}, and PyTorch 1.8-1.9's {', '.join(sorted(LEGACY_CATEGORY_MAP))}")
         if unbound:
             meta["unbound_flow_events"] = unbound
         if self.filtered:
@@ -573,6 +607,23 @@ class _Builder:
         if self.process_labels:
             meta["process_labels"] = {str(k): v for k, v in self.process_labels.items()}
         return tracks, self.spans, flows, counters, losses, meta
+
+
+def _norm_id(value: Any) -> Any:
+    """A pid/tid as Kineto wrote it, with digit strings as ints: PyTorch 1.8-1.9 wrote an op's tid as
+    ``"24472"`` and its launch flow's as ``24472``; both are the same thread."""
+    if type(value) is str and value.isdigit():
+        return int(value)
+    return value
+
+
+def _stream_of(tid: Any) -> Any:
+    """The stream of a device event from its tid: ``7``, or PyTorch 1.8-1.9's ``"stream 7"`` / ``"stream 7 user"``."""
+    if type(value := tid) is str:
+        m = _STREAM_TID.match(value)
+        if m:
+            return int(m.group(1))
+    return _norm_id(tid)
 
 
 def _arg(value: Any, shared_lists: dict[tuple, list]) -> Any:
@@ -857,6 +908,8 @@ def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping
     for loss in losses:
         warnings.warn(f"{name}: {loss.count} {loss.unit} not read ({loss.kind}): {loss.detail}", DataLossWarning,
                       stacklevel=3)
+    if "analysis_note" in meta:
+        warnings.warn(f"{name}: {meta['analysis_note']}", OmniprofWarning, stacklevel=3)
     return part, top
 
 

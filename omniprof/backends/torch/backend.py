@@ -81,7 +81,7 @@ class TorchOptions:
 _NATIVE_LINE = re.compile(r"^(?:[A-Z]+:\d{4}-\d\d-\d\d |\[[WIEF]\d{4} |\s+(?:Log file|Trace |Warmup|Max GPU|Enabled ))")
 _NATIVE_ERROR = re.compile(r"^(?:ERROR:|\[[EF]\d{4} )")
 _HOST_KEEP_LEVEL1 = frozenset({"annotation", "step"})
-_DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset", "sync"})
+_DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset", "sync", "gpu_annotation"})
 
 
 def _warn(message: str, category: type[Warning] = BackendOptionWarning) -> None:
