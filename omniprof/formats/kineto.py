@@ -878,7 +878,12 @@ def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping
     else:
         start_ns, end_ns = builder.t_min or 0, builder.t_max or 0
     summaries: dict[str, Any] = {}
-    total_flops = sum(s.args.get("flops", 0) for s in spans if s.category == "cpu_op" and s.args)
+    # From the op table, where an op re-dispatched to itself (aten::mul inside aten::mul, both with FLOPs)
+    # counts once, as in torch's key_averages(); summing every span would count it twice.
+    total_flops = 0
+    if table is not None:
+        fi = table.columns.index("flops")
+        total_flops = sum(r[fi] for r in table.rows if r[fi])
     if total_flops:
         summaries["flops"] = {"total_flops": total_flops,
                               "flops_per_s": total_flops / ((end_ns - start_ns) / 1e9) if end_ns > start_ns else None}

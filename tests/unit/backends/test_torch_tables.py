@@ -1,0 +1,52 @@
+"""The torch backend's tables and summaries against torch's own ``key_averages()`` on real CPU runs."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import omniprof
+
+torch = pytest.importorskip("torch")
+
+LEVEL3 = {"host_tracer_level": 3, "device_tracer_level": 0}
+
+
+def _transformer_work():
+    """A transformer layer's forward/backward/Adam step plus scalar multiplies: ``aten::mul`` with a
+    Python scalar re-dispatches to ``aten::mul`` (both carry FLOPs), the case a per-span sum counts twice."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    opt = torch.optim.Adam(layer.parameters())
+    x = torch.randn(2, 10, 64)
+    a = torch.randn(16, 32)
+
+    def work():
+        y = layer(x)
+        (y * 2).sum().backward()
+        opt.step()
+        a.mul(2)
+        a.add(a, alpha=2)
+
+    return work
+
+
+def test_flops_summary_matches_torch_key_averages():
+    """Total FLOPs equal torch's sum over key_averages(): re-dispatched ops are counted once."""
+    work = _transformer_work()
+    work()  # Adam's state exists from here on: both profiled calls run the same ops
+    from torch.profiler import profile
+
+    with profile(with_flops=True, record_shapes=True) as tp:
+        work()
+    expected = sum(e.flops for e in tp.key_averages())
+    with omniprof.Profiler(backend="torch", options=omniprof.ProfileOptions(**LEVEL3)) as prof:
+        work()
+    part = prof.result.part("torch")
+    per_span = sum(s.args.get("flops", 0) for s in part.spans if s.category == "cpu_op")
+    assert per_span > expected > 0  # the trace has a re-dispatched op with FLOPs: the case under test
+    assert part.summaries["flops"]["total_flops"] == expected
+    ops = part.table("op_stats")
+    fi = ops.columns.index("flops")
+    assert sum(r[fi] or 0 for r in ops.rows) == expected
