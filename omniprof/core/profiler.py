@@ -120,7 +120,10 @@ class Profiler:
         self.clock = clock or DEFAULT_CLOCK
         self.label = label
         self.verbose = verbose
-        self.results: list[ProfileResult] = []
+        self._results: list[ProfileResult] = []
+        # Windows that ended inside step(): (metadata, parts, [(backend, build)], errors, session_dir, failures).
+        self._pending: list[tuple[RunMetadata, list[BackendResult], list[tuple[str, Callable[[], BackendResult]]],
+                                  list[ErrorRecord], Path | None, list[tuple[str, BaseException]]]] = []
         self.session_dir: Path | None = None
         self._backends: dict[str, Backend] = {}
         self._recording: list[str] = []
@@ -138,6 +141,13 @@ class Profiler:
         self.checkpoint_max_ns = 0
 
     # -- public API ----------------------------------------------------------------------------
+    @property
+    def results(self) -> list[ProfileResult]:
+        """Every finished result, oldest first. A window that ended inside :meth:`step` is built here,
+        when first asked for (or at :meth:`stop`), not on the training loop's critical path."""
+        self._finish_pending()
+        return self._results
+
     @property
     def result(self) -> ProfileResult:
         """The most recent finished result."""
@@ -184,7 +194,8 @@ class Profiler:
                 self._started = False
                 self._action = Action.NONE
                 self._release()
-        return self.results[-1] if self.results else None
+            self._finish_pending()
+        return self._results[-1] if self._results else None
 
     def step(self) -> None:
         """Mark the end of a step: advances the schedule (start/stop backends as it says)."""
@@ -261,7 +272,7 @@ class Profiler:
             elif verb == "start":
                 self._start_all()
             elif verb == "save":
-                self._save()
+                self._save(deferred=True)
             elif verb == "close":
                 self._close_all()
 
@@ -387,18 +398,27 @@ class Profiler:
         self.checkpoint_max_ns = max(self.checkpoint_max_ns, time.perf_counter_ns() - t0)
         return path
 
-    def _save(self) -> None:
-        """Stop every recording backend (each even if another fails), build and publish the result."""
+    def _save(self, *, deferred: bool = False) -> None:
+        """Stop every recording backend (each even if another fails), build and publish the result.
+
+        ``deferred`` (a window ending inside ``step()``): backends that can (``stop_deferred``) only
+        stop now; their results are built by :meth:`_finish_pending`, at ``stop()`` or when asked for.
+        """
         self._stop_checkpoints()
         end_ns = self.clock.now_ns()
         parts: list[BackendResult] = []
+        builders: list[tuple[str, Callable[[], BackendResult]]] = []
         failures: list[tuple[str, BaseException]] = []
         views: list[dict[str, Any]] = []
         for name in list(self._recording):
             backend = self._backends[name]
             annotations.remove_sink(backend)
             try:
-                parts.append(backend.stop())
+                build = backend.stop_deferred() if deferred else None
+                if build is None:
+                    parts.append(backend.stop())
+                else:
+                    builders.append((name, build))
             except Exception as e:
                 failures.append((name, e))
                 self._errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
@@ -408,23 +428,52 @@ class Profiler:
                     views.append(request)
         self._recording = []
         self._close_all()
-        result = ProfileResult(
-            metadata=self._metadata(end_ns),
-            parts=tuple(parts),
-            partial=bool(self._errors),
-            errors=tuple(self._errors),
-        )
-        self._errors = []
-        save_error: OSError | None = None
-        if self.session_dir is not None:
+        metadata = self._metadata(end_ns)
+        errors, self._errors = self._errors, []
+        if builders:
+            self._pending.append((metadata, parts, builders, errors, self.session_dir, failures))
+            return
+        self._publish(metadata, parts, errors, self.session_dir, failures)
+
+    def _finish_pending(self) -> None:
+        """Build the results of windows that ended inside ``step()`` (oldest first)."""
+        if not self._pending:
+            return
+        with self._lock:
+            while self._pending:
+                self._finish_one(*self._pending.pop(0))
+
+    def _finish_one(self, metadata: RunMetadata, parts: list[BackendResult],
+                    builders: list[tuple[str, Callable[[], BackendResult]]], errors: list[ErrorRecord],
+                    session_dir: Path | None, failures: list[tuple[str, BaseException]]) -> None:
+        for name, build in builders:
             try:
-                result.save(self.session_dir / RESULT_FILENAME)
-                (self.session_dir / PARTIAL_FILENAME).unlink(missing_ok=True)
+                parts.append(build())
+            except Exception as e:
+                failures.append((name, e))
+                errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
+        order = {n: i for i, n in enumerate(self.backend_names)}
+        parts.sort(key=lambda p: order.get(p.backend, len(order)))
+        self._publish(metadata, parts, errors, session_dir, failures)
+
+    def _publish(self, metadata: RunMetadata, parts: list[BackendResult], errors: list[ErrorRecord],
+                 session_dir: Path | None, failures: list[tuple[str, BaseException]]) -> None:
+        result = ProfileResult(
+            metadata=metadata,
+            parts=tuple(parts),
+            partial=bool(errors),
+            errors=tuple(errors),
+        )
+        save_error: OSError | None = None
+        if session_dir is not None:
+            try:
+                result.save(session_dir / RESULT_FILENAME)
+                (session_dir / PARTIAL_FILENAME).unlink(missing_ok=True)
             except OSError as e:  # disk full, read-only: the result stays in memory for the reporters
                 save_error = e
                 result = result.evolve(partial=True, errors=(*result.errors, ErrorRecord(
                     source="omniprof", phase="save", type=type(e).__name__, message=_one_line(e))))
-        self.results.append(result)
+        self._results.append(result)
         if self.on_result is not None:
             self.on_result(result)
         if views:  # only now: the trace and the result are saved, so no viewer, port or Ctrl-C loses them

@@ -349,22 +349,43 @@ class TorchBackend(Backend):
         self._step = step_num
 
     def stop(self) -> BackendResult:
+        return self._build(self._halt())
+
+    def stop_deferred(self) -> Any:
+        """Stop torch's profiler now (what plain ``torch.profiler`` does at a window's end) and leave saving
+        and reading the trace to the returned function, which the Profiler calls off the training loop."""
+        state = self._halt()
+        return lambda: self._build(state)
+
+    def _halt(self) -> dict[str, Any]:
+        """End recording: torch's own ``stop_trace``, and nothing more."""
         end_pair = self._clock_pair()
         if self._state != "record":
             raise RuntimeError(f"backend 'torch' stop() called in state {self._state!r}; call start() first")
         self._state = "stopped"
-        meta: dict[str, Any] = {"levels": self.context.profile_options.to_dict(), "torch_options": self._settings}
-        if self._prof is None:
-            return BackendResult(backend=self.name, clock=ClockInfo(name=self.clock.name), start_ns=self._start_ns,
-                                 end_ns=end_pair[0], metadata={**meta, "recorded": False})
+        prof, self._prof = self._prof, None
+        state: dict[str, Any] = {"end_pair": end_pair, "prof": prof, "stopped_early": False}
+        if prof is None:
+            return state
         import torch
 
-        prof, self._prof = self._prof, None
         with self._quiet():
             prof.stop()  # closes the step marker; RECORD -> None: torch's stop_trace
         with contextlib.suppress(Exception):
             from torch.autograd.profiler import KinetoStepTracker
             KinetoStepTracker.erase_step_count("ProfilerStep")
+        state["stopped_early"] = bool(self._settings.get("devices")) and bool(torch.autograd._is_kineto_stopped())
+        return state
+
+    def _build(self, state: dict[str, Any]) -> BackendResult:
+        """Save torch's recording as Kineto JSON and read it into a result (the costly part)."""
+        meta: dict[str, Any] = {"levels": self.context.profile_options.to_dict(), "torch_options": self._settings}
+        prof = state["prof"]
+        if prof is None:
+            return BackendResult(backend=self.name, clock=ClockInfo(name=self.clock.name), start_ns=self._start_ns,
+                                 end_ns=state["end_pair"][0], metadata={**meta, "recorded": False})
+        import torch
+
         results = prof.profiler.kineto_results
         flops: dict[int, int] = {}
         if self._settings.get("with_flops"):
@@ -373,7 +394,7 @@ class TorchBackend(Backend):
                 if f:
                     flops[e.external_id()] = f
         losses: list[Loss] = []
-        if self._settings.get("devices") and torch.autograd._is_kineto_stopped():
+        if state["stopped_early"]:
             losses.append(Loss(self.name, "buffer_full", 1, "sessions",
                                "Kineto stopped device activity collection early (CUPTI buffer full); "
                                "device events after that point are missing"))

@@ -50,3 +50,31 @@ def test_flops_summary_matches_torch_key_averages():
     ops = part.table("op_stats")
     fi = ops.columns.index("flops")
     assert sum(r[fi] or 0 for r in ops.rows) == expected
+
+
+def test_window_ending_inside_the_loop_is_built_off_the_loop(tmp_path):
+    """A schedule window that ends in step(): the step only stops torch's profiler; the Kineto JSON is
+    saved, read and published when the result is asked for (or at stop()), with the same content."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    published = []
+    prof = omniprof.Profiler(backend="torch", options=omniprof.ProfileOptions(device_tracer_level=0),
+                             schedule=omniprof.schedule(wait=1, warmup=1, active=2, repeat=1), logdir=tmp_path,
+                             on_result=published.append)
+    prof.start()
+    for i in range(6):
+        model(x).sum().backward()
+        prof.step()
+        if i == 3:  # the window (steps 2-3) ended in this step() call
+            assert published == []  # nothing built inside the loop ...
+            assert list(tmp_path.rglob("*.pt.trace.json")) == []  # ... not even torch's JSON saved
+            assert list(tmp_path.rglob("omniprof.result.json")) == []
+    result = prof.result  # asked for: built now
+    assert published == [result]
+    assert len(list(tmp_path.rglob("omniprof.result.json"))) == 1
+    steps = [s.args["step_num"] for s in result.part("torch").spans if s.category == "step"]
+    assert steps == [2, 3]
+    addmm = next(r for r in result.part("torch").table("op_stats").records() if r["name"] == "aten::addmm")
+    assert addmm["calls"] == 4  # 2 recorded steps x 2 Linear layers
+    assert prof.stop() is result and prof.results == [result]
