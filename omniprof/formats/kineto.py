@@ -93,6 +93,8 @@ _LOOKAHEAD = 1 << 16
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _WS = re.compile(r"[ \t\n\r]*")
 _PROFILER_MARKERS = frozenset({"Iteration Start: PyTorch Profiler", "Record Window End"})
+_MEMORY_ARGS = (("bytes", "Bytes"), ("addr", "Addr"), ("total_allocated_bytes", "Total Allocated"),
+                ("total_reserved_bytes", "Total Reserved"), ("device_type", "Device Type"), ("device_id", "Device Id"))
 _MEMCPY_KIND = re.compile(r"\b([HDPA]to[HDPA])\b")
 
 
@@ -447,22 +449,28 @@ class _Builder:
     def _op_args(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         dims = args.get("Input Dims", args.get("Input dims"))
         types = args.get("Input type")
+        strides = args.get("Input Strides")
+        concrete = args.get("Concrete Inputs")
         flops = args.get("flops")
+        ext = args.get("External id")
         if flops is None and self.flops:
-            ext = args.get("External id")
             flops = self.flops.get(ext) if isinstance(ext, int) else None
-        key = (name, repr(dims), repr(types), flops)
+        key = (name, repr(dims), repr(types), repr(strides), repr(concrete), flops)
         cached = self._args_cache.get(key)
         if cached is None:
             cached = {}
-            if dims is not None:
-                cached["input_shapes"] = json_safe(_plain(dims))
-            if types is not None:
-                cached["input_dtypes"] = json_safe(_plain(types))
+            for ours, value in (("input_shapes", dims), ("input_dtypes", types), ("input_strides", strides),
+                                ("concrete_inputs", concrete)):
+                if value is not None:
+                    cached[ours] = json_safe(_plain(value))
             f = _num(flops)
             if f is not None:
                 cached["flops"] = int(f)
             self._args_cache[key] = cached
+        # Per-op ids (their own dict; the shapes part above is shared between ops of the same signature).
+        ids = [(ours, v) for ours, theirs in _OP_IDS if type(v := args.get(theirs)) is int]
+        if ids:
+            return {**cached, **dict(ids)}
         return cached
 
     def _instant(self, ev: dict[str, Any], t: int) -> None:
@@ -478,6 +486,9 @@ class _Builder:
             nbytes = args.get("Bytes")
             if isinstance(nbytes, int):
                 self.mem.append((track, t, nbytes, on_device))
+            # Each allocation (bytes > 0) or free (< 0) stays an event of its own, as torch wrote it.
+            self.instants.append(Instant("[memory]", track, t, "memory", {
+                ours: v for ours, theirs in _MEMORY_ARGS if (v := args.get(theirs)) is not None and type(v) is not dict}))
             for key, field in (("memory_allocated", "Total Allocated"), ("memory_reserved", "Total Reserved")):
                 value = args.get(field)
                 if isinstance(value, int):
@@ -643,6 +654,11 @@ def _arg(value: Any, shared_lists: dict[tuple, list]) -> Any:
         return shared
     return json_safe(_plain(value))
 
+
+#: Per-op ids torch writes: the op's External id (what its kernels' launches and its GPU-side ranges
+#: refer to), the autograd sequence number and forward thread (linking a backward op to its forward).
+_OP_IDS = (("external_id", "External id"), ("sequence_number", "Sequence number"),
+           ("fwd_thread_id", "Fwd thread id"))
 
 _KERNEL_KEYS = (("grid", "grid"), ("block", "block"), ("registers_per_thread", "registers per thread"),
                 ("static_shared_memory_bytes", "shared memory"), ("static_shared_memory_bytes", "static shared memory"),
