@@ -54,7 +54,7 @@ from omniprof.core.results import (
 )
 from omniprof.errors import DataLossWarning, OmniprofWarning, TraceReadError
 
-__all__ = ["read_trace", "parse_trace", "op_stats_table", "OP_STATS_COLUMNS", "CATEGORY_MAP", "LEGACY_CATEGORY_MAP",
+__all__ = ["read_trace", "parse_trace", "op_stats_table", "op_table", "OP_STATS_COLUMNS", "CATEGORY_MAP", "LEGACY_CATEGORY_MAP",
            "FWDBWD_FLOW_BASE", "us_text_to_ns"]
 
 #: Kineto category -> our span category (docs/results.md). Others keep their Kineto name.
@@ -698,8 +698,12 @@ _NESTED = ("cpu_op", "annotation", "step")
 
 
 def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, bool]] = (),
-                   *, has_memory: bool | None = None) -> Table | None:
+                   *, has_memory: bool | None = None, group_by_input_shape: bool = False) -> Table | None:
     """``op_stats`` like torch's ``key_averages().table()``: one row per op or annotation name.
+
+    With ``group_by_input_shape`` (torch's ``key_averages(group_by_input_shape=True)``): one row per
+    name and input shapes, in a table ``op_stats_by_input_shape`` with an ``input_shapes`` column
+    after the name.
 
     Self CPU time is the span's time minus its direct children (ops and annotations nested on the
     same thread). As in torch, an op whose only child has its own name (a dispatcher re-entry such
@@ -735,7 +739,7 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
         return None
     if has_memory is None:
         has_memory = mem_seen
-    rows: dict[str, list[Any]] = {}
+    rows: dict[Any, list[Any]] = {}
     for entries in per_track.values():
         entries.sort(key=lambda e: (e[0], e[1], e[2]))
         # An open op: [end_ns, row, child_ns, self_dev, total_dev, self_cpu_mem, total_cpu_mem, self_dev_mem,
@@ -760,7 +764,7 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
 
         def close(item: list[Any]) -> None:
             pending = item[11]
-            if len(pending) == 1 and pending[0][1] is item[1]:
+            if len(pending) == 1 and pending[0][1][0] == item[1][0]:  # same name (whatever the shapes)
                 child = pending[0]
                 item[2] = child[2]          # the grandchildren's time
                 item[3] += child[3]
@@ -786,9 +790,10 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
             while stack and stack[-1][0] <= start:
                 close(stack.pop())
             if kind == 0:
-                row = rows.get(span.name)
+                key = (span.name, json.dumps(span.args.get("input_shapes", []))) if group_by_input_shape else span.name
+                row = rows.get(key)
                 if row is None:
-                    row = rows[span.name] = [span.name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
+                    row = rows[key] = [span.name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
                 f = span.args.get("flops")
                 stack.append([span.end_ns, row, 0, 0, 0, 0, 0, 0, 0, span.dur_ns, f if isinstance(f, int) else None,
                               []])
@@ -806,15 +811,45 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
         while stack:
             close(stack.pop())
     out = []
-    for row in rows.values():
+    rows_keys = []
+    for key, row in rows.items():
         name, calls, total, self_ns, _, tdev, sdev, flops, tcm, scm, tdm, sdm = row
+        if not calls:
+            continue  # a row only ever folded into its parent (a re-dispatch with other shapes)
         has_device = bool(device_by_corr)  # no GPU work in the trace: device columns are unknown, not 0
         out.append((name, calls, total, self_ns, total // calls if calls else 0, tdev if has_device else None,
                     sdev if has_device else None, flops,
                     tcm if has_memory else None, scm if has_memory else None,
                     tdm if has_memory else None, sdm if has_memory else None))
+        rows_keys.append(key)
+    if group_by_input_shape:
+        out = [(r[0], key[1], *r[1:]) for r, key in zip(out, rows_keys)]
+        out.sort(key=lambda r: (-r[3], r[0], r[1]))
+        return Table("op_stats_by_input_shape", (OP_STATS_COLUMNS[0], "input_shapes", *OP_STATS_COLUMNS[1:]), out,
+                     title="Op statistics by input shape (torch key_averages(group_by_input_shape=True))")
     out.sort(key=lambda r: (-r[2], r[0]))
     return Table("op_stats", OP_STATS_COLUMNS, out, title="Op statistics (torch key_averages)")
+
+
+def op_table(part: BackendResult, *, group_by_input_shape: bool = False) -> Table | None:
+    """The op table of a torch part, rebuilt from its spans and ``[memory]`` events.
+
+    ``op_table(part)`` equals the part's ``op_stats`` table; ``group_by_input_shape=True`` gives
+    torch's ``key_averages(group_by_input_shape=True)``: one row per op name and input shapes
+    (shapes are recorded with ``record_shapes``, i.e. ``host_tracer_level=3``).
+
+    >>> from omniprof.core.results import Span
+    >>> spans = [Span("aten::mm", "t", 0, 10, "cpu_op", {"input_shapes": [[2, 3], [3, 4]]}),
+    ...          Span("aten::mm", "t", 20, 30, "cpu_op", {"input_shapes": [[8, 3], [3, 4]]})]
+    >>> [r[:3] for r in op_table(BackendResult("torch", spans=spans), group_by_input_shape=True).rows]
+    [('aten::mm', '[[8, 3], [3, 4]]', 1), ('aten::mm', '[[2, 3], [3, 4]]', 1)]
+    """
+    memory = [(i.track, i.t_ns, i.args["bytes"], i.args.get("device_type", 0) not in (0, None))
+              for i in part.instants if i.category == "memory" and isinstance(i.args.get("bytes"), int)]
+    had = part.table("op_stats")
+    has_memory = bool(memory) or (had is not None and bool(had.rows) and
+                                  had.rows[0][OP_STATS_COLUMNS.index("self_cpu_memory_bytes")] is not None)
+    return op_stats_table(part.spans, memory, has_memory=has_memory, group_by_input_shape=group_by_input_shape)
 
 
 # -- entry points ----------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from omniprof.backends.torch.kineto import read_trace
+from omniprof.formats.kineto import read_trace
 from omniprof.errors import DataLossWarning, OmniprofWarning
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
+import json
 
 import pytest
 
@@ -78,3 +78,36 @@ def test_window_ending_inside_the_loop_is_built_off_the_loop(tmp_path):
     addmm = next(r for r in result.part("torch").table("op_stats").records() if r["name"] == "aten::addmm")
     assert addmm["calls"] == 4  # 2 recorded steps x 2 Linear layers
     assert prof.stop() is result and prof.results == [result]
+
+
+def test_group_by_input_shape_matches_torch(tmp_path):
+    """op_table(group_by_input_shape=True) on torch's own exported trace equals torch's
+    key_averages(group_by_input_shape=True): one row per (name, input shapes), same calls, times, memory."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from omniprof.formats.kineto import op_table, read_trace
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as p:
+        for batch in (8, 8, 24):  # two input shapes for the same ops
+            with record_function("step"):
+                model(torch.randn(batch, 16)).sum().backward()
+    trace = tmp_path / "t.pt.trace.json"
+    p.export_chrome_trace(str(trace))
+    theirs = {(e.key, str(e.input_shapes)): e for e in p.key_averages(group_by_input_shape=True)}
+    part = read_trace(trace).parts[0]
+    table = op_table(part, group_by_input_shape=True)
+    assert table.name == "op_stats_by_input_shape"
+    ours = {(r["name"], str(json.loads(r["input_shapes"]))): r for r in table.records()}
+    assert set(ours) == set(theirs)
+    addmm = [k for k in ours if k[0] == "aten::addmm"]
+    assert len(addmm) == 4  # 2 layers x 2 batch sizes
+    for key, e in theirs.items():
+        row = ours[key]
+        assert row["calls"] == e.count, key
+        assert abs(row["total_cpu_ns"] / 1000 - e.cpu_time_total) <= 2, key   # torch keeps microseconds
+        assert abs(row["self_cpu_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
+        assert row["self_cpu_memory_bytes"] == e.self_cpu_memory_usage, key
+    plain = op_table(part)  # without grouping: the part's own op table
+    assert plain.rows == part.table("op_stats").rows
