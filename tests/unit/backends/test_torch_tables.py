@@ -111,3 +111,32 @@ def test_group_by_input_shape_matches_torch(tmp_path):
         assert row["self_cpu_memory_bytes"] == e.self_cpu_memory_usage, key
     plain = op_table(part)  # without grouping: the part's own op table
     assert plain.rows == part.table("op_stats").rows
+
+
+def test_memory_timeline_by_category_against_ground_truth():
+    """With memory, shapes and stacks recorded, the part holds torch's memory timeline by category; its
+    gradient and optimizer-state peaks equal the bytes of the model's parameters and of Adam's state,
+    counted from the tensors themselves."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(32, 64)
+    opts = omniprof.ProfileOptions(host_tracer_level=3, python_tracer_level=1, device_tracer_level=0)
+    with omniprof.Profiler(backend="torch", options=opts) as prof:
+        for _ in range(2):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    part = prof.result.part("torch")
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    state_bytes = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
+                      if isinstance(t, torch.Tensor))
+    peaks = part.summaries["memory_by_category"]
+    assert peaks["peak_gradient_cpu_bytes"] == param_bytes
+    assert peaks["peak_optimizer_state_cpu_bytes"] == state_bytes
+    series = {c.name: c for c in part.counters}
+    grad = series["memory gradient (cpu)"]
+    assert grad.unit == "bytes" and max(grad.values) == param_bytes
+    # on the part's own clock: inside the recorded ops' time range
+    ops = [s for s in part.spans if s.category == "cpu_op"]
+    assert min(s.start_ns for s in ops) - 1_000_000 <= grad.t_ns[0] <= max(s.end_ns for s in ops)
