@@ -2,7 +2,8 @@
 
 A small CPU training step (MLP forward/backward + SGD) has one extra op of its own, a matmul
 ``torch.mm(a, w)`` run under ``record_function("probe")`` so it is easy to name. Runs alternate
-between setups (base, other, base, other, ...) so that machine load hits both alike. Each run is one
+between setups (base, other, other, base, ...: the order flips every pair) so that machine load and
+position hit both alike; the garbage of the previous run is collected before each. Each run is one
 omniprof torch profile (default levels, no device).
 
 * identical: 5 base runs vs 5 runs of the very same setup. Target: 0 regressions.
@@ -17,6 +18,7 @@ experiment with fresh runs and prints every verdict.
 from __future__ import annotations
 
 import argparse
+import gc
 import warnings
 
 import torch
@@ -49,6 +51,7 @@ def make(inner: int):
 
 
 def profile(step) -> omniprof.ProfileResult:
+    gc.collect()  # the previous run's garbage is not collected on this run's time
     with omniprof.Profiler(backend="torch", options=omniprof.ProfileOptions(device_tracer_level=0)) as prof:
         step()
     return prof.result
@@ -58,9 +61,13 @@ def experiment(runs: int, other_inner: int) -> tuple[list, list]:
     base_step, other_step = make(400), make(other_inner)
     base_step(), other_step()  # warm up
     base, other = [], []
-    for _ in range(runs):
-        base.append(profile(base_step))
-        other.append(profile(other_step))
+    for i in range(runs):  # order flipped every pair, so position in the pair hits both sides alike
+        if i % 2:
+            other.append(profile(other_step))
+            base.append(profile(base_step))
+        else:
+            base.append(profile(base_step))
+            other.append(profile(other_step))
     return base, other
 
 

@@ -17,7 +17,7 @@ of a result may count as one run (``repeats="steps"``, op and kernel tables). A 
 then the means over runs, with their standard deviations, and a change is tested against the
 run-to-run spread with a one-sided **permutation test** of the difference of means: the runs of
 both sides are pooled and every way of splitting them into groups of the original sizes is
-enumerated (exactly up to 20,000 splits, else 20,000 random splits with a fixed seed); the p-value
+enumerated (exactly up to 20,000 splits, else 10,000 random splits with a fixed seed); the p-value
 is the fraction of splits whose difference is at least the observed one. ``confidence`` is
 ``1 - p``. It assumes only that, without a real change, runs are exchangeable. With ``na`` and
 ``nb`` runs the smallest possible p is ``1 / C(na + nb, na)``: 0.1 for 3 vs 3, 0.0143 for 4 vs 4,
@@ -63,6 +63,7 @@ _TIME_COLUMNS = ("self_ns", "self_cpu_ns", "total_self_ns", "self_time_ns", "tot
                  "device_total_ns", "time_ns")
 _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 _EXACT_LIMIT = 20_000
+_DRAWS = 10_000
 _NESTED = ("cpu_op", "annotation", "step")
 _LAUNCH = ("runtime",)
 
@@ -163,12 +164,13 @@ class ResultDiff:
 
 
 # -- statistics ------------------------------------------------------------------------------------
-def permutation_p(a: Sequence[float], b: Sequence[float], *, max_splits: int = _EXACT_LIMIT, seed: int = 0) -> float:
+def permutation_p(a: Sequence[float], b: Sequence[float], *, max_splits: int = _EXACT_LIMIT,
+                  draws: int = _DRAWS, seed: int = 0) -> float:
     """One-sided permutation test: p of ``mean(b) - mean(a)`` being this large by chance.
 
     Every split of the pooled values into groups of ``len(a)`` and ``len(b)`` is enumerated when
-    there are at most ``max_splits``, else ``max_splits`` random splits are drawn (fixed ``seed``;
-    then ``p = (hits + 1) / (max_splits + 1)``).
+    there are at most ``max_splits``, else ``draws`` random splits are drawn (fixed ``seed``; then
+    ``p = (hits + 1) / (draws + 1)``).
 
     >>> permutation_p([1, 2, 3], [4, 5, 6])  # the observed split is the most extreme of 20
     0.05
@@ -193,10 +195,10 @@ def permutation_p(a: Sequence[float], b: Sequence[float], *, max_splits: int = _
         return hits / count
     rng = random.Random(seed)
     hits = 0
-    for _ in range(max_splits):
+    for _ in range(draws):
         if sum(rng.sample(pooled, nb)) >= observed - eps:
             hits += 1
-    return (hits + 1) / (max_splits + 1)
+    return (hits + 1) / (draws + 1)
 
 
 def _min_p(na: int, nb: int) -> float:

@@ -130,7 +130,7 @@ def test_permutation_p_exact_and_sampled_agree():
     a = [10, 12, 11, 13, 12, 11, 10, 14]
     b = [12, 13, 15, 14, 13, 16, 12, 15]
     exact = permutation_p(a, b)                      # C(16, 8) = 12870 splits, enumerated
-    sampled = permutation_p(a, b, max_splits=5000)   # drawn
+    sampled = permutation_p(a, b, max_splits=5000, draws=5000)   # drawn
     assert 0 < exact < 0.01 and sampled == pytest.approx(exact, abs=0.004)
 
 
