@@ -14,12 +14,15 @@ shares are of that total. ``ProfilerStep#N`` rows compare as one ``ProfilerStep#
 
 Repeated runs: each side may be several results (runs of the same setup), or each recorded step
 of a result may count as one run (``repeats="steps"``, op and kernel tables). A row's A and B are
-then the means over runs, with their standard deviations, and a change is tested against the
-run-to-run spread with a one-sided **permutation test** of the difference of means: the runs of
-both sides are pooled and every way of splitting them into groups of the original sizes is
-enumerated (exactly up to 20,000 splits, else 10,000 random splits with a fixed seed); the p-value
-is the fraction of splits whose difference is at least the observed one. ``confidence`` is
-``1 - p``. It assumes only that, without a real change, runs are exchangeable. With ``na`` and
+then the medians over runs (a run disturbed by the machine moves a median little), with the
+standard deviations, and shares are of the mean total. A change is tested against the run-to-run
+spread with a one-sided **permutation test on ranks** (the exact Wilcoxon-Mann-Whitney rank-sum
+test): the runs of both sides are pooled and ranked (ties share their mean rank), every way of
+splitting the ranks into groups of the original sizes is enumerated (exactly up to 20,000 splits,
+else 10,000 random splits with a fixed seed), and the p-value is the fraction of splits whose rank
+sum for B is at least the observed one. Ranks make one outlying run count as one rank, not as its
+size. ``confidence`` is ``1 - p``. It assumes only that, without a real change, runs are
+exchangeable. With ``na`` and
 ``nb`` runs the smallest possible p is ``1 / C(na + nb, na)``: 0.1 for 3 vs 3, 0.0143 for 4 vs 4,
 0.0040 for 5 vs 5; the result says when ``alpha`` cannot be reached.
 
@@ -54,7 +57,7 @@ from omniprof.analysis import stacktree
 from omniprof.core.results import BackendResult, ProfileResult, Span, Table
 from omniprof.errors import InvalidArgumentError
 
-__all__ = ["DiffRow", "TableDiff", "ResultDiff", "diff", "format_diff", "permutation_p", "TOTAL_KEY"]
+__all__ = ["DiffRow", "TableDiff", "ResultDiff", "diff", "format_diff", "permutation_p", "rank_p", "TOTAL_KEY"]
 
 TOTAL_KEY = "(total)"
 _KEY_COLUMNS = ("name", "kernel_name", "op_name", "operation", "hlo_op", "op", "function")
@@ -74,7 +77,7 @@ class DiffRow:
 
     Attributes:
         key: the function (``name  file``), op or kernel name; ``(total)`` for the table's total.
-        a_ns, b_ns: its time in A and B (self time for functions and ops; the mean over runs).
+        a_ns, b_ns: its time in A and B (self time for functions and ops; the median over runs).
         a_share_pct, b_share_pct: its share of its table's total in A and B.
         status: ``"changed"``, ``"same"``, ``"new"`` (only in B) or ``"vanished"`` (only in A).
         regressed: it grew past the threshold, significantly when tested (see the module docs).
@@ -151,7 +154,7 @@ class ResultDiff:
     def to_dict(self) -> dict[str, Any]:
         return {
             "threshold_pct": self.threshold_pct, "min_share_pct": self.min_share_pct, "alpha": self.alpha,
-            "repeats": self.repeats, "test": "one-sided permutation test of the difference of run means",
+            "repeats": self.repeats, "test": "one-sided exact permutation test on ranks (Wilcoxon-Mann-Whitney) of the runs",
             "skipped": list(self.skipped), "notes": list(self.notes),
             "regressions": len(self.regressions),
             "tables": [{
@@ -203,6 +206,37 @@ def permutation_p(a: Sequence[float], b: Sequence[float], *, max_splits: int = _
 
 def _min_p(na: int, nb: int) -> float:
     return 1.0 / math.comb(na + nb, na)
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Ranks 1..n of ``values`` in their order, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def rank_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """One-sided Wilcoxon-Mann-Whitney test, exact: :func:`permutation_p` on the pooled ranks.
+
+    >>> rank_p([10, 11, 12], [13, 14, 1000])   # as for any complete separation of 3 vs 3
+    0.05
+    """
+    r = _ranks([*a, *b])
+    return permutation_p(r[: len(a)], r[len(a):])
+
+
+def _median(xs: Sequence[int]) -> float:
+    v = sorted(xs)
+    n = len(v)
+    return float(v[n // 2]) if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
 def _mean(xs: Sequence[int]) -> float:
@@ -381,10 +415,10 @@ def _compare(a: list[dict[str, int]], b: list[dict[str, int]], threshold_pct: fl
     in_b = set().union(*b)
 
     def judge(xa: list[int], xb: list[int], share: float, status: str) -> DiffRow | tuple[bool, str, float | None]:
-        ma, mb = _mean(xa), _mean(xb)
+        ma, mb = _median(xa), _median(xb)
         p = None
-        if tested and ma != mb:
-            p = permutation_p(xa, xb) if mb > ma else permutation_p(xb, xa)
+        if tested and xa != xb:
+            p = rank_p(xa, xb) if mb > ma or (mb == ma and _mean(xb) >= _mean(xa)) else rank_p(xb, xa)
         if status == "vanished":
             return False, status, p
         grew = mb > ma * grow
@@ -401,16 +435,17 @@ def _compare(a: list[dict[str, int]], b: list[dict[str, int]], threshold_pct: fl
     for key in keys:
         xa = [s.get(key, 0) for s in a]
         xb = [s.get(key, 0) for s in b]
-        ma, mb = _mean(xa), _mean(xb)
-        sa = 100.0 * ma / ta if ta else 0.0
-        sb = 100.0 * mb / tb if tb else 0.0
+        sa = 100.0 * _mean(xa) / ta if ta else 0.0
+        sb = 100.0 * _mean(xb) / tb if tb else 0.0
+        ma, mb = _median(xa), _median(xb)
         status = "vanished" if key not in in_b else "new" if key not in in_a else "changed"
         share = sb if status == "new" else max(sa, sb)
         regressed, status, p = judge(xa, xb, share, status)  # type: ignore[misc]
         rows.append(DiffRow(key, round(ma), round(mb), sa, sb, status, regressed, _sd(xa), _sd(xb), p))
     rows.sort(key=lambda r: (not r.regressed, -abs(r.delta_ns), r.key))
     regressed, status, p = judge(ta_runs, tb_runs, 100.0, "changed")  # type: ignore[misc]
-    total = DiffRow(TOTAL_KEY, round(ta), round(tb), 100.0 if ta else 0.0, 100.0 if tb else 0.0, status,
+    total = DiffRow(TOTAL_KEY, round(_median(ta_runs)), round(_median(tb_runs)), 100.0 if ta else 0.0,
+                    100.0 if tb else 0.0, status,
                     regressed and ta > 0, _sd(ta_runs), _sd(tb_runs), p)
     return (total, *rows)
 
@@ -505,7 +540,7 @@ def _ns(ns: float) -> str:
 def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
     """Plain text: per table, the total then the largest changes, regressions marked ``!``."""
     tested = any(t.runs_a >= 2 and t.runs_b >= 2 for t in d.tables)
-    rule = (f"; with repeated runs a change counts when a one-sided permutation test gives p <= {d.alpha:g} "
+    rule = (f"; with repeated runs a change counts when a one-sided rank test gives p <= {d.alpha:g} "
             f"(confidence >= {100 * (1 - d.alpha):g}%)" if tested else "")
     out: list[str] = [f"== omniprof diff: {len(d.regressions)} regression(s) "
                       f"(threshold {d.threshold_pct:g}%, entries >= {d.min_share_pct:g}% share{rule})"]
