@@ -121,9 +121,11 @@ class Profiler:
         self.label = label
         self.verbose = verbose
         self._results: list[ProfileResult] = []
-        # Windows that ended inside step(): (metadata, parts, [(backend, build)], errors, session_dir, failures).
+        # Windows that ended inside step(): (metadata, parts, [(backend, build)], errors, session_dir, failures,
+        # viewer requests).
         self._pending: list[tuple[RunMetadata, list[BackendResult], list[tuple[str, Callable[[], BackendResult]]],
-                                  list[ErrorRecord], Path | None, list[tuple[str, BaseException]]]] = []
+                                  list[ErrorRecord], Path | None, list[tuple[str, BaseException]],
+                                  list[dict[str, Any]]]] = []
         self.session_dir: Path | None = None
         self._backends: dict[str, Backend] = {}
         self._recording: list[str] = []
@@ -431,9 +433,9 @@ class Profiler:
         metadata = self._metadata(end_ns)
         errors, self._errors = self._errors, []
         if builders:
-            self._pending.append((metadata, parts, builders, errors, self.session_dir, failures))
+            self._pending.append((metadata, parts, builders, errors, self.session_dir, failures, views))
             return
-        self._publish(metadata, parts, errors, self.session_dir, failures)
+        self._publish(metadata, parts, errors, self.session_dir, failures, views)
 
     def _finish_pending(self) -> None:
         """Build the results of windows that ended inside ``step()`` (oldest first)."""
@@ -445,7 +447,8 @@ class Profiler:
 
     def _finish_one(self, metadata: RunMetadata, parts: list[BackendResult],
                     builders: list[tuple[str, Callable[[], BackendResult]]], errors: list[ErrorRecord],
-                    session_dir: Path | None, failures: list[tuple[str, BaseException]]) -> None:
+                    session_dir: Path | None, failures: list[tuple[str, BaseException]],
+                    views: list[dict[str, Any]]) -> None:
         for name, build in builders:
             try:
                 parts.append(build())
@@ -454,10 +457,11 @@ class Profiler:
                 errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
         order = {n: i for i, n in enumerate(self.backend_names)}
         parts.sort(key=lambda p: order.get(p.backend, len(order)))
-        self._publish(metadata, parts, errors, session_dir, failures)
+        self._publish(metadata, parts, errors, session_dir, failures, views)
 
     def _publish(self, metadata: RunMetadata, parts: list[BackendResult], errors: list[ErrorRecord],
-                 session_dir: Path | None, failures: list[tuple[str, BaseException]]) -> None:
+                 session_dir: Path | None, failures: list[tuple[str, BaseException]],
+                 views: list[dict[str, Any]]) -> None:
         result = ProfileResult(
             metadata=metadata,
             parts=tuple(parts),
@@ -477,7 +481,7 @@ class Profiler:
         if self.on_result is not None:
             self.on_result(result)
         if views:  # only now: the trace and the result are saved, so no viewer, port or Ctrl-C loses them
-            saved = [] if self.session_dir is None or save_error else [str(self.session_dir / RESULT_FILENAME)]
+            saved = [] if session_dir is None or save_error else [str(session_dir / RESULT_FILENAME)]
             _open_views(views, saved)
         if failures:
             if len(failures) == 1:
