@@ -1,17 +1,37 @@
-"""Compare two results: sampled functions, op statistics and kernel statistics.
+"""Compare results: sampled functions, op statistics and kernel statistics, signal told from noise.
 
 :func:`diff` builds plain rows (one per function / op / kernel, plus each table's total), each with
 its time in A and B, the time and share deltas, a status (``changed``, ``same``, ``new``,
 ``vanished``) and whether it *regressed*; :func:`format_diff` formats them. ``omniprof diff A B
 --fail-on-regression`` exits 1 when anything regressed, for CI.
 
-Functions are matched by name and the last two components of their file's path (``pkg/mod.py``),
-so results taken in different checkouts or virtual environments compare.
+What is compared: the flat profile of sampled functions (self time), and every table both sides
+hold with a name column and a time column. A table with a *self* time column (``self_cpu_ns``,
+``total_self_ns``, ...) is compared by self time: an op's inclusive time also holds its children's,
+so summing it counts nested time several times and one change shows in every parent row. Each
+table's ``(total)`` is the sum of its rows, i.e. with self time the time recorded in its entries;
+shares are of that total. ``ProfilerStep#N`` rows compare as one ``ProfilerStep#*`` row.
 
-A row regressed when its time grew by more than ``threshold_pct`` percent and it holds at least
-``min_share_pct`` of its table in A or B (tiny entries are noise); a new entry regressed when it
-holds at least ``min_share_pct`` of B's table. A table's total regressed when it grew by more than
-``threshold_pct``. Vanished entries never regress.
+Repeated runs: each side may be several results (runs of the same setup), or each recorded step
+of a result may count as one run (``repeats="steps"``, op and kernel tables). A row's A and B are
+then the medians over runs (a run disturbed by the machine moves a median little), with the
+standard deviations, and shares are of the mean total. A change is tested against the run-to-run
+spread with a one-sided **permutation test on ranks** (the exact Wilcoxon-Mann-Whitney rank-sum
+test): the runs of both sides are pooled and ranked (ties share their mean rank), every way of
+splitting the ranks into groups of the original sizes is enumerated (exactly up to 20,000 splits,
+else 10,000 random splits with a fixed seed), and the p-value is the fraction of splits whose rank
+sum for B is at least the observed one. Ranks make one outlying run count as one rank, not as its
+size. ``confidence`` is ``1 - p``. It assumes only that, without a real change, runs are
+exchangeable. With ``na`` and
+``nb`` runs the smallest possible p is ``1 / C(na + nb, na)``: 0.1 for 3 vs 3, 0.0143 for 4 vs 4,
+0.0040 for 5 vs 5; the result says when ``alpha`` cannot be reached.
+
+A row **regressed** when its time grew by more than ``threshold_pct`` percent, it holds at least
+``min_share_pct`` of its table in A or B (tiny entries are noise), and, with at least two runs per
+side, the permutation test gives ``p <= alpha``. A new entry regresses on the same terms against a
+baseline of 0; vanished entries never regress. With one run per side there is no spread to test
+against: the threshold alone decides, and the result says so. With repeats, ``status`` is
+``same`` for a difference the test does not find significant.
 
 >>> from omniprof.testing import make_result
 >>> d = diff(make_result(), make_result())
@@ -23,20 +43,32 @@ holds at least ``min_share_pct`` of B's table. A table's total regressed when it
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+import itertools
+import math
+import random
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from omniprof.analysis import calltree
-from omniprof.core.results import BackendResult, ProfileResult, Table
+from omniprof.core.results import BackendResult, ProfileResult, Span, Table
 from omniprof.errors import InvalidArgumentError
 
-__all__ = ["DiffRow", "TableDiff", "ResultDiff", "diff", "format_diff", "TOTAL_KEY"]
+__all__ = ["DiffRow", "TableDiff", "ResultDiff", "diff", "format_diff", "permutation_p", "rank_p", "TOTAL_KEY"]
 
 TOTAL_KEY = "(total)"
 _KEY_COLUMNS = ("name", "kernel_name", "op_name", "operation", "hlo_op", "op", "function")
-_TIME_COLUMNS = ("total_ns", "total_time_ns", "self_ns", "total_self_ns", "device_total_ns", "time_ns")
+# Self time first: tables of nested entries (ops) are compared by what each entry itself spent.
+_TIME_COLUMNS = ("self_ns", "self_cpu_ns", "total_self_ns", "self_time_ns", "total_ns", "total_time_ns",
+                 "device_total_ns", "time_ns")
+_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+_EXACT_LIMIT = 20_000
+_DRAWS = 10_000
+_NESTED = ("cpu_op", "annotation", "step")
+_LAUNCH = ("runtime",)
 
 
 @attrs.frozen
@@ -45,10 +77,13 @@ class DiffRow:
 
     Attributes:
         key: the function (``name  file``), op or kernel name; ``(total)`` for the table's total.
-        a_ns, b_ns: its time in A and B (self time for sampled functions).
+        a_ns, b_ns: its time in A and B (self time for functions and ops; the median over runs).
         a_share_pct, b_share_pct: its share of its table's total in A and B.
         status: ``"changed"``, ``"same"``, ``"new"`` (only in B) or ``"vanished"`` (only in A).
-        regressed: it grew past the threshold (see the module docs).
+        regressed: it grew past the threshold, significantly when tested (see the module docs).
+        a_sd_ns, b_sd_ns: the run-to-run standard deviation on each side (None with one run).
+        p_value: the one-sided permutation test's p for a change in the observed direction (None
+            with fewer than two runs on a side, or no change).
     """
 
     key: str
@@ -58,6 +93,9 @@ class DiffRow:
     b_share_pct: float
     status: str
     regressed: bool = False
+    a_sd_ns: float | None = None
+    b_sd_ns: float | None = None
+    p_value: float | None = None
 
     @property
     def delta_ns(self) -> int:
@@ -72,16 +110,24 @@ class DiffRow:
     def share_delta_pct(self) -> float:
         return self.b_share_pct - self.a_share_pct
 
+    @property
+    def confidence_pct(self) -> float | None:
+        """100 * (1 - p): how sure the change is not run-to-run noise (None when not tested)."""
+        return None if self.p_value is None else 100.0 * (1.0 - self.p_value)
+
 
 @attrs.frozen
 class TableDiff:
     """One table compared: ``name`` (``functions``, ``op_stats``, ``kernel_stats``, ...), the backend,
-    the time column used, and the rows (total first, then by regression and size of change)."""
+    the time column used, the rows (total first, then by regression and size of change), and the
+    number of runs (samples) on each side."""
 
     name: str
     backend: str
     time_column: str
     rows: tuple[DiffRow, ...]
+    runs_a: int = 1
+    runs_b: int = 1
 
     @property
     def total(self) -> DiffRow:
@@ -90,12 +136,16 @@ class TableDiff:
 
 @attrs.frozen
 class ResultDiff:
-    """Every table compared, with the thresholds used. ``skipped`` says which tables were not comparable."""
+    """Every table compared, with the thresholds used. ``skipped`` says which tables were not
+    comparable; ``notes`` what limits the verdict (one run per side, alpha out of reach)."""
 
     tables: tuple[TableDiff, ...]
     threshold_pct: float
     min_share_pct: float
     skipped: tuple[str, ...] = ()
+    alpha: float = 0.01
+    repeats: str = "runs"
+    notes: tuple[str, ...] = ()
 
     @property
     def regressions(self) -> list[tuple[TableDiff, DiffRow]]:
@@ -103,17 +153,104 @@ class ResultDiff:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "threshold_pct": self.threshold_pct, "min_share_pct": self.min_share_pct,
-            "skipped": list(self.skipped),
+            "threshold_pct": self.threshold_pct, "min_share_pct": self.min_share_pct, "alpha": self.alpha,
+            "repeats": self.repeats, "test": "one-sided exact permutation test on ranks (Wilcoxon-Mann-Whitney) of the runs",
+            "skipped": list(self.skipped), "notes": list(self.notes),
             "regressions": len(self.regressions),
             "tables": [{
-                "name": t.name, "backend": t.backend, "time_column": t.time_column,
+                "name": t.name, "backend": t.backend, "time_column": t.time_column, "runs_a": t.runs_a,
+                "runs_b": t.runs_b,
                 "rows": [{**attrs.asdict(r), "delta_ns": r.delta_ns, "delta_pct": r.delta_pct,
-                          "share_delta_pct": r.share_delta_pct} for r in t.rows],
+                          "share_delta_pct": r.share_delta_pct, "confidence_pct": r.confidence_pct} for r in t.rows],
             } for t in self.tables],
         }
 
 
+# -- statistics ------------------------------------------------------------------------------------
+def permutation_p(a: Sequence[float], b: Sequence[float], *, max_splits: int = _EXACT_LIMIT,
+                  draws: int = _DRAWS, seed: int = 0) -> float:
+    """One-sided permutation test: p of ``mean(b) - mean(a)`` being this large by chance.
+
+    Every split of the pooled values into groups of ``len(a)`` and ``len(b)`` is enumerated when
+    there are at most ``max_splits``, else ``draws`` random splits are drawn (fixed ``seed``; then
+    ``p = (hits + 1) / (draws + 1)``).
+
+    >>> permutation_p([1, 2, 3], [4, 5, 6])  # the observed split is the most extreme of 20
+    0.05
+    >>> permutation_p([1, 2, 3], [1, 2, 3])  # 14 of the 20 splits are at least as far apart: no evidence
+    0.7
+    """
+    na, nb = len(a), len(b)
+    if na == 0 or nb == 0:
+        raise InvalidArgumentError("permutation_p needs at least one value on each side")
+    pooled = [float(x) for x in (*a, *b)]
+    total = sum(pooled)
+    n = na + nb
+    # mean(b) - mean(a) grows with sum(b) (the pooled total is fixed), so compare sums of the b group.
+    observed = sum(pooled[na:])
+    eps = 1e-9 * max(1.0, abs(total))
+    if math.comb(n, nb) <= max_splits:
+        hits = count = 0
+        for idx in itertools.combinations(range(n), nb):
+            count += 1
+            if sum(pooled[i] for i in idx) >= observed - eps:
+                hits += 1
+        return hits / count
+    rng = random.Random(seed)
+    hits = 0
+    for _ in range(draws):
+        if sum(rng.sample(pooled, nb)) >= observed - eps:
+            hits += 1
+    return (hits + 1) / (draws + 1)
+
+
+def _min_p(na: int, nb: int) -> float:
+    return 1.0 / math.comb(na + nb, na)
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Ranks 1..n of ``values`` in their order, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def rank_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """One-sided Wilcoxon-Mann-Whitney test, exact: :func:`permutation_p` on the pooled ranks.
+
+    >>> rank_p([10, 11, 12], [13, 14, 1000])   # as for any complete separation of 3 vs 3
+    0.05
+    """
+    r = _ranks([*a, *b])
+    return permutation_p(r[: len(a)], r[len(a):])
+
+
+def _median(xs: Sequence[int]) -> float:
+    v = sorted(xs)
+    n = len(v)
+    return float(v[n // 2]) if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _mean(xs: Sequence[int]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _sd(xs: Sequence[int]) -> float | None:
+    if len(xs) < 2:
+        return None
+    m = _mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+# -- what is compared --------------------------------------------------------------------------------
 def _function_times(part: BackendResult) -> dict[str, int]:
     if not part.samples:
         return {}
@@ -146,6 +283,10 @@ def _columns(table: Table) -> tuple[str | None, str | None]:
     return key, time_col
 
 
+def _norm_key(name: str) -> str:
+    return "ProfilerStep#*" if _STEP_NAME.match(name) else name
+
+
 def _table_times(table: Table, key: str, time_col: str) -> dict[str, int]:
     ki, ti = table.columns.index(key), table.columns.index(time_col)
     out: dict[str, int] = {}
@@ -153,43 +294,185 @@ def _table_times(table: Table, key: str, time_col: str) -> dict[str, int]:
         t = r[ti]
         if isinstance(t, bool) or not isinstance(t, (int, float)):
             continue
-        name = str(r[ki])
+        name = _norm_key(str(r[ki]))
         out[name] = out.get(name, 0) + int(t)
     return out
 
 
-def _compare(a: dict[str, int], b: dict[str, int], threshold_pct: float, min_share_pct: float) -> tuple[DiffRow, ...]:
-    ta, tb = sum(a.values()), sum(b.values())
-    grow = 1.0 + threshold_pct / 100.0
-    rows = []
-    for key in sorted(set(a) | set(b)):
-        an, bn = a.get(key, 0), b.get(key, 0)
-        sa = 100.0 * an / ta if ta else 0.0
-        sb = 100.0 * bn / tb if tb else 0.0
-        if key not in b:
-            status, regressed = "vanished", False
-        elif key not in a:
-            status, regressed = "new", sb >= min_share_pct and bn > 0
+def _op_self_by_step(part: BackendResult) -> list[dict[str, int]]:
+    """Self time per op/annotation name in each recorded step (``step`` spans), from the spans.
+
+    Self time is the span's time minus its direct children's on the same track (the op table's
+    definition; folding a same-name only child into its parent, as the table does for calls, leaves
+    self time unchanged). A span belongs to the step its start falls in. Steps in which nothing
+    but the step range itself was recorded (the one a last ``step()`` opens just before ``stop()``)
+    are left out.
+    """
+    steps = sorted((s for s in part.spans if s.category == "step"), key=lambda s: s.start_ns)
+    if len(steps) < 2:
+        return []
+    starts = [s.start_ns for s in steps]
+    out: list[dict[str, int]] = [{} for _ in steps]
+    per_track: dict[str, list[Span]] = {}
+    for s in part.spans:
+        if s.category in _NESTED:
+            per_track.setdefault(s.track, []).append(s)
+    for spans in per_track.values():
+        spans.sort(key=lambda s: (s.start_ns, -s.dur_ns))
+        stack: list[list[Any]] = []  # [end_ns, span, child_ns]
+
+        def close(item: list[Any]) -> None:
+            span = item[1]
+            i = bisect.bisect_right(starts, span.start_ns) - 1
+            if i >= 0 and span.start_ns < steps[i].end_ns:
+                key = _norm_key(span.name)
+                out[i][key] = out[i].get(key, 0) + span.dur_ns - item[2]
+            if stack:
+                stack[-1][2] += span.dur_ns
+
+        for s in spans:
+            while stack and stack[-1][0] <= s.start_ns:
+                close(stack.pop())
+            stack.append([s.end_ns, s, 0])
+        while stack:
+            close(stack.pop())
+    # A step holding nothing but itself (the one a last step() opens just before stop()) is no run.
+    return [o for o in out if len(o) > 1]
+
+
+def _kernels_by_step(part: BackendResult) -> list[dict[str, int]]:
+    """Kernel time per kernel name in each recorded step; a kernel belongs to the step its launch
+    (the runtime call sharing its flow id) started in, or its own start without one."""
+    steps = sorted((s for s in part.spans if s.category == "step"), key=lambda s: s.start_ns)
+    if len(steps) < 2:
+        return []
+    starts = [s.start_ns for s in steps]
+    launch_at = {f: s.start_ns for s in part.spans if s.category in _LAUNCH for f in s.flow_ids}
+    out: list[dict[str, int]] = [{} for _ in steps]
+    for s in part.spans:
+        if s.category != "kernel":
+            continue
+        t = next((launch_at[f] for f in s.flow_ids if f in launch_at), s.start_ns)
+        i = bisect.bisect_right(starts, t) - 1
+        if i >= 0 and t < steps[i].end_ns:
+            out[i][s.name] = out[i].get(s.name, 0) + s.dur_ns
+    return out
+
+
+class _Side:
+    """One side's samples: per (backend, table) the time column and one {key: ns} per run."""
+
+    def __init__(self) -> None:
+        self.tables: dict[tuple[str, str], tuple[str, str, list[dict[str, int]]]] = {}
+        self.backends: set[str] = set()
+        self.incomparable: set[tuple[str, str]] = set()
+
+    def add(self, backend: str, name: str, key: str, time_col: str, samples: list[dict[str, int]]) -> None:
+        have = self.tables.get((backend, name))
+        if have is None:
+            self.tables[(backend, name)] = (key, time_col, list(samples))
+        elif (have[0], have[1]) == (key, time_col):
+            have[2].extend(samples)
         else:
-            status = "same" if an == bn else "changed"
-            regressed = bn > an * grow and max(sa, sb) >= min_share_pct
-        rows.append(DiffRow(key, an, bn, sa, sb, status, regressed))
+            self.incomparable.add((backend, name))
+
+
+def _collect(results: Sequence[ProfileResult], repeats: str) -> _Side:
+    side = _Side()
+    for result in results:
+        for part in result.parts:
+            side.backends.add(part.backend)
+            f = _function_times(part)
+            if f:
+                side.add(part.backend, "functions", "function", "self_ns", [f])
+            for table in part.tables:
+                key, time_col = _columns(table)
+                if key is None or time_col is None:
+                    side.incomparable.add((part.backend, table.name))
+                    continue
+                samples: list[dict[str, int]] = []
+                if repeats == "steps":
+                    if table.name == "op_stats" and time_col == "self_cpu_ns":
+                        samples = _op_self_by_step(part)
+                    elif table.name == "kernel_stats":
+                        samples = _kernels_by_step(part)
+                if not samples:
+                    samples = [_table_times(table, key, time_col)]
+                side.add(part.backend, table.name, key, time_col, samples)
+    return side
+
+
+def _compare(a: list[dict[str, int]], b: list[dict[str, int]], threshold_pct: float, min_share_pct: float,
+             alpha: float) -> tuple[DiffRow, ...]:
+    grow = 1.0 + threshold_pct / 100.0
+    na, nb = len(a), len(b)
+    tested = na >= 2 and nb >= 2
+    keys = sorted(set().union(*a, *b))
+    ta_runs = [sum(s.values()) for s in a]
+    tb_runs = [sum(s.values()) for s in b]
+    ta, tb = _mean(ta_runs), _mean(tb_runs)
+    in_a = set().union(*a)
+    in_b = set().union(*b)
+
+    def judge(xa: list[int], xb: list[int], share: float, status: str) -> DiffRow | tuple[bool, str, float | None]:
+        ma, mb = _median(xa), _median(xb)
+        p = None
+        if tested and xa != xb:
+            p = rank_p(xa, xb) if mb > ma or (mb == ma and _mean(xb) >= _mean(xa)) else rank_p(xb, xa)
+        if status == "vanished":
+            return False, status, p
+        grew = mb > ma * grow
+        regressed = grew and share >= min_share_pct and mb > 0
+        if tested:
+            regressed = regressed and p is not None and mb > ma and p <= alpha
+            if status == "changed" and (p is None or p > alpha):
+                status = "same"
+        elif status == "changed" and ma == mb:
+            status = "same"
+        return regressed, status, p
+
+    rows = []
+    for key in keys:
+        xa = [s.get(key, 0) for s in a]
+        xb = [s.get(key, 0) for s in b]
+        sa = 100.0 * _mean(xa) / ta if ta else 0.0
+        sb = 100.0 * _mean(xb) / tb if tb else 0.0
+        ma, mb = _median(xa), _median(xb)
+        status = "vanished" if key not in in_b else "new" if key not in in_a else "changed"
+        share = sb if status == "new" else max(sa, sb)
+        regressed, status, p = judge(xa, xb, share, status)  # type: ignore[misc]
+        rows.append(DiffRow(key, round(ma), round(mb), sa, sb, status, regressed, _sd(xa), _sd(xb), p))
     rows.sort(key=lambda r: (not r.regressed, -abs(r.delta_ns), r.key))
-    total = DiffRow(TOTAL_KEY, ta, tb, 100.0 if ta else 0.0, 100.0 if tb else 0.0,
-                    "same" if ta == tb else "changed", tb > ta * grow and ta > 0)
+    regressed, status, p = judge(ta_runs, tb_runs, 100.0, "changed")  # type: ignore[misc]
+    total = DiffRow(TOTAL_KEY, round(_median(ta_runs)), round(_median(tb_runs)), 100.0 if ta else 0.0,
+                    100.0 if tb else 0.0, status,
+                    regressed and ta > 0, _sd(ta_runs), _sd(tb_runs), p)
     return (total, *rows)
 
 
-def _pairs(a: ProfileResult, b: ProfileResult) -> Iterable[tuple[str, BackendResult, BackendResult]]:
-    b_parts = {p.backend: p for p in b.parts}
-    for pa in a.parts:
-        pb = b_parts.get(pa.backend)
-        if pb is not None:
-            yield pa.backend, pa, pb
+def _as_list(x: ProfileResult | Sequence[ProfileResult], side: str) -> list[ProfileResult]:
+    if isinstance(x, ProfileResult):
+        return [x]
+    items = list(x)
+    if not items or not all(isinstance(r, ProfileResult) for r in items):
+        raise InvalidArgumentError(f"{side!r} must be a ProfileResult or a non-empty sequence of them "
+                                   f"(the runs of one setup)")
+    return items
 
 
-def diff(a: ProfileResult, b: ProfileResult, *, threshold_pct: float = 10.0, min_share_pct: float = 1.0) -> ResultDiff:
-    """Compare result ``b`` against baseline ``a`` (see the module docs for what regressed means).
+def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence[ProfileResult], *,
+         threshold_pct: float = 10.0, min_share_pct: float = 1.0, alpha: float = 0.01,
+         repeats: str = "runs") -> ResultDiff:
+    """Compare ``b`` against the baseline ``a`` (see the module docs for what regressed means).
+
+    Args:
+        a, b: a result, or several results of repeated runs of one setup.
+        threshold_pct: growth (percent) below which nothing regresses.
+        min_share_pct: entries holding less of their table in A and B never regress.
+        alpha: with two or more runs per side, a change counts only when the permutation test gives
+            ``p <= alpha`` (confidence ``>= 1 - alpha``).
+        repeats: ``"runs"``: each result is one run; ``"steps"``: each recorded step of each result is
+            one run for the op and kernel tables (a profile of N steps gives N runs).
 
     Parts are matched by backend name; within them, the sampled functions (flat profile by self
     time) and every derived table present in both with a name column and a time column.
@@ -197,34 +480,49 @@ def diff(a: ProfileResult, b: ProfileResult, *, threshold_pct: float = 10.0, min
     for name, val in (("threshold_pct", threshold_pct), ("min_share_pct", min_share_pct)):
         if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0 or val != val:
             raise InvalidArgumentError(f"{name!r} must be a number >= 0 (got {val!r})")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise InvalidArgumentError(f"'alpha' must be a number between 0 and 1, e.g. 0.01 (got {alpha!r})")
+    if repeats not in ("runs", "steps"):
+        raise InvalidArgumentError(f"'repeats' must be 'runs' or 'steps' (got {repeats!r})")
+    side_a, side_b = _collect(_as_list(a, "a"), repeats), _collect(_as_list(b, "b"), repeats)
     tables: list[TableDiff] = []
     skipped: list[str] = []
-    for backend, pa, pb in _pairs(a, b):
-        fa, fb = _function_times(pa), _function_times(pb)
-        if fa or fb:
-            tables.append(TableDiff("functions", backend, "self_ns", _compare(fa, fb, threshold_pct, min_share_pct)))
-        b_tables = {t.name: t for t in pb.tables}
-        for ta in pa.tables:
-            tb = b_tables.get(ta.name)
-            if tb is None:
-                skipped.append(f"{backend}/{ta.name}: only in A")
-                continue
-            key, time_col = _columns(ta)
-            key_b, time_b = _columns(tb)
-            if key is None or time_col is None or (key, time_col) != (key_b, time_b):
-                skipped.append(f"{backend}/{ta.name}: no common name and time columns")
-                continue
-            tables.append(TableDiff(ta.name, backend, time_col,
-                                    _compare(_table_times(ta, key, time_col), _table_times(tb, key, time_col),
-                                             threshold_pct, min_share_pct)))
-        for tb in pb.tables:
-            if pa.table(tb.name) is None:
-                skipped.append(f"{backend}/{tb.name}: only in B")
-    a_names = {p.backend for p in a.parts}
-    b_names = {p.backend for p in b.parts}
-    skipped += [f"backend {n}: only in A" for n in sorted(a_names - b_names)]
-    skipped += [f"backend {n}: only in B" for n in sorted(b_names - a_names)]
-    return ResultDiff(tuple(tables), float(threshold_pct), float(min_share_pct), tuple(skipped))
+    notes: list[str] = []
+    for (backend, name), (key, time_col, sa) in side_a.tables.items():
+        if backend not in side_b.backends:
+            continue
+        got = side_b.tables.get((backend, name))
+        if got is None and (backend, name) in side_b.incomparable:
+            skipped.append(f"{backend}/{name}: no common name and time columns")
+            continue
+        if got is None:
+            skipped.append(f"{backend}/{name}: only in A")
+            continue
+        if (key, time_col) != got[:2] or (backend, name) in side_a.incomparable | side_b.incomparable:
+            skipped.append(f"{backend}/{name}: no common name and time columns")
+            continue
+        sb = got[2]
+        tables.append(TableDiff(name, backend, time_col, _compare(sa, sb, threshold_pct, min_share_pct, alpha),
+                                len(sa), len(sb)))
+        if len(sa) < 2 or len(sb) < 2:
+            notes.append(f"{backend}/{name}: {len(sa)} vs {len(sb)} run(s): no run-to-run spread to test against, "
+                         f"the threshold alone decides; give each side repeated runs (several results, or "
+                         f"repeats='steps' / --repeats steps) to separate signal from noise")
+        elif _min_p(len(sa), len(sb)) > alpha:
+            notes.append(f"{backend}/{name}: with {len(sa)} vs {len(sb)} runs the smallest possible p is "
+                         f"{_min_p(len(sa), len(sb)):.3g} > alpha {alpha:g}: no change can be shown; record "
+                         f"more runs (5 vs 5 reach p = 0.004)")
+    for (backend, name) in side_a.incomparable - set(side_a.tables):
+        if backend in side_b.backends:
+            skipped.append(f"{backend}/{name}: no common name and time columns")
+    for (backend, name) in side_b.tables.keys() | side_b.incomparable:
+        if backend in side_a.backends and (backend, name) not in side_a.tables and \
+                (backend, name) not in side_a.incomparable:
+            skipped.append(f"{backend}/{name}: only in B")
+    skipped += [f"backend {n}: only in A" for n in sorted(side_a.backends - side_b.backends)]
+    skipped += [f"backend {n}: only in B" for n in sorted(side_b.backends - side_a.backends)]
+    return ResultDiff(tuple(tables), float(threshold_pct), float(min_share_pct), tuple(skipped), float(alpha),
+                      repeats, tuple(notes))
 
 
 def _ns(ns: float) -> str:
@@ -241,23 +539,39 @@ def _ns(ns: float) -> str:
 
 def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
     """Plain text: per table, the total then the largest changes, regressions marked ``!``."""
+    tested = any(t.runs_a >= 2 and t.runs_b >= 2 for t in d.tables)
+    rule = (f"; with repeated runs a change counts when a one-sided rank test gives p <= {d.alpha:g} "
+            f"(confidence >= {100 * (1 - d.alpha):g}%)" if tested else "")
     out: list[str] = [f"== omniprof diff: {len(d.regressions)} regression(s) "
-                      f"(threshold {d.threshold_pct:g}%, entries >= {d.min_share_pct:g}% share)"]
+                      f"(threshold {d.threshold_pct:g}%, entries >= {d.min_share_pct:g}% share{rule})"]
     for t in d.tables:
         out.append("")
         shown = t.rows[: max_rows + 1]
         more = len(t.rows) - len(shown)
-        out.append(f"{t.name} ({t.backend}, by {t.time_column})" + (f": {more} more rows not shown" if more else ""))
-        header = ["", "A", "B", "delta", "delta%", "share A%", "share B%", "status", "name"]
+        runs = f", {t.runs_a} vs {t.runs_b} {'steps' if d.repeats == 'steps' else 'runs'}" if \
+            t.runs_a > 1 or t.runs_b > 1 else ""
+        out.append(f"{t.name} ({t.backend}, by {t.time_column}{runs})"
+                   + (f": {more} more rows not shown" if more else ""))
+        with_sd = t.runs_a > 1 or t.runs_b > 1
+        header = ["", "A", "B", "delta", "delta%"] + (["sd A", "sd B", "conf%"] if with_sd else []) + \
+            ["share A%", "share B%", "status", "name"]
         cells = []
         for r in shown:
             pct = "-" if r.delta_pct is None else f"{r.delta_pct:+.1f}"
-            cells.append(["!" if r.regressed else "", _ns(r.a_ns), _ns(r.b_ns), ("+" if r.delta_ns > 0 else "")
-                          + _ns(r.delta_ns), pct, f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, r.key])
+            row = ["!" if r.regressed else "", _ns(r.a_ns), _ns(r.b_ns), ("+" if r.delta_ns > 0 else "")
+                   + _ns(r.delta_ns), pct]
+            if with_sd:
+                row += ["-" if r.a_sd_ns is None else _ns(r.a_sd_ns), "-" if r.b_sd_ns is None else _ns(r.b_sd_ns),
+                        "-" if r.confidence_pct is None else f"{r.confidence_pct:.1f}"]
+            row += [f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, r.key]
+            cells.append(row)
+        left = {0, len(header) - 2, len(header) - 1}
         widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
         for row in [header, *cells]:
-            out.append("  ".join(c.ljust(w) if i in (0, 7, 8) else c.rjust(w)
+            out.append("  ".join(c.ljust(w) if i in left else c.rjust(w)
                                  for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+    for n in d.notes:
+        out.append(f"note: {n}")
     for s in d.skipped:
         out.append(f"note: not compared: {s}")
     return "\n".join(out) + "\n"

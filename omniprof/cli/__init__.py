@@ -124,9 +124,19 @@ def _parser() -> _Parser:
     show.add_argument("--format", choices=("toml", "json"), default="toml")
     _plugin_args(show)
 
-    diff = sub.add_parser("diff", help="compare two results: function, op and kernel tables")
-    diff.add_argument("a", help="baseline result (or any readable trace)")
-    diff.add_argument("b", help="new result")
+    diff = sub.add_parser("diff", help="compare two results: function, op and kernel tables",
+                          usage="omniprof diff A B | omniprof diff A1 A2 ... --vs B1 B2 ... [options]")
+    diff.add_argument("files", nargs="+", metavar="FILE",
+                      help="baseline result then new result (or any readable traces); with --vs, the baseline's "
+                           "repeated runs")
+    diff.add_argument("--vs", nargs="+", default=None, metavar="FILE",
+                      help="the new setup's repeated runs (the files before --vs are the baseline's)")
+    diff.add_argument("--repeats", choices=("runs", "steps"), default="runs",
+                      help="runs: each file is one run (default); steps: each recorded step of each file is one "
+                           "run for op and kernel tables")
+    diff.add_argument("--alpha", type=float, default=0.01,
+                      help="with repeated runs, a change counts only when the permutation test's p <= this "
+                           "(default 0.01: 99%% confidence)")
     diff.add_argument("--threshold-pct", type=_nonneg_float, default=10.0,
                       help="an entry regressed when its time grew by more than this percent (default 10)")
     diff.add_argument("--min-share-pct", type=_nonneg_float, default=1.0,

@@ -13,8 +13,14 @@ def diff(ns: argparse.Namespace) -> int:
     from omniprof.core.readers import read_any
 
     c.registry(ns)
-    a, b = read_any(ns.a), read_any(ns.b)
-    d = diffmod.diff(a, b, threshold_pct=ns.threshold_pct, min_share_pct=ns.min_share_pct)
+    if ns.vs is None and len(ns.files) != 2:
+        print(f"omniprof diff: give two files (baseline, new), or the baseline's runs then --vs and the new "
+              f"runs; got {len(ns.files)} file(s) and no --vs", file=sys.stderr)
+        return 2
+    a_files, b_files = (ns.files[:1], ns.files[1:]) if ns.vs is None else (ns.files, ns.vs)
+    a, b = [read_any(f) for f in a_files], [read_any(f) for f in b_files]
+    d = diffmod.diff(a, b, threshold_pct=ns.threshold_pct, min_share_pct=ns.min_share_pct, alpha=ns.alpha,
+                     repeats=ns.repeats)
     if ns.format == "json":
         import json
 

@@ -131,6 +131,16 @@ class Backend(abc.ABC):
     def stop(self) -> BackendResult:
         """End recording and return what was recorded. Must not write report files."""
 
+    def stop_deferred(self) -> Callable[[], BackendResult] | None:
+        """End recording now, and return a function that builds the result later; or None (the default),
+        and the Profiler calls :meth:`stop` instead.
+
+        Used when a schedule's recording window ends inside ``Profiler.step()``: the training loop
+        then pays only for stopping, and the Profiler calls the function at ``stop()`` or when its
+        result is asked for. The function may run after :meth:`close`. Optional.
+        """
+        return None
+
     def close(self) -> None:
         """Release resources. Called after stop(), and on failure paths; must be idempotent."""
 

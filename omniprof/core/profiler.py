@@ -136,7 +136,12 @@ class Profiler:
         self.run_dir: Path | None = None
         #: rank 0 of a distributed run: every rank's parts on rank 0's clock (None elsewhere).
         self.merged_result: ProfileResult | None = None
-        self.results: list[ProfileResult] = []
+        self._results: list[ProfileResult] = []
+        # Windows that ended inside step(): (metadata, parts, [(backend, build)], errors, session_dir, failures,
+        # viewer requests).
+        self._pending: list[tuple[RunMetadata, list[BackendResult], list[tuple[str, Callable[[], BackendResult]]],
+                                  list[ErrorRecord], Path | None, list[tuple[str, BaseException]],
+                                  list[dict[str, Any]]]] = []
         self.session_dir: Path | None = None
         self._backends: dict[str, Backend] = {}
         self._recording: list[str] = []
@@ -154,6 +159,13 @@ class Profiler:
         self.checkpoint_max_ns = 0
 
     # -- public API ----------------------------------------------------------------------------
+    @property
+    def results(self) -> list[ProfileResult]:
+        """Every finished result, oldest first. A window that ended inside :meth:`step` is built here,
+        when first asked for (or at :meth:`stop`), not on the training loop's critical path."""
+        self._finish_pending()
+        return self._results
+
     @property
     def result(self) -> ProfileResult:
         """The most recent finished result."""
@@ -202,7 +214,8 @@ class Profiler:
                 self._started = False
                 self._action = Action.NONE
                 self._release()
-        return self.results[-1] if self.results else None
+            self._finish_pending()
+        return self._results[-1] if self._results else None
 
     def step(self) -> None:
         """Mark the end of a step: advances the schedule (start/stop backends as it says)."""
@@ -293,7 +306,7 @@ class Profiler:
             elif verb == "start":
                 self._start_all()
             elif verb == "save":
-                self._save()
+                self._save(deferred=True)
             elif verb == "close":
                 self._close_all()
 
@@ -436,18 +449,27 @@ class Profiler:
         self.checkpoint_max_ns = max(self.checkpoint_max_ns, time.perf_counter_ns() - t0)
         return path
 
-    def _save(self) -> None:
-        """Stop every recording backend (each even if another fails), build and publish the result."""
+    def _save(self, *, deferred: bool = False) -> None:
+        """Stop every recording backend (each even if another fails), build and publish the result.
+
+        ``deferred`` (a window ending inside ``step()``): backends that can (``stop_deferred``) only
+        stop now; their results are built by :meth:`_finish_pending`, at ``stop()`` or when asked for.
+        """
         self._stop_checkpoints()
         end_ns = self.clock.now_ns()
         parts: list[BackendResult] = []
+        builders: list[tuple[str, Callable[[], BackendResult]]] = []
         failures: list[tuple[str, BaseException]] = []
         views: list[dict[str, Any]] = []
         for name in list(self._recording):
             backend = self._backends[name]
             annotations.remove_sink(backend)
             try:
-                parts.append(backend.stop())
+                build = backend.stop_deferred() if deferred else None
+                if build is None:
+                    parts.append(backend.stop())
+                else:
+                    builders.append((name, build))
             except Exception as e:
                 failures.append((name, e))
                 self._errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
@@ -462,29 +484,60 @@ class Profiler:
 
             sync = sync_clock(self._coll, self.clock.now_ns)
             self._rank.update({f"clock_{k}": v for k, v in sync.to_dict().items()})
-        result = ProfileResult(
-            metadata=self._metadata(end_ns),
-            parts=tuple(parts),
-            partial=bool(self._errors),
-            errors=tuple(self._errors),
-        )
-        self._errors = []
-        save_error: OSError | None = None
-        if self.session_dir is not None:
+        metadata = self._metadata(end_ns)
+        errors, self._errors = self._errors, []
+        if builders:
+            self._pending.append((metadata, parts, builders, errors, self.session_dir, failures, views))
+            return
+        self._publish(metadata, parts, errors, self.session_dir, failures, views)
+
+    def _finish_pending(self) -> None:
+        """Build the results of windows that ended inside ``step()`` (oldest first)."""
+        if not self._pending:
+            return
+        with self._lock:
+            while self._pending:
+                self._finish_one(*self._pending.pop(0))
+
+    def _finish_one(self, metadata: RunMetadata, parts: list[BackendResult],
+                    builders: list[tuple[str, Callable[[], BackendResult]]], errors: list[ErrorRecord],
+                    session_dir: Path | None, failures: list[tuple[str, BaseException]],
+                    views: list[dict[str, Any]]) -> None:
+        for name, build in builders:
             try:
-                result.save(self.session_dir / RESULT_FILENAME)
-                (self.session_dir / PARTIAL_FILENAME).unlink(missing_ok=True)
+                parts.append(build())
+            except Exception as e:
+                failures.append((name, e))
+                errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
+        order = {n: i for i, n in enumerate(self.backend_names)}
+        parts.sort(key=lambda p: order.get(p.backend, len(order)))
+        self._publish(metadata, parts, errors, session_dir, failures, views)
+
+    def _publish(self, metadata: RunMetadata, parts: list[BackendResult], errors: list[ErrorRecord],
+                 session_dir: Path | None, failures: list[tuple[str, BaseException]],
+                 views: list[dict[str, Any]]) -> None:
+        result = ProfileResult(
+            metadata=metadata,
+            parts=tuple(parts),
+            partial=bool(errors),
+            errors=tuple(errors),
+        )
+        save_error: OSError | None = None
+        if session_dir is not None:
+            try:
+                result.save(session_dir / RESULT_FILENAME)
+                (session_dir / PARTIAL_FILENAME).unlink(missing_ok=True)
             except OSError as e:  # disk full, read-only: the result stays in memory for the reporters
                 save_error = e
                 result = result.evolve(partial=True, errors=(*result.errors, ErrorRecord(
                     source="omniprof", phase="save", type=type(e).__name__, message=_one_line(e))))
-        self.results.append(result)
+        self._results.append(result)
         if self.distributed:
             self._gather(result)
         if self.on_result is not None:
             self.on_result(result)
         if views:  # only now: the trace and the result are saved, so no viewer, port or Ctrl-C loses them
-            saved = [] if self.session_dir is None or save_error else [str(self.session_dir / RESULT_FILENAME)]
+            saved = [] if session_dir is None or save_error else [str(session_dir / RESULT_FILENAME)]
             _open_views(views, saved)
         if failures:
             if len(failures) == 1:

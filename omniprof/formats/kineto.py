@@ -52,20 +52,32 @@ from omniprof.core.results import (
     Track,
     json_safe,
 )
-from omniprof.errors import DataLossWarning, TraceReadError
+from omniprof.errors import DataLossWarning, OmniprofWarning, TraceReadError
 
-__all__ = ["read_trace", "parse_trace", "op_stats_table", "OP_STATS_COLUMNS", "CATEGORY_MAP", "FWDBWD_FLOW_BASE",
-           "us_text_to_ns"]
+__all__ = ["read_trace", "parse_trace", "op_stats_table", "op_table", "OP_STATS_COLUMNS", "CATEGORY_MAP", "LEGACY_CATEGORY_MAP",
+           "FWDBWD_FLOW_BASE", "us_text_to_ns"]
 
 #: Kineto category -> our span category (docs/results.md). Others keep their Kineto name.
 CATEGORY_MAP = {
-    "cpu_op": "cpu_op", "user_annotation": "annotation", "gpu_user_annotation": "annotation",
+    "cpu_op": "cpu_op", "user_annotation": "annotation", "gpu_user_annotation": "gpu_annotation",
     "cuda_runtime": "runtime", "cuda_driver": "runtime", "xpu_runtime": "runtime", "xpu_driver": "runtime",
     "privateuse1_runtime": "runtime", "privateuse1_driver": "runtime", "mtia_runtime": "runtime",
     "kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
     "python_function": "python", "overhead": "overhead", "cuda_profiler_range": "annotation",
 }
+#: Category names of older Kineto releases (PyTorch 1.8-1.9, 2021) -> today's names. Their trace logger
+#: wrote ``Operator`` (CPU ops), ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset`` and ``User`` (the GPU-side
+#: projection of a user annotation, on tid ``"stream N user"``); a 2021 release spelled it
+#: ``gpu_user_Annotation``. Launches were linked by ``ph: s/f`` events of category ``async``.
+LEGACY_CATEGORY_MAP = {
+    "Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset", "User": "gpu_user_annotation", "gpu_user_Annotation": "gpu_user_annotation",
+    "Python": "python_function",
+}
 _DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync", "gpu_instant_event"})
+#: Our categories the op and kernel tables are built from: a trace with none of them yields no table.
+_ANALYSED = frozenset({"cpu_op", "annotation", "step", "kernel", "memcpy", "memset", "runtime", "gpu_annotation"})
+_STREAM_TID = re.compile(r"^stream (\d+)")
 _DEVICE_WORK = frozenset({"kernel", "memcpy", "memset"})
 
 #: Forward/backward flow ids are shifted by this so they never collide with CUDA correlation ids.
@@ -81,6 +93,8 @@ _LOOKAHEAD = 1 << 16
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _WS = re.compile(r"[ \t\n\r]*")
 _PROFILER_MARKERS = frozenset({"Iteration Start: PyTorch Profiler", "Record Window End"})
+_MEMORY_ARGS = (("bytes", "Bytes"), ("addr", "Addr"), ("total_allocated_bytes", "Total Allocated"),
+                ("total_reserved_bytes", "Total Reserved"), ("device_type", "Device Type"), ("device_id", "Device Id"))
 _MEMCPY_KIND = re.compile(r"\b([HDPA]to[HDPA])\b")
 
 
@@ -293,12 +307,14 @@ class _Builder:
         self.t_min: int | None = None
         self.t_max: int | None = None
         self.pids: dict[Any, int] = {}
+        self.async_ids: set[int] = set()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _s(self, text: str) -> str:
         return self._strings.setdefault(text, text)
 
     def _host_track(self, pid: Any, tid: Any) -> str:
+        pid, tid = _norm_id(pid), _norm_id(tid)
         key = (pid, tid)
         tid_id = self._host_tracks.get(key)
         if tid_id is None:
@@ -381,21 +397,27 @@ class _Builder:
         if dur < 0:
             raise ValueError(f"negative duration {dur} ns")
         self.cat_counts[cat] = self.cat_counts.get(cat, 0) + 1
+        raw_cat = cat
+        cat = LEGACY_CATEGORY_MAP.get(cat, cat)
         ours = CATEGORY_MAP.get(cat, cat)
         if self.keep is not None and not self.keep(ours):
             self.filtered += 1
             return
         pid, tid = ev.get("pid"), ev.get("tid")
         if cat in _DEVICE_CATS or ("stream" in args and "device" in args and ours not in ("runtime", "cpu_op")):
-            device = args.get("device", pid)
-            track = self._device_track(device, args.get("stream", tid))
+            device = args.get("device", args.get("inDevice", pid))
+            stream = args.get("stream")
+            track = self._device_track(device, _stream_of(tid) if stream is None else stream)
             on_device = True
         else:
             track = self._host_track(pid, tid)
             on_device = False
             self.pids[pid] = self.pids.get(pid, 0) + 1
         corr = args.get("correlation")
-        if ours == "cpu_op":
+        if ours == "cpu_op" and cat != raw_cat and _STEP.match(name):
+            ours = "step"  # PyTorch 1.8-1.9 wrote the step ranges as "Operator" events
+            span_args = {"step_num": int(name[len("ProfilerStep#"):])}
+        elif ours == "cpu_op":
             span_args = self._op_args(name, args)
         elif ours == "kernel":
             span_args = _kernel_args(args, self._lists)
@@ -403,13 +425,14 @@ class _Builder:
             span_args = _copy_args(name, args, self._lists)
         elif ours == "runtime":
             span_args = {k: v for k, v in (("correlation_id", corr), ("cbid", args.get("cbid"))) if v is not None}
-        elif ours == "annotation":
-            m = _STEP.match(name)
+        elif ours == "annotation" or ours == "gpu_annotation":
+            m = _STEP.match(name) if ours == "annotation" else None
             if m and not on_device:
                 ours = "step"
                 span_args = {"step_num": int(m.group(1))}
             else:
-                span_args = _EMPTY
+                ext = args.get("External id")
+                span_args = {"external_id": ext} if type(ext) is int else _EMPTY
         elif ours == "python":
             span_args = _EMPTY
         elif ours == "sync":
@@ -424,24 +447,30 @@ class _Builder:
         self.spans.append(_fast_span(self._s(name), track, t0, dur, ours, span_args))
 
     def _op_args(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        dims = args.get("Input Dims")
+        dims = args.get("Input Dims", args.get("Input dims"))
         types = args.get("Input type")
+        strides = args.get("Input Strides")
+        concrete = args.get("Concrete Inputs")
         flops = args.get("flops")
+        ext = args.get("External id")
         if flops is None and self.flops:
-            ext = args.get("External id")
             flops = self.flops.get(ext) if isinstance(ext, int) else None
-        key = (name, repr(dims), repr(types), flops)
+        key = (name, repr(dims), repr(types), repr(strides), repr(concrete), flops)
         cached = self._args_cache.get(key)
         if cached is None:
             cached = {}
-            if dims is not None:
-                cached["input_shapes"] = json_safe(_plain(dims))
-            if types is not None:
-                cached["input_dtypes"] = json_safe(_plain(types))
+            for ours, value in (("input_shapes", dims), ("input_dtypes", types), ("input_strides", strides),
+                                ("concrete_inputs", concrete)):
+                if value is not None:
+                    cached[ours] = json_safe(_plain(value))
             f = _num(flops)
             if f is not None:
                 cached["flops"] = int(f)
             self._args_cache[key] = cached
+        # Per-op ids (their own dict; the shapes part above is shared between ops of the same signature).
+        ids = [(ours, v) for ours, theirs in _OP_IDS if type(v := args.get(theirs)) is int]
+        if ids:
+            return {**cached, **dict(ids)}
         return cached
 
     def _instant(self, ev: dict[str, Any], t: int) -> None:
@@ -457,6 +486,9 @@ class _Builder:
             nbytes = args.get("Bytes")
             if isinstance(nbytes, int):
                 self.mem.append((track, t, nbytes, on_device))
+            # Each allocation (bytes > 0) or free (< 0) stays an event of its own, as torch wrote it.
+            self.instants.append(Instant("[memory]", track, t, "memory", {
+                ours: v for ours, theirs in _MEMORY_ARGS if (v := args.get(theirs)) is not None and type(v) is not dict}))
             for key, field in (("memory_allocated", "Total Allocated"), ("memory_reserved", "Total Reserved")):
                 value = args.get(field)
                 if isinstance(value, int):
@@ -479,6 +511,11 @@ class _Builder:
     def _flow(self, ev: dict[str, Any]) -> None:
         cat = ev.get("cat")
         fid = ev.get("id")
+        if cat == "async" and isinstance(fid, int):
+            # PyTorch 1.8-1.9 launch links: the id is the CUDA correlation id, rebuilt below from the spans'
+            # own correlation ids; ids that match no span pair are counted in finish().
+            self.async_ids.add(fid)
+            return
         if cat == "ac2g" or not isinstance(fid, int):
             return  # launch flows are rebuilt from correlation ids, which every span carries
         fid += FWDBWD_FLOW_BASE if cat == "fwdbwd" else 0
@@ -490,11 +527,11 @@ class _Builder:
         args = ev.get("args") or {}
         pid, tid = ev.get("pid"), ev.get("tid")
         if name == "process_name":
-            self.process_names[pid] = str(args.get("name", ""))
+            self.process_names[_norm_id(pid)] = str(args.get("name", ""))
         elif name == "process_labels":
-            self.process_labels[pid] = str(args.get("labels", ""))
+            self.process_labels[_norm_id(pid)] = str(args.get("labels", ""))
         elif name == "thread_name":
-            self.thread_names[(pid, tid)] = str(args.get("name", "")).strip()
+            self.thread_names[(_norm_id(pid), _norm_id(tid))] = str(args.get("name", "")).strip()
 
     def _counter(self, ev: dict[str, Any], t: int) -> None:
         name = str(ev.get("name"))
@@ -518,7 +555,7 @@ class _Builder:
             corr = s.args.get("correlation_id")
             if corr in linked:
                 self.spans[i] = _fast_span(s.name, s.track, s.start_ns, s.dur_ns, s.category, s.args, (corr,))
-        unbound = 0
+        unbound = len(self.async_ids - linked)
         if self.fwdbwd:
             by_start: dict[tuple[str, int], int] = {}
             for i, s in enumerate(self.spans):
@@ -566,6 +603,14 @@ class _Builder:
         if unclosed:
             losses.append(Loss(self.source, "truncated", unclosed, "events", "'B' events never closed by an 'E'"))
         meta: dict[str, Any] = {"kineto_categories": dict(sorted(self.cat_counts.items()))}
+        analysed = sum(n for c, n in self.cat_counts.items()
+                       if CATEGORY_MAP.get(LEGACY_CATEGORY_MAP.get(c, c), c) in _ANALYSED)
+        if self.cat_counts and not analysed:
+            found = ", ".join(f"{c!r} x{n}" for c, n in sorted(self.cat_counts.items(), key=lambda kv: -kv[1])[:8])
+            meta["analysis_note"] = (
+                f"no event category is one omniprof analyses (found {found}): the events are kept as spans, but no "
+                f"op table, kernel table or launch flows are built from them. Known categories: "
+                f"{', '.join(sorted(CATEGORY_MAP))}, and PyTorch 1.8-1.9's {', '.join(sorted(LEGACY_CATEGORY_MAP))}")
         if unbound:
             meta["unbound_flow_events"] = unbound
         if self.filtered:
@@ -573,6 +618,23 @@ class _Builder:
         if self.process_labels:
             meta["process_labels"] = {str(k): v for k, v in self.process_labels.items()}
         return tracks, self.spans, flows, counters, losses, meta
+
+
+def _norm_id(value: Any) -> Any:
+    """A pid/tid as Kineto wrote it, with digit strings as ints: PyTorch 1.8-1.9 wrote an op's tid as
+    ``"24472"`` and its launch flow's as ``24472``; both are the same thread."""
+    if type(value) is str and value.isdigit():
+        return int(value)
+    return value
+
+
+def _stream_of(tid: Any) -> Any:
+    """The stream of a device event from its tid: ``7``, or PyTorch 1.8-1.9's ``"stream 7"`` / ``"stream 7 user"``."""
+    if type(value := tid) is str:
+        m = _STREAM_TID.match(value)
+        if m:
+            return int(m.group(1))
+    return _norm_id(tid)
 
 
 def _arg(value: Any, shared_lists: dict[tuple, list]) -> Any:
@@ -592,6 +654,11 @@ def _arg(value: Any, shared_lists: dict[tuple, list]) -> Any:
         return shared
     return json_safe(_plain(value))
 
+
+#: Per-op ids torch writes: the op's External id (what its kernels' launches and its GPU-side ranges
+#: refer to), the autograd sequence number and forward thread (linking a backward op to its forward).
+_OP_IDS = (("external_id", "External id"), ("sequence_number", "Sequence number"),
+           ("fwd_thread_id", "Fwd thread id"))
 
 _KERNEL_KEYS = (("grid", "grid"), ("block", "block"), ("registers_per_thread", "registers per thread"),
                 ("static_shared_memory_bytes", "shared memory"), ("static_shared_memory_bytes", "static shared memory"),
@@ -631,8 +698,12 @@ _NESTED = ("cpu_op", "annotation", "step")
 
 
 def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, bool]] = (),
-                   *, has_memory: bool | None = None) -> Table | None:
+                   *, has_memory: bool | None = None, group_by_input_shape: bool = False) -> Table | None:
     """``op_stats`` like torch's ``key_averages().table()``: one row per op or annotation name.
+
+    With ``group_by_input_shape`` (torch's ``key_averages(group_by_input_shape=True)``): one row per
+    name and input shapes, in a table ``op_stats_by_input_shape`` with an ``input_shapes`` column
+    after the name.
 
     Self CPU time is the span's time minus its direct children (ops and annotations nested on the
     same thread). As in torch, an op whose only child has its own name (a dispatcher re-entry such
@@ -668,7 +739,7 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
         return None
     if has_memory is None:
         has_memory = mem_seen
-    rows: dict[str, list[Any]] = {}
+    rows: dict[Any, list[Any]] = {}
     for entries in per_track.values():
         entries.sort(key=lambda e: (e[0], e[1], e[2]))
         # An open op: [end_ns, row, child_ns, self_dev, total_dev, self_cpu_mem, total_cpu_mem, self_dev_mem,
@@ -693,7 +764,7 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
 
         def close(item: list[Any]) -> None:
             pending = item[11]
-            if len(pending) == 1 and pending[0][1] is item[1]:
+            if len(pending) == 1 and pending[0][1][0] == item[1][0]:  # same name (whatever the shapes)
                 child = pending[0]
                 item[2] = child[2]          # the grandchildren's time
                 item[3] += child[3]
@@ -719,9 +790,10 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
             while stack and stack[-1][0] <= start:
                 close(stack.pop())
             if kind == 0:
-                row = rows.get(span.name)
+                key = (span.name, json.dumps(span.args.get("input_shapes", []))) if group_by_input_shape else span.name
+                row = rows.get(key)
                 if row is None:
-                    row = rows[span.name] = [span.name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
+                    row = rows[key] = [span.name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
                 f = span.args.get("flops")
                 stack.append([span.end_ns, row, 0, 0, 0, 0, 0, 0, 0, span.dur_ns, f if isinstance(f, int) else None,
                               []])
@@ -739,15 +811,45 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
         while stack:
             close(stack.pop())
     out = []
-    for row in rows.values():
+    rows_keys = []
+    for key, row in rows.items():
         name, calls, total, self_ns, _, tdev, sdev, flops, tcm, scm, tdm, sdm = row
+        if not calls:
+            continue  # a row only ever folded into its parent (a re-dispatch with other shapes)
         has_device = bool(device_by_corr)  # no GPU work in the trace: device columns are unknown, not 0
         out.append((name, calls, total, self_ns, total // calls if calls else 0, tdev if has_device else None,
                     sdev if has_device else None, flops,
                     tcm if has_memory else None, scm if has_memory else None,
                     tdm if has_memory else None, sdm if has_memory else None))
+        rows_keys.append(key)
+    if group_by_input_shape:
+        out = [(r[0], key[1], *r[1:]) for r, key in zip(out, rows_keys)]
+        out.sort(key=lambda r: (-r[3], r[0], r[1]))
+        return Table("op_stats_by_input_shape", (OP_STATS_COLUMNS[0], "input_shapes", *OP_STATS_COLUMNS[1:]), out,
+                     title="Op statistics by input shape (torch key_averages(group_by_input_shape=True))")
     out.sort(key=lambda r: (-r[2], r[0]))
     return Table("op_stats", OP_STATS_COLUMNS, out, title="Op statistics (torch key_averages)")
+
+
+def op_table(part: BackendResult, *, group_by_input_shape: bool = False) -> Table | None:
+    """The op table of a torch part, rebuilt from its spans and ``[memory]`` events.
+
+    ``op_table(part)`` equals the part's ``op_stats`` table; ``group_by_input_shape=True`` gives
+    torch's ``key_averages(group_by_input_shape=True)``: one row per op name and input shapes
+    (shapes are recorded with ``record_shapes``, i.e. ``host_tracer_level=3``).
+
+    >>> from omniprof.core.results import Span
+    >>> spans = [Span("aten::mm", "t", 0, 10, "cpu_op", {"input_shapes": [[2, 3], [3, 4]]}),
+    ...          Span("aten::mm", "t", 20, 30, "cpu_op", {"input_shapes": [[8, 3], [3, 4]]})]
+    >>> [r[:3] for r in op_table(BackendResult("torch", spans=spans), group_by_input_shape=True).rows]
+    [('aten::mm', '[[8, 3], [3, 4]]', 1), ('aten::mm', '[[2, 3], [3, 4]]', 1)]
+    """
+    memory = [(i.track, i.t_ns, i.args["bytes"], i.args.get("device_type", 0) not in (0, None))
+              for i in part.instants if i.category == "memory" and isinstance(i.args.get("bytes"), int)]
+    had = part.table("op_stats")
+    has_memory = bool(memory) or (had is not None and bool(had.rows) and
+                                  had.rows[0][OP_STATS_COLUMNS.index("self_cpu_memory_bytes")] is not None)
+    return op_stats_table(part.spans, memory, has_memory=has_memory, group_by_input_shape=group_by_input_shape)
 
 
 # -- entry points ----------------------------------------------------------------------------------
@@ -827,7 +929,12 @@ def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping
     else:
         start_ns, end_ns = builder.t_min or 0, builder.t_max or 0
     summaries: dict[str, Any] = {}
-    total_flops = sum(s.args.get("flops", 0) for s in spans if s.category == "cpu_op" and s.args)
+    # From the op table, where an op re-dispatched to itself (aten::mul inside aten::mul, both with FLOPs)
+    # counts once, as in torch's key_averages(); summing every span would count it twice.
+    total_flops = 0
+    if table is not None:
+        fi = table.columns.index("flops")
+        total_flops = sum(r[fi] for r in table.rows if r[fi])
     if total_flops:
         summaries["flops"] = {"total_flops": total_flops,
                               "flops_per_s": total_flops / ((end_ns - start_ns) / 1e9) if end_ns > start_ns else None}
@@ -857,6 +964,8 @@ def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping
     for loss in losses:
         warnings.warn(f"{name}: {loss.count} {loss.unit} not read ({loss.kind}): {loss.detail}", DataLossWarning,
                       stacklevel=3)
+    if "analysis_note" in meta:
+        warnings.warn(f"{name}: {meta['analysis_note']}", OmniprofWarning, stacklevel=3)
     return part, top
 
 

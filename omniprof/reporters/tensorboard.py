@@ -98,6 +98,8 @@ class EventData:
     dur_ns: int
     stats: Mapping[str, Any] = attrs.field(factory=dict)
     static: Mapping[str, Any] = attrs.field(factory=dict)
+    #: the event metadata's name when XProf must parse one other than ``name`` (shown as ``name``)
+    xprof_name: str = ""
 
 
 @attrs.frozen
@@ -334,8 +336,10 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
         tracks = {t.id: t for t in part.tracks}
         processes = {t.process for t in part.tracks if t.process and _device_of(t) is None}
         events_by_track: dict[str, list[EventData]] = defaultdict(list)
+        redispatched = _redispatched_ops(part)
         for si, sp in enumerate(part.spans):
-            events_by_track[sp.track].append(_span_event(sp, conv, flow_dir.get((pi, si), ())))
+            events_by_track[sp.track].append(_span_event(sp, conv, flow_dir.get((pi, si), ()),
+                                                         framework_op=si not in redispatched))
         for ins in part.instants:
             stats = _stat_items(ins.args)
             if ins.category:
@@ -391,7 +395,29 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
     return Timeline(host, tuple(out_planes), start_unix, end_unix, metadata)
 
 
-def _span_event(sp: Span, conv: _Conv, flows: Sequence[tuple[int, int]]) -> EventData:
+def _redispatched_ops(part: BackendResult) -> set[int]:
+    """Indices of ``cpu_op`` spans directly inside a span of the same name on the same track: an op's
+    dispatcher re-entry (``aten::sum`` in ``aten::sum``), which torch's op table folds into its
+    parent. They are not marked as framework ops for XProf, so its op statistics count the op once."""
+    out: set[int] = set()
+    by_track: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for i, sp in enumerate(part.spans):
+        if sp.category in ("cpu_op", "annotation", "step"):
+            by_track[sp.track].append((sp.start_ns, -sp.dur_ns, i))
+    for entries in by_track.values():
+        entries.sort()
+        stack: list[tuple[int, str]] = []  # (end_ns, name)
+        for start, negdur, i in entries:
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            sp = part.spans[i]
+            if stack and sp.category == "cpu_op" and stack[-1][1] == sp.name:
+                out.add(i)
+            stack.append((start - negdur, sp.name))
+    return out
+
+
+def _span_event(sp: Span, conv: _Conv, flows: Sequence[tuple[int, int]], *, framework_op: bool = True) -> EventData:
     stats = _stat_items(sp.args)
     if sp.category:
         stats.setdefault("category", sp.category)
@@ -399,13 +425,31 @@ def _span_event(sp: Span, conv: _Conv, flows: Sequence[tuple[int, int]]) -> Even
         details = kernel_details(sp.args)
         if details is not None:
             stats["kernel_details"] = details
+    xprof_name = _framework_op_name(sp.name) if sp.category == "cpu_op" and framework_op else ""
     if flows:
         # XProf keeps one flow stat per event; a span in several flows keeps the first and lists all.
         fid, direction = flows[0]
         stats["flow"] = xs.encode_flow(fid, direction)
         if len(flows) > 1:
             stats["flow_ids"] = ",".join(str(f) for f, _ in flows)
-    return EventData(sp.name, conv.rel(sp.start_ns), max(sp.dur_ns, 0), stats)
+    return EventData(sp.name, conv.rel(sp.start_ns), max(sp.dur_ns, 0), stats, xprof_name=xprof_name)
+
+
+_FRAMEWORK_OP = re.compile(r"^([a-z_][a-z0-9_]*)::([A-Za-z_][A-Za-z0-9_.]*)$")
+
+
+def _framework_op_name(name: str) -> str:
+    """The name XProf's op statistics recognise for a framework op: ``aten::addmm`` -> ``addmm:aten``.
+
+    XProf counts a host event as a framework op only when its metadata name parses as
+    ``<op name>:<op type>`` (TensorFlow's ``MatMul:MatMul``, JAX's ``dot_general:dot_general``);
+    torch's ``namespace::op`` does not, so the op becomes ``op:namespace`` (shown as the op name,
+    the namespace as its type) and keeps its own name as the display name. Names of any other
+    shape (user ranges, ``autograd::engine::evaluate_function: ...``) stay as they are: XProf
+    leaves them out of op statistics, as it does TensorFlow's user TraceMe ranges.
+    """
+    m = _FRAMEWORK_OP.match(name)
+    return f"{m.group(2)}:{m.group(1)}" if m else ""
 
 
 def _file_host(name: str) -> str:
@@ -431,7 +475,9 @@ def _fill(space: Any, timeline: Timeline, shift_ns: int) -> None:
             line = builder.add_line(ld.name, t0, display_name=ld.display_name, line_id=ld.line_id)
             for e in ld.events:
                 mid = None
-                if e.static:
+                if e.xprof_name:
+                    mid = builder.event_metadata_id(e.xprof_name, display_name=e.name)
+                elif e.static:
                     key = (e.name, tuple(e.static.items()))
                     mid = static_ids.get(key)
                     if mid is None:
@@ -520,6 +566,25 @@ def _result_notes(result: ProfileResult) -> list[str]:
     return notes
 
 
+def _unfilled_views(result: ProfileResult) -> list[str]:
+    """Which XProf views a torch (Kineto) part leaves empty, and why; shown in XProf's overview
+    page under diagnostics (``XSpace.warnings``)."""
+    if not any(s.category == "cpu_op" for p in result.parts if p.backend != "xla" for s in p.spans):
+        return []
+    has_memory = any(i.category == "memory" for p in result.parts for i in p.instants)
+    notes = [
+        "omniprof: torch ops fill XProf's framework_op_stats (host ops, type 'aten' etc.), trace_viewer and "
+        "kernel_stats. Not filled, and why: overview_page step-time graph and input_pipeline_analyzer (XProf "
+        "finds steps only from TensorFlow/JAX step markers; torch's ProfilerStep#N ranges are on the trace viewer "
+        "and in omniprof's op_stats); op_profile, memory_viewer and graph_viewer (built from XLA HLO, which eager "
+        "torch does not produce)",
+    ]
+    notes.append("omniprof: memory_profile not filled: XProf reads TensorFlow allocator events only; " + (
+        "torch's allocations are on the trace viewer as '[memory]' events and memory_allocated counters"
+        if has_memory else "this torch run recorded no memory events (record_memory / host_tracer_level=3)"))
+    return notes
+
+
 def xplane_files(logdir: str | os.PathLike[str]) -> list[Path]:
     """Every ``plugins/profile/<run>/*.xplane.pb`` under ``logdir`` (sorted)."""
     return sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"))
@@ -538,7 +603,7 @@ def write_logdir(result: ProfileResult, logdir: str | os.PathLike[str],
     opts = options or TensorBoardOptions()
     logdir = Path(logdir)
     natives, notes = _native_xplanes(result) if opts.use_native_xplane else ({}, [])
-    notes += _result_notes(result)
+    notes += _result_notes(result) + _unfilled_views(result)
     base_bytes: bytes | None = None
     base_index: int | None = None
     for idx, path in natives.items():

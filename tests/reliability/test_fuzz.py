@@ -288,7 +288,7 @@ def command_lines(draw: st.DrawFn) -> list[str]:
                                 ["diff", "ok.json", "ok.json"], ["config", "check", "omniprof.toml"],
                                 ["config", "show", "omniprof.toml"], ["plugins", "--no-probe"]]))
     flags = {"run": ["-b", "-O", "-r", "-R", "-o", "--logdir", "--label"], "report": ["-r", "-R", "-o"],
-             "diff": ["--threshold-pct", "--min-share-pct", "--max-rows", "--format"],
+             "diff": ["--threshold-pct", "--min-share-pct", "--max-rows", "--format", "--vs", "--alpha", "--repeats"],
              "config": ["--profile", "--format"], "plugins": ["--no-plugin"]}[cmd[0]]
     extra: list[str] = []
     for flag in draw(st.lists(st.sampled_from(flags), max_size=3)):

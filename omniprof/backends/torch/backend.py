@@ -40,7 +40,7 @@ import attrs
 
 from omniprof.plugin import Backend, Capability
 from omniprof.core import validators as v
-from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
+from omniprof.core.results import Artifact, BackendResult, ClockInfo, CounterSeries, Loss, Track
 from omniprof.errors import BackendOptionWarning, BackendUnavailableError, DataLossWarning
 
 __all__ = ["TorchBackend", "TorchOptions"]
@@ -81,7 +81,7 @@ class TorchOptions:
 _NATIVE_LINE = re.compile(r"^(?:[A-Z]+:\d{4}-\d\d-\d\d |\[[WIEF]\d{4} |\s+(?:Log file|Trace |Warmup|Max GPU|Enabled ))")
 _NATIVE_ERROR = re.compile(r"^(?:ERROR:|\[[EF]\d{4} )")
 _HOST_KEEP_LEVEL1 = frozenset({"annotation", "step"})
-_DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset", "sync"})
+_DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset", "sync", "gpu_annotation"})
 
 
 def _warn(message: str, category: type[Warning] = BackendOptionWarning) -> None:
@@ -166,6 +166,39 @@ def _device_activities(torch: Any, ProfilerActivity: Any, supported: Any) -> tup
             acts.append(act)
             names.append(name)
     return acts, names
+
+
+def _memory_by_category(prof: Any, base_ns: int, devices: list[str]) -> tuple[list[Any], list[Any], dict[str, int]] | str:
+    """torch's own memory timeline by category (parameter, optimizer_state, input, temporary,
+    activation, gradient, autograd_detail, unknown: ``torch.profiler._memory_profiler``, what
+    ``export_memory_timeline`` plots) as one counter series per category and device, on Kineto's
+    clock. Needs shapes, stacks and memory recorded. Returns a note saying why when torch cannot."""
+    try:
+        from torch.profiler import _memory_profiler as mp
+
+        timeline = mp.MemoryProfileTimeline(prof._memory_profile())
+        names = ["unknown" if c is None else c.name.lower() for c in mp._CATEGORY_TO_INDEX]
+    except Exception as e:  # private torch API: a torch without it, or one that changed, is a note, not a failure
+        return f"torch's memory profiler gave no timeline by category ({type(e).__name__}: {e})"
+    tracks: list[Any] = []
+    counters: list[Any] = []
+    peaks: dict[str, int] = {}
+    for device in devices:
+        try:
+            times_us, sizes = timeline._coalesce_timeline(device)
+        except Exception:
+            continue
+        if not times_us:
+            continue
+        t_ns = [int(t) * 1000 - base_ns for t in times_us]  # Unix microseconds -> Kineto's clock
+        track = f"counter:memory_by_category:{device}"
+        tracks.append(Track(id=track, name=f"memory by category ({device})", kind="counter"))
+        for i, name in enumerate(names):
+            values = [float(row[i + 1]) for row in sizes]  # row[0] is a spacer column in torch's layout
+            if any(values):
+                counters.append(CounterSeries(f"memory {name} ({device})", "bytes", track, t_ns, values))
+                peaks[f"peak_{name}_{device.replace(':', '')}_bytes"] = int(max(values))
+    return tracks, counters, peaks
 
 
 class TorchBackend(Backend):
@@ -351,22 +384,43 @@ class TorchBackend(Backend):
         self._step = step_num
 
     def stop(self) -> BackendResult:
+        return self._build(self._halt())
+
+    def stop_deferred(self) -> Any:
+        """Stop torch's profiler now (what plain ``torch.profiler`` does at a window's end) and leave saving
+        and reading the trace to the returned function, which the Profiler calls off the training loop."""
+        state = self._halt()
+        return lambda: self._build(state)
+
+    def _halt(self) -> dict[str, Any]:
+        """End recording: torch's own ``stop_trace``, and nothing more."""
         end_pair = self._clock_pair()
         if self._state != "record":
             raise RuntimeError(f"backend 'torch' stop() called in state {self._state!r}; call start() first")
         self._state = "stopped"
-        meta: dict[str, Any] = {"levels": self.context.profile_options.to_dict(), "torch_options": self._settings}
-        if self._prof is None:
-            return BackendResult(backend=self.name, clock=ClockInfo(name=self.clock.name), start_ns=self._start_ns,
-                                 end_ns=end_pair[0], metadata={**meta, "recorded": False})
+        prof, self._prof = self._prof, None
+        state: dict[str, Any] = {"end_pair": end_pair, "prof": prof, "stopped_early": False}
+        if prof is None:
+            return state
         import torch
 
-        prof, self._prof = self._prof, None
         with self._quiet():
             prof.stop()  # closes the step marker; RECORD -> None: torch's stop_trace
         with contextlib.suppress(Exception):
             from torch.autograd.profiler import KinetoStepTracker
             KinetoStepTracker.erase_step_count("ProfilerStep")
+        state["stopped_early"] = bool(self._settings.get("devices")) and bool(torch.autograd._is_kineto_stopped())
+        return state
+
+    def _build(self, state: dict[str, Any]) -> BackendResult:
+        """Save torch's recording as Kineto JSON and read it into a result (the costly part)."""
+        meta: dict[str, Any] = {"levels": self.context.profile_options.to_dict(), "torch_options": self._settings}
+        prof = state["prof"]
+        if prof is None:
+            return BackendResult(backend=self.name, clock=ClockInfo(name=self.clock.name), start_ns=self._start_ns,
+                                 end_ns=state["end_pair"][0], metadata={**meta, "recorded": False})
+        import torch
+
         results = prof.profiler.kineto_results
         flops: dict[int, int] = {}
         if self._settings.get("with_flops"):
@@ -375,7 +429,7 @@ class TorchBackend(Backend):
                 if f:
                     flops[e.external_id()] = f
         losses: list[Loss] = []
-        if self._settings.get("devices") and torch.autograd._is_kineto_stopped():
+        if state["stopped_early"]:
             losses.append(Loss(self.name, "buffer_full", 1, "sessions",
                                "Kineto stopped device activity collection early (CUPTI buffer full); "
                                "device events after that point are missing"))
@@ -410,8 +464,20 @@ class TorchBackend(Backend):
                                    "run's reference clock from a (reference, time.time_ns) pair taken at start"})
         if self._native_log:
             meta["native_log"] = list(self._native_log)
+        tracks, counters, summaries = part.tracks, part.counters, dict(part.summaries)
+        if self._settings.get("profile_memory") and self._settings.get("record_shapes") and \
+                self._settings.get("with_stack"):
+            got = _memory_by_category(prof, int(base), ["cpu"] + [f"cuda:{d.get('id', i)}" for i, d in enumerate(
+                part.metadata.get("devices", ())) if isinstance(d, dict)])
+            if isinstance(got, str):
+                meta["memory_by_category_note"] = got
+            else:
+                new_tracks, new_counters, peaks = got
+                tracks, counters = tracks + tuple(new_tracks), counters + tuple(new_counters)
+                if peaks:
+                    summaries["memory_by_category"] = peaks
         return attrs.evolve(part, clock=ClockInfo(name="kineto", offset_ns=offset), losses=part.losses + tuple(losses),
-                            metadata=meta)
+                            metadata=meta, tracks=tracks, counters=counters, summaries=summaries)
 
     def close(self) -> None:
         prof, self._prof = self._prof, None

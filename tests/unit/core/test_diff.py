@@ -119,3 +119,35 @@ def test_functions_match_across_checkouts():
                                                   samples=[StackSample(0, 1, 0, w)]),))
     rows = rows_by_key(diff(at("/ci/run1", 100), at("/home/me", 300)), "functions")
     assert set(rows) == {TOTAL_KEY, "f  app/x.py"} and rows["f  app/x.py"].status == "changed"
+
+
+def test_permutation_p_exact_and_sampled_agree():
+    """The exact p counts splits by hand-checkable rules; the sampled p (past the split limit) is close to it."""
+    from omniprof.analysis.diff import permutation_p
+
+    assert permutation_p([1, 2, 3], [4, 5, 6]) == pytest.approx(1 / 20)   # only the observed split is as extreme
+    assert permutation_p([1, 2, 4], [3, 5, 6]) == pytest.approx(2 / 20)   # and {4,5,6}
+    a = [10, 12, 11, 13, 12, 11, 10, 14]
+    b = [12, 13, 15, 14, 13, 16, 12, 15]
+    exact = permutation_p(a, b)                      # C(16, 8) = 12870 splits, enumerated
+    sampled = permutation_p(a, b, max_splits=5000, draws=5000)   # drawn
+    assert 0 < exact < 0.01 and sampled == pytest.approx(exact, abs=0.004)
+
+
+def test_repeated_runs_need_significance_and_say_when_alpha_is_out_of_reach():
+    """3 vs 3 runs where 'dot' grows 30% but overlaps: not significant; 2 vs 2 cannot reach alpha, and says so."""
+    base = [ops({"dot": v, "add": 1000}) for v in (1000, 1400, 1100)]
+    new = [ops({"dot": v, "add": 1000}) for v in (1500, 1200, 1400)]
+    d = diff(base, new, alpha=0.05)
+    dot = rows_by_key(d)["dot"]
+    assert dot.delta_pct > 10 and not dot.regressed and dot.status == "same" and dot.p_value > 0.05
+    sep = diff(base, [ops({"dot": v, "add": 1000}) for v in (1600, 1700, 1650)], alpha=0.05)
+    assert rows_by_key(sep)["dot"].regressed and rows_by_key(sep)["dot"].p_value == pytest.approx(1 / 20)
+    two = diff(base[:2], new[:2])
+    assert not two.regressions and "smallest possible p is 0.167 > alpha 0.01" in two.notes[0]
+
+
+@pytest.mark.parametrize("bad", [0, 1, -0.1, "0.05", True])
+def test_bad_alpha_is_refused(bad):
+    with pytest.raises(InvalidArgumentError, match="alpha"):
+        diff(make_result(), make_result(), alpha=bad)

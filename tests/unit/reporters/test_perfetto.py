@@ -470,7 +470,10 @@ class TestChromeConformance(ReporterConformance):
 
 
 # -- Perfetto's real trace processor -------------------------------------------------------------
-SHARED_DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
+# The shared/ folder beside the repository root (one level further up from a worktree).
+SHARED_DATA = next((p for p in (Path(__file__).resolve().parents[3] / ".." / "shared" / "data",
+                                Path(__file__).resolve().parents[3] / ".." / ".." / "shared" / "data") if p.is_dir()),
+                   Path(__file__).resolve().parents[3] / ".." / "shared" / "data")
 
 
 def cpu_result() -> ProfileResult:

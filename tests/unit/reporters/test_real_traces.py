@@ -19,7 +19,11 @@ from tests.unit.reporters.test_speedscope import check_importable
 import os
 
 # shared/ sits beside the repository; OMNIPROF_SHARED_DATA points elsewhere (e.g. from a worktree).
-DATA = Path(os.environ.get("OMNIPROF_SHARED_DATA", Path(__file__).resolve().parents[3] / ".." / "shared" / "data")) / "kineto"
+_ROOT = Path(__file__).resolve().parents[3]
+# The shared/ folder beside the repository root (one level further up from a worktree).
+DATA = Path(os.environ.get("OMNIPROF_SHARED_DATA") or next(
+    (p for p in (_ROOT / ".." / "shared" / "data", _ROOT / ".." / ".." / "shared" / "data") if p.is_dir()),
+    _ROOT / ".." / "shared" / "data")) / "kineto"
 
 
 def _kineto_spans(name: str) -> ProfileResult:

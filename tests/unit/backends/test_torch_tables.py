@@ -1,0 +1,142 @@
+"""The torch backend's tables and summaries against torch's own ``key_averages()`` on real CPU runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import omniprof
+
+torch = pytest.importorskip("torch")
+
+LEVEL3 = {"host_tracer_level": 3, "device_tracer_level": 0}
+
+
+def _transformer_work():
+    """A transformer layer's forward/backward/Adam step plus scalar multiplies: ``aten::mul`` with a
+    Python scalar re-dispatches to ``aten::mul`` (both carry FLOPs), the case a per-span sum counts twice."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    opt = torch.optim.Adam(layer.parameters())
+    x = torch.randn(2, 10, 64)
+    a = torch.randn(16, 32)
+
+    def work():
+        y = layer(x)
+        (y * 2).sum().backward()
+        opt.step()
+        a.mul(2)
+        a.add(a, alpha=2)
+
+    return work
+
+
+def test_flops_summary_matches_torch_key_averages():
+    """Total FLOPs equal torch's sum over key_averages(): re-dispatched ops are counted once."""
+    work = _transformer_work()
+    work()  # Adam's state exists from here on: both profiled calls run the same ops
+    from torch.profiler import profile
+
+    with profile(with_flops=True, record_shapes=True) as tp:
+        work()
+    expected = sum(e.flops for e in tp.key_averages())
+    with omniprof.Profiler(backend="torch", options=omniprof.ProfileOptions(**LEVEL3)) as prof:
+        work()
+    part = prof.result.part("torch")
+    per_span = sum(s.args.get("flops", 0) for s in part.spans if s.category == "cpu_op")
+    assert per_span > expected > 0  # the trace has a re-dispatched op with FLOPs: the case under test
+    assert part.summaries["flops"]["total_flops"] == expected
+    ops = part.table("op_stats")
+    fi = ops.columns.index("flops")
+    assert sum(r[fi] or 0 for r in ops.rows) == expected
+
+
+def test_window_ending_inside_the_loop_is_built_off_the_loop(tmp_path):
+    """A schedule window that ends in step(): the step only stops torch's profiler; the Kineto JSON is
+    saved, read and published when the result is asked for (or at stop()), with the same content."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    published = []
+    prof = omniprof.Profiler(backend="torch", options=omniprof.ProfileOptions(device_tracer_level=0),
+                             schedule=omniprof.schedule(wait=1, warmup=1, active=2, repeat=1), logdir=tmp_path,
+                             on_result=published.append)
+    prof.start()
+    for i in range(6):
+        model(x).sum().backward()
+        prof.step()
+        if i == 3:  # the window (steps 2-3) ended in this step() call
+            assert published == []  # nothing built inside the loop ...
+            assert list(tmp_path.rglob("*.pt.trace.json")) == []  # ... not even torch's JSON saved
+            assert list(tmp_path.rglob("omniprof.result.json")) == []
+    result = prof.result  # asked for: built now
+    assert published == [result]
+    assert len(list(tmp_path.rglob("omniprof.result.json"))) == 1
+    steps = [s.args["step_num"] for s in result.part("torch").spans if s.category == "step"]
+    assert steps == [2, 3]
+    addmm = next(r for r in result.part("torch").table("op_stats").records() if r["name"] == "aten::addmm")
+    assert addmm["calls"] == 4  # 2 recorded steps x 2 Linear layers
+    assert prof.stop() is result and prof.results == [result]
+
+
+def test_group_by_input_shape_matches_torch(tmp_path):
+    """op_table(group_by_input_shape=True) on torch's own exported trace equals torch's
+    key_averages(group_by_input_shape=True): one row per (name, input shapes), same calls, times, memory."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from omniprof.formats.kineto import op_table, read_trace
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as p:
+        for batch in (8, 8, 24):  # two input shapes for the same ops
+            with record_function("step"):
+                model(torch.randn(batch, 16)).sum().backward()
+    trace = tmp_path / "t.pt.trace.json"
+    p.export_chrome_trace(str(trace))
+    theirs = {(e.key, str(e.input_shapes)): e for e in p.key_averages(group_by_input_shape=True)}
+    part = read_trace(trace).parts[0]
+    table = op_table(part, group_by_input_shape=True)
+    assert table.name == "op_stats_by_input_shape"
+    ours = {(r["name"], str(json.loads(r["input_shapes"]))): r for r in table.records()}
+    assert set(ours) == set(theirs)
+    addmm = [k for k in ours if k[0] == "aten::addmm"]
+    assert len(addmm) == 4  # 2 layers x 2 batch sizes
+    for key, e in theirs.items():
+        row = ours[key]
+        assert row["calls"] == e.count, key
+        assert abs(row["total_cpu_ns"] / 1000 - e.cpu_time_total) <= 2, key   # torch keeps microseconds
+        assert abs(row["self_cpu_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
+        assert row["self_cpu_memory_bytes"] == e.self_cpu_memory_usage, key
+    plain = op_table(part)  # without grouping: the part's own op table
+    assert plain.rows == part.table("op_stats").rows
+
+
+def test_memory_timeline_by_category_against_ground_truth():
+    """With memory, shapes and stacks recorded, the part holds torch's memory timeline by category; its
+    gradient and optimizer-state peaks equal the bytes of the model's parameters and of Adam's state,
+    counted from the tensors themselves."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(32, 64)
+    opts = omniprof.ProfileOptions(host_tracer_level=3, python_tracer_level=1, device_tracer_level=0)
+    with omniprof.Profiler(backend="torch", options=opts) as prof:
+        for _ in range(2):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    part = prof.result.part("torch")
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    state_bytes = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
+                      if isinstance(t, torch.Tensor))
+    peaks = part.summaries["memory_by_category"]
+    assert peaks["peak_gradient_cpu_bytes"] == param_bytes
+    assert peaks["peak_optimizer_state_cpu_bytes"] == state_bytes
+    series = {c.name: c for c in part.counters}
+    grad = series["memory gradient (cpu)"]
+    assert grad.unit == "bytes" and max(grad.values) == param_bytes
+    # on the part's own clock: inside the recorded ops' time range
+    ops = [s for s in part.spans if s.category == "cpu_op"]
+    assert min(s.start_ns for s in ops) - 1_000_000 <= grad.t_ns[0] <= max(s.end_ns for s in ops)
