@@ -38,6 +38,8 @@ def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module
         make_reporter(spec.name, spec.options, reg)
     outcome = runner.run(cfg, registry=reg, peek=ns.peek)
     exit_code = outcome.exit_code
+    if outcome.forked_child:  # a child the program forked came back here: the profile is the parent's
+        return exit_code or (1 if outcome.error is not None else 0)
     if outcome.exit_message is not None:
         print(outcome.exit_message, file=sys.stderr)  # sys.exit("message") prints it, as python does
     if outcome.error is not None:

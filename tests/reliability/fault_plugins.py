@@ -31,3 +31,18 @@ class FailingStopBackend(FakeBackend):
 
     def stop(self) -> BackendResult:
         raise RuntimeError("lost connection")
+
+
+class SigintAtStopBackend(FakeBackend):
+    """Sends this process a SIGINT while it stops (a second Ctrl-C landing during Profiler.stop())."""
+
+    name: ClassVar[str] = "sigint"
+
+    def stop(self) -> BackendResult:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # bytecodes: the moment Python runs the SIGINT handler
+            pass
+        return super().stop()

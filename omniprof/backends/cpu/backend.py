@@ -39,6 +39,7 @@ from omniprof.backends.cpu import api
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import python_stacks
 from omniprof.core import validators as v
+from omniprof.core.forks import OwnedHandler, on_fork_child
 from omniprof.core.results import BackendResult, ClockInfo, Frame, Loss, Span, TaskInfo, ThreadInfo, Track
 from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgumentError
 
@@ -86,7 +87,7 @@ class _SignalTrigger:
         self.sampler = sampler
         self.interval_s = interval_s
         self.frame_box = frame_box
-        self._old: Any = None
+        self._owned: OwnedHandler | None = None
         self._armed = False
         sample = sampler.sample
         own: set[int] = set()
@@ -133,15 +134,27 @@ class _SignalTrigger:
         self.handler = handler
 
     def start(self) -> None:
-        self._old = signal.signal(signal.SIGALRM, self.handler)
+        self._owned = OwnedHandler(signal.SIGALRM, self.handler).install()
         self._armed = True
+        on_fork_child(self._forked)
         self._due[0] = time.perf_counter() + self.interval_s
         signal.setitimer(signal.ITIMER_REAL, self.interval_s)
 
     def stop(self) -> None:
+        # Disarm first, then give the handler back: a SIGALRM that found SIGALRM's default action
+        # would kill the process.
         self._armed = False
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        signal.signal(signal.SIGALRM, self._old if self._old is not None else signal.SIG_DFL)
+        if self._owned is not None:
+            self._owned.restore()
+
+    def _forked(self) -> None:
+        # A forked child inherits the handler but not the timer (fork(2)); it gets its own
+        # process's handler back and never rearms.
+        self._armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        if self._owned is not None:
+            self._owned.restore()
 
 
 def _own_codes(handler: Any) -> list[Any]:
@@ -309,6 +322,7 @@ class CpuSamplerBackend(Backend):
                 self._pyspy.start()
             if self._trigger is not None:
                 self._trigger.start()
+        on_fork_child(self._forked)
         if po.host_tracer_level >= 3:
             self._install_gc()
         if po.python_tracer_level >= 1:
@@ -354,11 +368,11 @@ class CpuSamplerBackend(Backend):
             metadata={"engine": self.engine or "off", "checkpoint": True})
 
     def stop(self) -> BackendResult:
-        if self._tracer is not None:
-            self._tracer.uninstall()
-        if self._trigger is not None:
+        if self._trigger is not None:  # the timer first: nothing may fire into a half-stopped backend
             self._trigger.stop()
             self._trigger = None
+        if self._tracer is not None:
+            self._tracer.uninstall()
         self._remove_gc()
         end_ns = self.clock.now_ns()
         pyspy_lines = None
@@ -446,6 +460,17 @@ class CpuSamplerBackend(Backend):
             with contextlib.suppress(Exception):
                 self._pyspy.cleanup()
             self._pyspy = None
+        self._remove_gc()
+
+    def _forked(self) -> None:
+        """In a forked child: stop recording into this (the parent's) session, touch nothing
+        outside this process (the parent's py-spy is the parent's)."""
+        self._trigger = None  # a signal trigger resets itself; a sampler thread does not exist here
+        self._pyspy = None
+        if self._tracer is not None:
+            with contextlib.suppress(Exception):
+                self._tracer.uninstall()
+            self._tracer = None
         self._remove_gc()
 
     # -- py-spy --------------------------------------------------------------------------------
