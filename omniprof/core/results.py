@@ -444,7 +444,19 @@ class ProfileResult:
         return result
 
     def to_json(self, *, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False, ensure_ascii=False)
+        """The result as JSON text that encodes to valid UTF-8.
+
+        Text that is not valid Unicode (a file name of undecodable bytes, kept by Python as lone
+        surrogates: ``caf\\udce9.py``) is written as JSON ``\\u`` escapes, which read back to the
+        same string (and so to the same file name through ``os.fsencode``).
+        """
+        data = self.to_dict()
+        text = json.dumps(data, indent=indent, allow_nan=False, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(data, indent=indent, allow_nan=False, ensure_ascii=True)
+        return text
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the result as JSON (gzipped when the name ends in ``.gz``), atomically.

@@ -24,6 +24,7 @@ from typing import IO
 import attrs
 
 from omniprof.core import validators as v
+from omniprof.core.reporter import check_times
 from omniprof.core.results import Frame, ProfileResult
 from omniprof.plugin import Reporter
 from omniprof.reporters.stackdata import SOURCES, StackProfile, stack_profile
@@ -52,6 +53,8 @@ class PprofOptions:
 
 # -- protobuf wire format ---------------------------------------------------------------------------
 def _varint(n: int, out: bytearray) -> None:
+    if not -(1 << 63) <= n < 1 << 64:
+        raise ValueError(f"{n} does not fit a 64-bit protobuf field")
     if n < 0:
         n += 1 << 64  # int64 negatives are ten-byte two's complement varints
     while n > 0x7F:
@@ -226,5 +229,6 @@ class PprofReporter(Reporter):
         return stack_profile(result, self.options.source, aggregate=True)
 
     def report(self, result: ProfileResult, dest: IO[bytes]) -> None:  # type: ignore[override]
+        check_times(result, self.name)
         data = encode_profile(self.profile(result), result, self.options)
         dest.write(gzip.compress(data, compresslevel=6, mtime=0) if self.options.compress else data)
