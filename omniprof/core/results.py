@@ -434,8 +434,8 @@ class ProfileResult:
             result = _structure(cls, data)
         except TraceReadError:
             raise
-        except (TypeError, ValueError, KeyError, AttributeError) as e:
-            raise TraceReadError(f"malformed result: {e}") from e
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError, IndexError) as e:
+            raise TraceReadError(f"malformed result: {_first_line(e)}") from e
         except RecursionError as e:
             raise TraceReadError("malformed result: values nested too deeply") from e
         problem = _reference_problem(result)
@@ -475,16 +475,10 @@ class ProfileResult:
 
 def load(path: str | os.PathLike[str]) -> ProfileResult:
     """Read a result saved by :meth:`ProfileResult.save` (plain or gzipped JSON). Never runs code."""
+    from omniprof.core.inputs import read_input
+
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise TraceReadError(f"cannot read result file {str(path)!r}: {e.strerror or e}") from e
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise TraceReadError(f"{path}: corrupt or truncated gzip data: {e}") from e
+    raw = read_input(path)  # bounded: size, gzip ratio; pipes, devices and link loops each named
     try:
         data = json.loads(raw)
     except UnicodeDecodeError as e:
@@ -493,10 +487,24 @@ def load(path: str | os.PathLike[str]) -> ProfileResult:
         raise TraceReadError(f"{path}: invalid JSON at line {e.lineno} column {e.colno} (char {e.pos}): {e.msg}") from e
     except RecursionError as e:
         raise TraceReadError(f"{path}: JSON nested too deeply") from e
+    except ValueError as e:  # e.g. an integer of more than 4,300 digits (Python's int/str conversion bound)
+        why = ("a number of more than 4,300 digits (the bound Python puts on reading integers)"
+               if "4300" in str(e) else _first_line(e))
+        raise TraceReadError(f"{path}: invalid JSON: {why}") from e
     try:
         return ProfileResult.from_dict(data)
     except TraceReadError as e:
         raise TraceReadError(f"{path}: {e}") from e
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 200 else f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
 
 
 def _reference_problem(result: ProfileResult) -> str | None:
@@ -563,7 +571,9 @@ def _check_scalars(cls: type, kwargs: dict[str, Any]) -> None:
         t = a.type if isinstance(a.type, str) else getattr(a.type, "__name__", "")
         value = kwargs[a.name]
         if t == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise TypeError(f"{cls.__name__}.{a.name} must be an integer (got {value!r})")
+            raise TypeError(f"{cls.__name__}.{a.name} must be an integer (got {_short(value)})")
+        if t == "int" and not -(1 << 63) <= value < 1 << 63:
+            raise TypeError(f"{cls.__name__}.{a.name} is outside the signed 64-bit range (got {_short(value)})")
         if t == "str" and not isinstance(value, str):
             raise TypeError(f"{cls.__name__}.{a.name} must be a string (got {value!r})")
         if t == "bool" and not isinstance(value, bool):
