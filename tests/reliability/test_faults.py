@@ -59,6 +59,7 @@ def proj(tmp_path, monkeypatch):
     """A project directory with the busy target and a plugins.toml of failing plugins."""
     (tmp_path / "busy.py").write_text(BUSY)
     (tmp_path / "plugins.toml").write_text(PLUGINS)
+    monkeypatch.setenv("OMNIPROF_PLUGINS", str(tmp_path / "plugins.toml"))  # named: never loaded from cwd alone
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.syspath_prepend(str(ROOT))
