@@ -30,6 +30,7 @@ import attrs
 
 from omniprof.analysis import stacktree
 from omniprof.core.results import BackendResult, ProfileResult, Table
+from omniprof.core.text import printable
 from omniprof.errors import InvalidArgumentError
 
 __all__ = ["DiffRow", "TableDiff", "ResultDiff", "diff", "format_diff", "TOTAL_KEY"]
@@ -247,17 +248,19 @@ def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
         out.append("")
         shown = t.rows[: max_rows + 1]
         more = len(t.rows) - len(shown)
-        out.append(f"{t.name} ({t.backend}, by {t.time_column})" + (f": {more} more rows not shown" if more else ""))
+        out.append(printable(f"{t.name} ({t.backend}, by {t.time_column})")
+                   + (f": {more} more rows not shown" if more else ""))
         header = ["", "A", "B", "delta", "delta%", "share A%", "share B%", "status", "name"]
         cells = []
         for r in shown:
             pct = "-" if r.delta_pct is None else f"{r.delta_pct:+.1f}"
             cells.append(["!" if r.regressed else "", _ns(r.a_ns), _ns(r.b_ns), ("+" if r.delta_ns > 0 else "")
-                          + _ns(r.delta_ns), pct, f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, r.key])
+                          + _ns(r.delta_ns), pct, f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status,
+                          printable(r.key)])  # names come from the files: never raw escape sequences
         widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
         for row in [header, *cells]:
             out.append("  ".join(c.ljust(w) if i in (0, 7, 8) else c.rjust(w)
                                  for i, (c, w) in enumerate(zip(row, widths))).rstrip())
     for s in d.skipped:
-        out.append(f"note: not compared: {s}")
+        out.append(f"note: not compared: {printable(s)}")
     return "\n".join(out) + "\n"

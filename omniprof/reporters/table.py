@@ -16,6 +16,7 @@ import attrs
 from omniprof.analysis import stackreport, stacktree
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Table
+from omniprof.core.text import printable
 from omniprof.core.units import format_bytes as _fmt_bytes
 from omniprof.core.units import format_ns as _fmt_ns
 from omniprof.plugin import Reporter
@@ -141,12 +142,13 @@ class _Out:
         self.blocks: list[tuple[Any, ...]] = []
 
     def line(self, text: str = "") -> None:
+        text = "\n".join(printable(x) for x in text.split("\n"))  # names from traces: no raw escape sequences
         self.blocks.append(("line", text))
         self.lines.append(_cut(text, self.width))
 
     def grid(self, header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> None:
-        header = [str(h) for h in header]
-        rows = [[str(c) for c in r] for r in rows]
+        header = [printable(h) for h in header]
+        rows = [[printable(c) for c in r] for r in rows]
         self.blocks.append(("grid", header, rows, align))
         widths = [len(h) for h in header]
         for r in rows:
