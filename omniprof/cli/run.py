@@ -9,6 +9,7 @@ target under a Profiler; the reporters write the results.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from omniprof.cli import _common as c
@@ -21,6 +22,9 @@ def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module
     from omniprof.core import config as cfgmod
     from omniprof.core.reporting import make_reporter
 
+    # Relative to where omniprof was started, not to wherever the program chdirs before it ends.
+    ns.outdir = os.path.abspath(ns.outdir) if ns.outdir else ns.outdir
+    ns.logdir = os.path.abspath(ns.logdir) if ns.logdir else ns.logdir
     path = None if ns.no_config else config_path(ns.config, required=not (target or is_module))
     function = target[0] if target and not is_module and cfgmod.is_function_target(target[0]) else None
     script = None if is_module or not target or function else target[0]

@@ -226,3 +226,27 @@ def test_fork_resets_handlers_in_child(tmp_path, tally):
     p = _run(["c.py"], tmp_path, omniprof_run=False)
     tally.fault("fork with handlers installed")
     assert (p.returncode, p.stdout.strip()) == (0, "0"), p.stderr
+
+
+CHDIR = """
+import os, tempfile
+sum(range(300000))
+os.chdir(tempfile.mkdtemp())
+sum(range(300000))
+"""
+
+
+@pytest.mark.parametrize("config", [False, True])
+def test_relative_outdir_and_logdir_survive_a_chdir(tmp_path, config, tally):
+    """A program that changes directory: relative ``-o`` and ``--logdir`` still mean the directory
+    omniprof was started in (plain and config-driven runs)."""
+    (tmp_path / "cd.py").write_text(CHDIR)
+    if config:
+        (tmp_path / "omniprof.toml").write_text('script = "cd.py"\n')
+        p = _run(["--logdir", "L", "-r", "json", "-o", "out"], tmp_path)
+    else:
+        p = _run(["--logdir", "L", "-r", "json", "-o", "out", "cd.py"], tmp_path)
+    tally.check("program chdirs", "outputs in place" if p.returncode == 0 else "lost")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "out" / RESULT_FILENAME).is_file(), p.stderr
+    assert len(list((tmp_path / "L").glob(f"plugins/profile/*/{RESULT_FILENAME}"))) == 1, p.stderr
