@@ -46,3 +46,21 @@ class SigintAtStopBackend(FakeBackend):
         for _ in range(1000):  # bytecodes: the moment Python runs the SIGINT handler
             pass
         return super().stop()
+
+
+class SlowFileReporter(Reporter):
+    """A file reporter that writes half its output, says so on stderr, then takes its time."""
+
+    name: ClassVar[str] = "slow"
+    output = "file"
+    default_filename = "slow.txt"
+
+    def report(self, result, dest):
+        import sys
+        import time
+
+        dest.write(b"half of the report\n")
+        dest.flush()
+        print("slow reporter writing", file=sys.stderr, flush=True)
+        time.sleep(30)
+        dest.write(b"the other half\n")

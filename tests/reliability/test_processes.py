@@ -250,3 +250,17 @@ def test_relative_outdir_and_logdir_survive_a_chdir(tmp_path, config, tally):
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "out" / RESULT_FILENAME).is_file(), p.stderr
     assert len(list((tmp_path / "L").glob(f"plugins/profile/*/{RESULT_FILENAME}"))) == 1, p.stderr
+
+
+@pytest.mark.parametrize("value", ["1e-300", "1e-7", "5e-6"])
+def test_cpu_interval_below_the_sampler_resolution_refused_before_running(tmp_path, value, tally):
+    """``-O cpu.interval_s`` below 10 us: refused with one line before the program runs (before:
+    1e-300 silently sampled once a second, 1e-7 died of RecursionError)."""
+    (tmp_path / "w.py").write_text("open('RAN', 'w').close()\n")
+    p = _run(["-O", f"cpu.interval_s={value}", "w.py"], tmp_path)
+    tally.check("cpu.interval_s too small", "refused")
+    assert p.returncode == 2 and not (tmp_path / "RAN").exists()
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("omniprof: error: ")
+    assert lines[0].endswith(f"backend 'cpu': 'interval_s' must be >= 1e-05 (100 kHz, the fastest the sampler runs; "
+                             f"got {float(value)!r})")

@@ -46,9 +46,18 @@ from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgume
 __all__ = ["CpuSamplerBackend", "CpuOptions"]
 
 ENGINES = ("auto", "signal", "thread", "py-spy")
+#: The shortest sampling interval (100 kHz). Below it the timer (microsecond resolution) would fire
+#: without pause or round to zero, and the program would not run at all.
+MIN_INTERVAL_S = 1e-5
 #: Samples (and annotation spans) a checkpoint (``snapshot()``) writes at most: the latest ones. Building and writing a
 #: result costs about 0.4 KiB of memory per sample for a moment (measured: benchmarks/soak.py).
 CHECKPOINT_MAX_SAMPLES = 100_000
+
+
+def _fast_enough(inst: Any, attribute: Any, value: float) -> None:
+    if value < MIN_INTERVAL_S:
+        raise InvalidArgumentError(f"'interval_s' must be >= {MIN_INTERVAL_S:g} (100 kHz, the fastest the sampler runs; "
+                                   f"got {value!r})")
 
 
 @attrs.frozen(kw_only=True)
@@ -73,7 +82,7 @@ class CpuOptions:
     """
 
     interval_s: float = attrs.field(factory=lambda: api.default_interval_s(),
-                                    validator=v.number_in_range(0.0, 10.0, lo_open=True))
+                                    validator=[v.number_in_range(0.0, 10.0, lo_open=True), _fast_enough])
     max_samples: int = attrs.field(factory=lambda: api.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
     engine: str = attrs.field(default="auto", validator=v.one_of(*ENGINES))
     native: bool = attrs.field(default=False, validator=v.is_bool)
