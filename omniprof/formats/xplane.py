@@ -535,8 +535,10 @@ def _int(v: Any) -> int | None:
 
 # -- offline reading -------------------------------------------------------------------------
 def xplane_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The xplane files of ``path``: one file, a run directory, or a logdir (its newest run)."""
-    p = Path(path)
+    """The xplane files of ``path``: one file, a run directory, or a logdir (its newest run).
+
+    Absolute: xprof's tools look for a file's run directory, and a bare name has none."""
+    p = Path(os.path.abspath(path))
     if p.is_file():
         if not p.name.endswith(".xplane.pb"):
             raise TraceReadError(f"{p}: not an .xplane.pb file")

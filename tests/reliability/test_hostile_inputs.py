@@ -265,3 +265,25 @@ def test_load_api_raises_trace_read_error(tmp_path, result_json):
         omniprof.load(path)
     with pytest.raises(TraceReadError, match="character device"):
         omniprof.load("/dev/zero")
+
+
+def test_bare_xplane_file_name_keeps_the_xprof_tables(tmp_path, monkeypatch, capsys, tally):
+    """``omniprof report vm.xplane.pb`` from its own directory: the same tables as with the full path
+    (before: every xprof tool failed with NOT_FOUND and four tables were lost)."""
+    pytest.importorskip("jax")
+    from tests.unit.backends.xla_helpers import write_gpu_xplane
+
+    write_gpu_xplane(tmp_path / "vm.xplane.pb")
+    from omniprof.core.readers import read_any
+
+    full = read_any(tmp_path / "vm.xplane.pb")
+    monkeypatch.chdir(tmp_path)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bare = read_any("vm.xplane.pb")
+    tally.check("bare xplane name", "tables kept")
+    assert not [w for w in caught if "tool_failed" in str(w.message)]
+    names = lambda r: sorted(t.name for t in r.parts[0].tables)  # noqa: E731
+    assert names(bare) == names(full) and names(full)
