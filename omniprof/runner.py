@@ -53,16 +53,19 @@ def sigterm_unwinds() -> Iterator[None]:
         yield
         return
 
+    from omniprof.core.forks import OwnedHandler
+
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signum, signal.SIG_DFL)
         raise Terminated(signum)
 
-    signal.signal(signal.SIGTERM, handler)
+    # Owned by this process: a forked child (multiprocessing's fork start method) gets the
+    # default action back, so Process.terminate() and Pool.terminate() work as under python.
+    owned = OwnedHandler(signal.SIGTERM, handler).install()
     try:
         yield
     finally:
-        if signal.getsignal(signal.SIGTERM) is handler:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        owned.restore()
 
 
 def cut_launcher_frames() -> None:
@@ -81,12 +84,15 @@ def run(cfg: RunConfig, *, registry: Any = None, peek: bool = False) -> RunOutco
         from omniprof.backends.cpu import api as sampler_api
 
         sampler_api.enable_peek()
+    pid = os.getpid()
     try:
         with sigterm_unwinds():
-            return execute(cfg, registry=registry)
+            out = execute(cfg, registry=registry)
     finally:
-        if peek:
+        if peek and os.getpid() == pid:
             sampler_api.disable_peek()
+    out.forked_child = os.getpid() != pid
+    return out
 
 
 @attrs.define
@@ -102,6 +108,7 @@ class RunOutcome:
         session_dir: the last session directory, when ``logdir`` was set.
         problem: omniprof's own failure after results were recorded (e.g. the session could not be
             saved), or None.
+        forked_child: this is a process the program forked, returning from the target.
     """
 
     results: list[Any] = attrs.field(factory=list)
@@ -111,6 +118,9 @@ class RunOutcome:
     error: BaseException | None = None
     session_dir: Path | None = None
     problem: OmniprofError | None = None
+    #: True in a child the program forked (os.fork()) that came back here: the profile is the
+    #: parent's, the child reports and prints nothing of omniprof's.
+    forked_child: bool = False
 
 
 @contextlib.contextmanager

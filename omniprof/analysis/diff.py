@@ -55,6 +55,7 @@ import attrs
 
 from omniprof.analysis import calltree
 from omniprof.core.results import BackendResult, ProfileResult, Span, Table
+from omniprof.core.text import printable
 from omniprof.errors import InvalidArgumentError
 
 __all__ = ["DiffRow", "TableDiff", "ResultDiff", "diff", "format_diff", "permutation_p", "rank_p", "TOTAL_KEY"]
@@ -550,7 +551,7 @@ def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
         more = len(t.rows) - len(shown)
         runs = f", {t.runs_a} vs {t.runs_b} {'steps' if d.repeats == 'steps' else 'runs'}" if \
             t.runs_a > 1 or t.runs_b > 1 else ""
-        out.append(f"{t.name} ({t.backend}, by {t.time_column}{runs})"
+        out.append(printable(f"{t.name} ({t.backend}, by {t.time_column}{runs})")
                    + (f": {more} more rows not shown" if more else ""))
         with_sd = t.runs_a > 1 or t.runs_b > 1
         header = ["", "A", "B", "delta", "delta%"] + (["sd A", "sd B", "conf%"] if with_sd else []) + \
@@ -563,7 +564,7 @@ def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
             if with_sd:
                 row += ["-" if r.a_sd_ns is None else _ns(r.a_sd_ns), "-" if r.b_sd_ns is None else _ns(r.b_sd_ns),
                         "-" if r.confidence_pct is None else f"{r.confidence_pct:.1f}"]
-            row += [f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, r.key]
+            row += [f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, printable(r.key)]  # names come from the files: never raw escape sequences
             cells.append(row)
         left = {0, len(header) - 2, len(header) - 1}
         widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
@@ -573,5 +574,5 @@ def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
     for n in d.notes:
         out.append(f"note: {n}")
     for s in d.skipped:
-        out.append(f"note: not compared: {s}")
+        out.append(f"note: not compared: {printable(s)}")
     return "\n".join(out) + "\n"

@@ -31,10 +31,21 @@ _TC_HINTS = ("wgmma", "hmma", "imma", "mma_", "_tensorop", "tensorop", "s16816",
              "cutlass_80_tensorop", "sm90_xmma", "gemm_bf16", "bf16gemm", "_tc_")
 
 
+def _whole(x: Any) -> int | None:
+    """``x`` as a whole number, or None for anything else (a trace may hold any JSON there)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return None
+
+
 def _dim(v: Any) -> str:
     if isinstance(v, (list, tuple)):
-        return ",".join(str(int(x)) for x in v)
-    return "" if v is None else str(v)
+        return ",".join(str(_whole(x)) if _whole(x) is not None else str(x)[:40] for x in v)
+    return "" if v is None else str(v)[:40]
 
 
 def _uses_tensor_core(name: str, args: dict[str, Any]) -> bool:
@@ -51,7 +62,7 @@ def kernel_stats(spans: Iterable[Span]) -> list[dict[str, Any]]:
         if s.category != "kernel":
             continue
         a = s.args
-        smem = int(a.get("static_shared_memory_bytes") or 0)
+        smem = _whole(a.get("static_shared_memory_bytes")) or 0
         key = (s.name, _dim(a.get("block")), _dim(a.get("grid")), smem)
         g = groups.get(key)
         if g is None:

@@ -94,6 +94,9 @@ def _parser() -> _Parser:
 
     plugins = sub.add_parser("plugins", help="list backends and reporters with their status")
     plugins.add_argument("--no-probe", action="store_true", help="do not probe backends")
+    plugins.add_argument("--trust", nargs="?", const="plugins.toml", default=None, metavar="FILE",
+                         help="trust FILE (default ./plugins.toml) as it is now: load it from the working directory "
+                              "without --plugins")
     _plugin_args(plugins)
 
     doctor = sub.add_parser("doctor", help="what this machine can profile, and how to fix what it cannot")
@@ -198,7 +201,8 @@ def _nonneg_int(text: str) -> int:
 
 
 def _plugin_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--plugins", default=None, help="plugins.toml to use (default: $OMNIPROF_PLUGINS or ./plugins.toml)")
+    p.add_argument("--plugins", default=None, help="plugins.toml to use (default: $OMNIPROF_PLUGINS, or ./plugins.toml once trusted "
+                        "with `omniprof plugins --trust`)")
     p.add_argument("--no-plugin", action="append", default=[], metavar="NAME", help="switch a plugin off")
 
 

@@ -9,7 +9,9 @@ target under a Profiler; the reporters write the results.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from omniprof.cli import _common as c
 from omniprof.cli.config import config_layers, config_path
@@ -19,8 +21,12 @@ from omniprof.errors import UsageError
 def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module: bool) -> int:
     from omniprof import runner
     from omniprof import config as cfgmod
+    from omniprof.core.profiler import RESULT_FILENAME
     from omniprof.core.reporting import make_reporter
 
+    # Relative to where omniprof was started, not to wherever the program chdirs before it ends.
+    ns.outdir = os.path.abspath(ns.outdir) if ns.outdir else ns.outdir
+    ns.logdir = os.path.abspath(ns.logdir) if ns.logdir else ns.logdir
     path = None if ns.no_config else config_path(ns.config, required=not (target or is_module))
     function = target[0] if target and not is_module and cfgmod.is_function_target(target[0]) else None
     script = None if is_module or not target or function else target[0]
@@ -38,6 +44,8 @@ def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module
         make_reporter(spec.name, spec.options, reg)
     outcome = runner.run(cfg, registry=reg, peek=ns.peek)
     exit_code = outcome.exit_code
+    if outcome.forked_child:  # a child the program forked came back here: the profile is the parent's
+        return exit_code or (1 if outcome.error is not None else 0)
     if outcome.exit_message is not None:
         print(outcome.exit_message, file=sys.stderr)  # sys.exit("message") prints it, as python does
     if outcome.error is not None:
@@ -51,16 +59,22 @@ def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module
     if outcome.problem is not None:
         print(f"omniprof: error: {outcome.problem}", file=sys.stderr)
         status = 1
-    for result in outcome.results:
-        for spec in cfg.reporters:
-            if spec.output and not ns.outdir:  # an explicit output file from the config
-                status |= c.emit_to_file(result, spec.name, dict(spec.options), spec.output, reg)
-                continue
-            dest = ns.outdir or cfg.outdir  # -o on the command line wins over the file
-            if dest:
-                c.make_outdir(dest)
-            status |= c.emit_reports(result, [spec.name], {spec.name: dict(spec.options)}, dest, reg)
-    if outcome.session_dir is not None:
+    try:
+        # SIGTERM while the reports are written unwinds too: no temporary file is left behind.
+        with runner.sigterm_unwinds():
+            for result in outcome.results:
+                for spec in cfg.reporters:
+                    if spec.output and not ns.outdir:  # an explicit output file from the config
+                        status |= c.emit_to_file(result, spec.name, dict(spec.options), spec.output, reg)
+                        continue
+                    dest = ns.outdir or cfg.outdir  # -o on the command line wins over the file
+                    if dest:
+                        c.make_outdir(dest)
+                    status |= c.emit_reports(result, [spec.name], {spec.name: dict(spec.options)}, dest, reg)
+    except runner.Terminated as e:
+        return c.note_terminated(e)
+    # Announced only when the result is there (a full --logdir leaves none).
+    if outcome.session_dir is not None and (Path(outcome.session_dir) / RESULT_FILENAME).is_file():
         print(f"omniprof: session saved in {outcome.session_dir}", file=sys.stderr)
     if not outcome.results:
         print("omniprof: the schedule recorded nothing (more repeats needed?)", file=sys.stderr)

@@ -11,8 +11,9 @@ from omniprof.errors import UsageError
 
 
 def view(ns: argparse.Namespace) -> int:
-    if ns.timeout_s is not None and ns.timeout_s <= 0:
-        raise UsageError(f"omniprof view: --timeout-s must be > 0 (got {ns.timeout_s})")
+    if ns.timeout_s is not None and not 0 < ns.timeout_s < float("inf"):  # nan too: it would serve forever
+        raise UsageError(f"omniprof view: --timeout-s must be a number of seconds > 0 (got {ns.timeout_s}); leave it "
+                         f"out to serve until Ctrl-C")
     if ns.perfetto:
         return _view_perfetto(ns)
     return _view_logdir(ns)

@@ -323,7 +323,12 @@ def _names(d: Mapping[str, Any], key: str, pr: _Problems, default: list[str] | N
 def _check_plugin(reg: Any, kind: str, name: str, path: tuple[Any, ...], pr: _Problems,
                   known: list[str]) -> type | None:
     if name not in known:
-        pr.add(path, v.unknown_key_message(name, known, what=kind).replace("Valid keys", f"Registered {kind}s"))
+        msg = v.unknown_key_message(name, known, what=kind).replace("Valid keys", f"Registered {kind}s")
+        ignored = getattr(reg, "ignored_plugins_file", None)
+        if ignored is not None:
+            msg += (f" ({ignored} was not loaded: name it with --plugins or OMNIPROF_PLUGINS, or trust it with "
+                    f"`omniprof plugins --trust`)")
+        pr.add(path, msg)
         return None
     try:
         return reg.backend(name) if kind == "backend" else reg.reporter(name)

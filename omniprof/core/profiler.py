@@ -23,6 +23,7 @@ from omniprof.core.backend import Backend, BackendContext
 from omniprof.core import annotations
 from omniprof.core.clock import DEFAULT_CLOCK, Clock
 from omniprof.core.fileio import unique_run_dir
+from omniprof.core.forks import deferred_signals, on_fork_child
 from omniprof.core.options import ProfileOptions
 from omniprof.core.registry import Registry, get_registry, options_for
 from omniprof.core.results import BackendResult, ErrorRecord, ProfileResult, RunMetadata
@@ -53,6 +54,18 @@ _CHECKPOINT_MAX_SHARE = 0.05
 # Backends (by name) with a session running in this process, for single-session backends.
 _active: dict[str, Profiler] = {}
 _active_lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    # A forked child runs none of the parent's sessions (their lock may have been held by a
+    # thread that did not survive the fork).
+    global _active_lock
+    _active_lock = threading.Lock()
+    _active.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 class Profiler:
@@ -153,6 +166,7 @@ class Profiler:
         self._t0_ns = 0
         self._t0_unix_ns = 0
         self._lock = threading.RLock()
+        self._pid = os.getpid()
         self._checkpointer: _Checkpointer | None = None
         #: checkpoints written in this session, and the longest one's cost in ns.
         self.checkpoints = 0
@@ -190,6 +204,8 @@ class Profiler:
                 self._join_job()
             self._claim()
             self._started = True
+            self._pid = os.getpid()
+            on_fork_child(self._forked)
             self._step_num = 0
             try:
                 first = self._schedule_action(0)
@@ -201,8 +217,18 @@ class Profiler:
         return self
 
     def stop(self) -> ProfileResult | None:
-        """Stop profiling and return the last result (None if a schedule never recorded)."""
-        with self._lock:
+        """Stop profiling and return the last result (None if a schedule never recorded).
+
+        In the main thread, SIGINT and SIGTERM arriving while the profiler stops are held back
+        and delivered once the result is saved: a second Ctrl-C never loses the profile.
+
+        In a process forked from the one that started the session, nothing is saved or returned:
+        the session is the parent's (see :mod:`omniprof.core.forks`).
+        """
+        if self._pid != os.getpid():  # checked before the lock: another thread of the parent may have held it
+            self._abandon()
+            return None
+        with self._lock, deferred_signals():
             if not self._started:
                 raise ProfilerStateError("Profiler is not running; call start() before stop()")
             try:
@@ -217,8 +243,29 @@ class Profiler:
             self._finish_pending()
         return self._results[-1] if self._results else None
 
+    def _forked(self) -> None:
+        """In a forked child: the session is the parent's; leave it without a trace."""
+        for name in self._recording:
+            backend = self._backends.get(name)
+            if backend is not None:
+                annotations.remove_sink(backend)
+        self._checkpointer = None  # its thread did not survive the fork
+        self.session_dir = None  # the parent's directory: never written from here
+
+    def _abandon(self) -> None:
+        self._forked()
+        self._recording = []
+        self._backends = {}
+        self._errors = []
+        self.session_dir = None
+        self._started = False
+        self._action = Action.NONE
+        self._lock = threading.RLock()  # the parent's may have been held by a thread that is not here
+
     def step(self) -> None:
         """Mark the end of a step: advances the schedule (start/stop backends as it says)."""
+        if self._pid != os.getpid():
+            return  # a forked child: the schedule is the parent's
         with self._lock:
             if not self._started:
                 raise ProfilerStateError("Profiler.step() called while the profiler is not running")

@@ -9,8 +9,8 @@ recognised by name and first bytes: omniprof's own formats first, then each othe
 from __future__ import annotations
 
 import abc
-import gzip
 import os
+import stat
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -76,15 +76,10 @@ class ResultReader(Reader):
 
 
 def _head(path: Path, n: int = 4096) -> bytes:
-    with open(path, "rb") as fh:
-        raw = fh.read(n)
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as gz:
-                return gz.read(n)
-        except (OSError, EOFError) as e:
-            raise TraceReadError(f"{path}: corrupt or truncated gzip data: {e}") from e
-    return raw
+    from omniprof.core.inputs import open_input
+
+    with open_input(path) as fh:
+        return fh.read(n)
 
 
 def detect_format(path: str | os.PathLike[str], registry: Any = None) -> str:
@@ -121,10 +116,10 @@ def _registry() -> Any:
 
 
 def _builtin_format(path: str | os.PathLike[str]) -> str | None:
+    from omniprof.core.inputs import check_input
+
     p = Path(path)
-    if not p.exists():
-        raise TraceReadError(f"no such file or directory: {str(p)!r}")
-    if p.is_dir():
+    if stat.S_ISDIR(check_input(p).st_mode):  # missing, link loops, devices: each its own message
         return _dir_format(p)
     name = p.name
     if name.endswith(".xplane.pb"):
@@ -173,7 +168,23 @@ def _dir_format(p: Path) -> str:
 
 
 def read_any(path: str | os.PathLike[str], fmt: str | None = None, *, registry: Any = None) -> ProfileResult:
-    """Read ``path`` with the reader for its format (detected unless ``fmt`` is given)."""
+    """Read ``path`` with the reader for its format (detected unless ``fmt`` is given).
+
+    ``path`` may also be a pipe (``/dev/stdin``, ``<(zcat trace.json.gz)``): it is read once into a
+    temporary file. Every failure is a one-line :class:`TraceReadError`.
+    """
+    from omniprof.core.inputs import local_copy
+
+    with local_copy(path) as local:
+        try:
+            return _read(local, fmt, registry)
+        except TraceReadError as e:
+            if Path(local) == Path(path):
+                raise
+            raise TraceReadError(str(e).replace(str(local), os.fspath(path))) from e
+
+
+def _read(path: Path, fmt: str | None, registry: Any) -> ProfileResult:
     from omniprof.errors import PluginError
 
     reg = registry or _registry()
@@ -186,4 +197,16 @@ def read_any(path: str | os.PathLike[str], fmt: str | None = None, *, registry: 
         cls = reg.reader(fmt)
     except PluginError as e:
         raise TraceReadError(f"{path}: the {fmt} reader cannot be used: {e}") from e
-    return cls().read(Path(path))
+    try:
+        return cls().read(Path(path))
+    except (TraceReadError, KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except Exception as e:
+        # A reader's own bug on a hostile file: still one line naming the file, never a traceback.
+        text = str(e).strip().splitlines()
+        why = f"{type(e).__name__}: {text[0][:300] if text else 'no detail'}"
+        if isinstance(e, ValueError) and "4300" in why:
+            why = "a number of more than 4,300 digits (the bound Python puts on reading integers)"
+        elif isinstance(e, RecursionError):
+            why = "values nested too deeply"
+        raise TraceReadError(f"{path}: cannot read this {fmt} file: {why}") from e

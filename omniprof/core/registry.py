@@ -33,7 +33,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["PluginInfo", "Registry", "get_registry", "reset_registry", "KINDS", "load_plugins_file"]
+__all__ = ["PluginInfo", "Registry", "get_registry", "reset_registry", "KINDS", "load_plugins_file", "is_trusted",
+           "trust_plugins_file", "trust_store_path", "IMPORT_TIMEOUT_S"]
 
 log = logging.getLogger("omniprof.registry")
 
@@ -41,6 +42,9 @@ KINDS = {"backend": "omniprof.backends", "reporter": "omniprof.reporters", "read
 PLUGINS_ENV = "OMNIPROF_PLUGINS"
 AUTOLOAD_ENV = "OMNIPROF_DISABLE_PLUGIN_AUTOLOAD"
 SELF_DIST = "omniprof"
+#: Seconds a third-party plugin's import may take (``OMNIPROF_PLUGIN_IMPORT_TIMEOUT_S``).
+IMPORT_TIMEOUT_S = 60.0
+IMPORT_TIMEOUT_ENV = "OMNIPROF_PLUGIN_IMPORT_TIMEOUT_S"
 
 
 @attrs.frozen
@@ -84,6 +88,12 @@ class PluginsFile:
 
     path: Path
     plugins: tuple[tuple[str, str, str, bool, dict[str, Any]], ...]  # (kind, name, target, enabled, options)
+    overrides: frozenset[tuple[str, str]] = frozenset()  # (kind, name) marked 'override = true'
+
+    def entries(self) -> Iterable[tuple[str, str, str, bool, dict[str, Any], bool]]:
+        """Each plugin as (kind, name, target, enabled, options, override)."""
+        for kind, name, target, enabled, options in self.plugins:
+            yield kind, name, target, enabled, options, (kind, name) in self.overrides
 
 
 def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
@@ -95,6 +105,7 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
         target = "package.module:ClassName"   # optional for an installed plugin
         enabled = true                        # false disables it
         options = { key = value }             # default options, validated by the plugin's Options
+        override = true                       # needed to point an installed plugin's name elsewhere
         extra = "gpu"                         # catalogue only: the pip extra that installs its deps
         summary = "..."                       # catalogue only
     """
@@ -110,6 +121,7 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
         raise ConfigError([f"{path}: invalid TOML: {e}"], path=str(path)) from e
     problems: list[str] = []
     plugins = []
+    overrides: set[tuple[str, str]] = set()
     for top, table in data.items():
         if top not in KINDS:
             problems.append(v.unknown_key_message(top, KINDS, what="table").replace("Valid keys", "Valid tables")
@@ -123,7 +135,7 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
             if not isinstance(spec, dict):
                 problems.append(f"expected a table @ {where}")
                 continue
-            allowed = ("target", "enabled", "options", "extra", "summary")
+            allowed = ("target", "enabled", "options", "override", "extra", "summary")
             for k in spec:
                 if k not in allowed:
                     problems.append(v.unknown_key_message(k, allowed, what="key") + f" @ {where}.{k}")
@@ -137,6 +149,11 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
             if not isinstance(options, dict):
                 problems.append(f"'options' must be a table (got {options!r}) @ {where}.options")
                 options = {}
+            override = spec.get("override", False)
+            if not isinstance(override, bool):
+                problems.append(f"'override' must be true or false (got {override!r}) @ {where}.override")
+            elif override:
+                overrides.add((top, name))
             plugins.append((top, name, target if isinstance(target, str) else "", enabled is not False, options))
     if problems:
         lines = key_lines(text)
@@ -147,17 +164,88 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
             return f"{path}:{line}: {problem}" if line else f"{path}: {problem}"
 
         raise ConfigError([located(p) for p in problems], path=str(path))
-    return PluginsFile(path=path, plugins=tuple(plugins))
+    return PluginsFile(path=path, plugins=tuple(plugins), overrides=frozenset(overrides))
 
 
-def _find_plugins_file(explicit: os.PathLike[str] | str | None) -> Path | None:
+def _find_plugins_file(explicit: os.PathLike[str] | str | None) -> tuple[Path | None, Path | None]:
+    """(the plugins.toml to load, a ./plugins.toml left alone because it is not trusted).
+
+    A plugins.toml runs code (its targets are imported), so it is loaded only when the user names
+    it (``--plugins FILE``, ``OMNIPROF_PLUGINS``) or has trusted it (``omniprof plugins --trust``),
+    never just because it lies in the working directory, where a downloaded trace may have brought it.
+    """
     if explicit:
-        return Path(explicit)
+        return Path(explicit), None
     env = os.environ.get(PLUGINS_ENV)
     if env:
-        return Path(env)
+        return Path(env), None
     local = Path.cwd() / "plugins.toml"
-    return local if local.is_file() else None
+    if not local.is_file():
+        return None, None
+    return (local, None) if is_trusted(local) else (None, local)
+
+
+# -- trusted plugins files --------------------------------------------------------------------------
+def trust_store_path() -> Path:
+    """``$XDG_CONFIG_HOME/omniprof/trusted-plugins.json`` (``~/.config/...`` by default)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "omniprof" / "trusted-plugins.json"
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _trusted() -> dict[str, str]:
+    import json
+
+    try:
+        data = json.loads(trust_store_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def is_trusted(path: os.PathLike[str] | str) -> bool:
+    """True when ``path`` was trusted with :func:`trust_plugins_file` and has not changed since."""
+    p = Path(path).resolve()
+    want = _trusted().get(str(p))
+    try:
+        return want is not None and want == _digest(p)
+    except OSError:
+        return False
+
+
+def trust_plugins_file(path: os.PathLike[str] | str) -> Path:
+    """Trust ``path`` (its current content: a change needs trusting again), so that it is loaded
+    from the working directory without ``--plugins``. Checks its format first; returns the store."""
+    import json
+
+    from omniprof.core.fileio import atomic_write_text
+
+    p = Path(path).resolve()
+    load_plugins_file(p)  # a broken file is not trusted
+    store = trust_store_path()
+    data = _trusted()
+    data[str(p)] = _digest(p)
+    atomic_write_text(store, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return store
+
+
+def _has_effect(path: Path, entries: Mapping[tuple[str, str], Any]) -> bool:
+    """Whether loading plugins.toml ``path`` would change anything (a catalogue of the installed
+    plugins, like omniprof's own, changes nothing)."""
+    try:
+        pf = load_plugins_file(path)
+    except ConfigError:
+        return True
+    for kind, name, target, enabled, options in pf.plugins:
+        entry = entries.get((kind, name))
+        if entry is None or (target and target != entry.target) or not enabled or options:
+            return True
+    return False
 
 
 class Registry:
@@ -195,13 +283,30 @@ class Registry:
                     )
                     continue
                 self._entries.setdefault(key, _Entry(ep.name, kind, ep.value, source, dist_name))
-        path = _find_plugins_file(plugins_file)
+        path, ignored = _find_plugins_file(plugins_file)
         self.plugins_file = path
+        #: a ./plugins.toml not loaded because it is not trusted (and would change something)
+        self.ignored_plugins_file = ignored if ignored is not None and _has_effect(ignored, self._entries) else None
+        if self.ignored_plugins_file is not None:
+            self.problems.append(
+                f"{ignored} is not loaded: a plugins.toml found in the working directory runs code, so it is used "
+                f"only when named (--plugins {ignored.name} or {PLUGINS_ENV}) or trusted (omniprof plugins --trust)")
         if path is not None:
             pf = load_plugins_file(path)
-            for kind, name, target, enabled, options in pf.plugins:
+            refused = []
+            for kind, name, target, enabled, options, override in pf.entries():
                 key = (kind, name)
                 entry = self._entries.get(key)
+                if target and entry is not None and entry.target != target and entry.dist is not None:
+                    if not override:
+                        refused.append(
+                            f"{path}: {kind} {name!r} is {entry.source}'s ({entry.target}); plugins.toml may point "
+                            f"it at {target} only with 'override = true' in [{kind}.{name}] (or give the plugin "
+                            f"another name)")
+                        continue
+                    log.warning("%s %r from %s is overridden by %s: %s", kind, name, entry.source, path, target)
+                    self.problems.append(f"{kind} {name!r} ({entry.source}: {entry.target}) is overridden by {path}: "
+                                         f"{target}")
                 if target and (entry is None or entry.target != target):
                     entry = _Entry(name, kind, target, f"plugins.toml ({path})", None)
                     self._entries[key] = entry
@@ -213,6 +318,8 @@ class Registry:
                     entry.enabled = False
                     entry.disabled_by = f"disabled in {path}"
                 entry.options.update(options)
+            if refused:
+                raise ConfigError(refused, path=str(path))
         for name in disable:
             for kind in KINDS:
                 if (kind, name) in self._entries:
@@ -274,6 +381,9 @@ class Registry:
             available = self.names(kind)
             near = v.nearest(name, available)
             hint = f" Did you mean {near!r}?" if near else ""
+            if self.ignored_plugins_file is not None:
+                hint += (f" ({self.ignored_plugins_file} was not loaded: name it with --plugins or {PLUGINS_ENV}, "
+                         f"or trust it with `omniprof plugins --trust`)")
             raise PluginLoadError(
                 f"unknown {kind} {name!r}.{hint} Available {kind}s: {', '.join(available) or 'none'}", plugin=name)
         if not entry.enabled:
@@ -286,7 +396,7 @@ class Registry:
         if e.error is not None:
             raise e.error
         try:
-            cls = _import_target(e.target)
+            cls = _import_target(e.target) if (e.dist or "").lower() == SELF_DIST else _import_guarded(e)
         except Exception as ex:  # any import-time failure of a plugin is the plugin's, not ours
             err = PluginLoadError(
                 f"{e.kind} {e.name!r} from {e.source} failed to import ({e.target}): {type(ex).__name__}: {ex}. "
@@ -301,6 +411,57 @@ class Registry:
             raise
         e.loaded = cls
         return cls
+
+
+class ImportTimedOut(Exception):
+    pass
+
+
+class ExitAtImport(Exception):
+    pass
+
+
+def _import_timeout_s() -> float:
+    raw = os.environ.get(IMPORT_TIMEOUT_ENV, "").strip()
+    try:
+        value = float(raw) if raw else IMPORT_TIMEOUT_S
+    except ValueError:
+        value = IMPORT_TIMEOUT_S
+    return value if value > 0 and value == value else IMPORT_TIMEOUT_S
+
+
+def _import_guarded(e: _Entry) -> Any:
+    """Import a third party's target in a helper thread, waiting at most the import time limit.
+
+    ``sys.exit()`` (``SystemExit``) in the plugin's module becomes an import failure instead of
+    ending omniprof; an import that does not finish in time is reported as hung (the thread is
+    left to itself: Python cannot stop it, but nothing waits for it and it ends with the process).
+    """
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = _import_target(e.target)
+        except SystemExit as ex:
+            box["error"] = ExitAtImport(f"the module called sys.exit({ex.code!r}) while being imported")
+        except BaseException as ex:  # noqa: BLE001 - handed to the caller as the plugin's failure
+            box["error"] = ex
+
+    limit = _import_timeout_s()
+    t = threading.Thread(target=run, name=f"omniprof-import-{e.name}", daemon=True)
+    t.start()
+    t.join(limit)
+    if t.is_alive():
+        raise ImportTimedOut(f"importing it took more than {limit:g} s (it hangs?); raise {IMPORT_TIMEOUT_ENV} "
+                             f"if it is only slow")
+    if "error" in box:
+        err = box["error"]
+        if isinstance(err, KeyboardInterrupt):
+            raise err
+        raise err
+    return box["value"]
 
 
 def _import_target(target: str) -> Any:

@@ -15,7 +15,7 @@ import attrs
 
 from omniprof.core.results import ProfileResult
 
-__all__ = ["Reporter"]
+__all__ = ["Reporter", "check_times"]
 
 
 class Reporter(abc.ABC):
@@ -61,3 +61,39 @@ class Reporter(abc.ABC):
         buf = io.StringIO()
         self.report(result, buf)
         return buf.getvalue()
+
+
+_I64 = 1 << 63
+
+
+def check_times(result: ProfileResult, reporter: str) -> None:
+    """Raise ``ReporterError`` when a time, duration or weight of ``result`` (clock offset
+    included) does not fit a signed 64-bit integer, the widest the trace formats hold.
+
+    Such a value (2^63 ns is 292 years) can only come from a damaged or hand-made result; a writer
+    would otherwise wrap it silently or write a field its readers reject. One pass, no copies.
+    """
+    from omniprof.errors import ReporterError
+
+    lo, hi = -_I64, _I64 - 1
+    for part in result.parts:
+        off = part.clock.offset_ns
+        checks: list[tuple[str, Any]] = [
+            ("start_ns/end_ns", (part.start_ns + off, part.end_ns + off)),
+            ("spans' start_ns", (s.start_ns + off for s in part.spans)),
+            ("spans' end (start_ns + dur_ns)", (s.start_ns + s.dur_ns + off for s in part.spans)),
+            ("instants' t_ns", (i.t_ns + off for i in part.instants)),
+            ("samples' t_ns", (x.t_ns + off for x in part.samples)),
+            ("samples' weight_ns", (x.weight_ns for x in part.samples)),
+            ("allocations' t_ns", (a.t_ns + off for a in part.allocations)),
+            ("allocations' size_bytes", (a.size_bytes for a in part.allocations)),
+            ("counters' t_ns", (t + off for c in part.counters for t in c.t_ns)),
+        ]
+        for what, values in checks:
+            values = list(values)
+            if values and (min(values) < lo or max(values) > hi):
+                bad = next(v for v in values if not lo <= v <= hi)
+                raise ReporterError(
+                    f"reporter {reporter!r}: part {part.backend!r} has {what} = {bad}, outside the signed 64-bit "
+                    f"range that trace files hold (2^63 ns is 292 years); the result is damaged. Nothing was written",
+                    plugin=reporter)

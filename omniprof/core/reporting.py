@@ -12,6 +12,7 @@ from typing import IO, Any
 from omniprof.core.fileio import AtomicFile, output_error
 from omniprof.core.registry import Registry, get_registry, options_for
 from omniprof.core.results import ProfileResult
+from omniprof.core.text import utf8_safe_result
 from omniprof.errors import OmniprofError, ReporterError
 
 __all__ = ["report", "make_reporter"]
@@ -64,7 +65,17 @@ def report(result: ProfileResult, reporter: str = "table", dest: str | os.PathLi
         raise TypeError(f"report() needs a ProfileResult (got {type(result).__name__})")
     rep = make_reporter(reporter, options, registry)
     try:
-        return _write(rep, result, dest, overwrite)
+        if rep.output == "stream" and not getattr(rep, "exact_text", False):
+            result = utf8_safe_result(result)  # a terminal or text file cannot hold lone surrogates
+        try:
+            return _write(rep, result, dest, overwrite)
+        except UnicodeEncodeError:
+            # A name that is not valid Unicode (an undecodable file name): nothing was published
+            # (atomic write); write again with such characters spelled out. Rare, so not checked first.
+            safe = utf8_safe_result(result)
+            if safe is result:
+                raise
+            return _write(rep, safe, dest, overwrite)
     except OmniprofError:
         raise
     except OSError as e:

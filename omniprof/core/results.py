@@ -450,8 +450,8 @@ class ProfileResult:
             result = _structure(cls, data)
         except TraceReadError:
             raise
-        except (TypeError, ValueError, KeyError, AttributeError) as e:
-            raise TraceReadError(f"malformed result: {e}") from e
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError, IndexError) as e:
+            raise TraceReadError(f"malformed result: {_first_line(e)}") from e
         except RecursionError as e:
             raise TraceReadError("malformed result: values nested too deeply") from e
         problem = _reference_problem(result)
@@ -460,7 +460,19 @@ class ProfileResult:
         return result
 
     def to_json(self, *, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False, ensure_ascii=False)
+        """The result as JSON text that encodes to valid UTF-8.
+
+        Text that is not valid Unicode (a file name of undecodable bytes, kept by Python as lone
+        surrogates: ``caf\\udce9.py``) is written as JSON ``\\u`` escapes, which read back to the
+        same string (and so to the same file name through ``os.fsencode``).
+        """
+        data = self.to_dict()
+        text = json.dumps(data, indent=indent, allow_nan=False, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(data, indent=indent, allow_nan=False, ensure_ascii=True)
+        return text
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the result as JSON (gzipped when the name ends in ``.gz``), atomically.
@@ -479,16 +491,10 @@ class ProfileResult:
 
 def load(path: str | os.PathLike[str]) -> ProfileResult:
     """Read a result saved by :meth:`ProfileResult.save` (plain or gzipped JSON). Never runs code."""
+    from omniprof.core.inputs import read_input
+
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise TraceReadError(f"cannot read result file {str(path)!r}: {e.strerror or e}") from e
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise TraceReadError(f"{path}: corrupt or truncated gzip data: {e}") from e
+    raw = read_input(path)  # bounded: size, gzip ratio; pipes, devices and link loops each named
     try:
         data = json.loads(raw)
     except UnicodeDecodeError as e:
@@ -497,10 +503,24 @@ def load(path: str | os.PathLike[str]) -> ProfileResult:
         raise TraceReadError(f"{path}: invalid JSON at line {e.lineno} column {e.colno} (char {e.pos}): {e.msg}") from e
     except RecursionError as e:
         raise TraceReadError(f"{path}: JSON nested too deeply") from e
+    except ValueError as e:  # e.g. an integer of more than 4,300 digits (Python's int/str conversion bound)
+        why = ("a number of more than 4,300 digits (the bound Python puts on reading integers)"
+               if "4300" in str(e) else _first_line(e))
+        raise TraceReadError(f"{path}: invalid JSON: {why}") from e
     try:
         return ProfileResult.from_dict(data)
     except TraceReadError as e:
         raise TraceReadError(f"{path}: {e}") from e
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 200 else f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
 
 
 def _reference_problem(result: ProfileResult) -> str | None:
@@ -545,7 +565,9 @@ def _converter() -> Any:
     def scalar(kind: type, what: str) -> Any:
         def structure(value: Any, _: Any) -> Any:
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise TypeError(f"must be {what} (got {value!r})")
+                raise TypeError(f"must be {what} (got {_short(value)})")
+            if kind is int and not -(1 << 63) <= value < 1 << 63:
+                raise TypeError(f"is outside the signed 64-bit range (got {_short(value)})")
             return value
         return structure
 

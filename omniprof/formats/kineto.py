@@ -26,6 +26,7 @@ Mapping (see ``docs/readers.md`` for the full table):
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
@@ -246,14 +247,10 @@ class _JsonStream:
 
 
 def _open_text(path: Path) -> IO[str]:
-    try:
-        with open(path, "rb") as raw:
-            head = raw.read(2)
-        if head == b"\x1f\x8b":
-            return gzip.open(path, "rt", encoding="utf-8")
-        return open(path, encoding="utf-8")
-    except OSError as e:
-        raise TraceReadError(f"cannot read trace file {str(path)!r}: {e.strerror or e}") from e
+    # Bounded (size, gzip expansion ratio); pipes, devices and link loops each get their message.
+    from omniprof.core.inputs import open_stream
+
+    return io.TextIOWrapper(open_stream(path), encoding="utf-8")
 
 
 # -- building the result -------------------------------------------------------------------------

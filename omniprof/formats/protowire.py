@@ -25,7 +25,12 @@ VARINT, FIXED64, LEN = 0, 1, 2
 
 
 def varint(value: int) -> bytes:
-    """``value`` as a base-128 varint (negative values as their 64-bit two's complement)."""
+    """``value`` as a base-128 varint (negative values as their 64-bit two's complement).
+
+    A value no 64-bit field can hold raises :class:`ValueError` (never wrapped silently).
+    """
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"{value} does not fit a 64-bit protobuf field")
     value &= U64
     out = bytearray()
     while value > 0x7F:

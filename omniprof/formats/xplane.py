@@ -541,8 +541,10 @@ def _int(v: Any) -> int | None:
 
 # -- offline reading -------------------------------------------------------------------------
 def xplane_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The xplane files of ``path``: one file, a run directory, or a logdir (its newest run)."""
-    p = Path(path)
+    """The xplane files of ``path``: one file, a run directory, or a logdir (its newest run).
+
+    Absolute: xprof's tools look for a file's run directory, and a bare name has none."""
+    p = Path(os.path.abspath(path))
     if p.is_file():
         if not p.name.endswith(".xplane.pb"):
             raise TraceReadError(f"{p}: not an .xplane.pb file")
@@ -565,21 +567,38 @@ def host_of(path: Path) -> str:
     return path.name[: -len(".xplane.pb")] if path.name.endswith(".xplane.pb") else path.stem
 
 
+#: The largest protobuf message (2^31 - 1 bytes, protobuf's own limit).
+MAX_XSPACE_BYTES = (1 << 31) - 1
+
+
 def load_profile_data(path: Path) -> Any:
     from omniprof.formats.xprof_runtime import import_profiler_bindings
 
+    from omniprof.core.inputs import check_input, read_input
+
+    size = check_input(path).st_size
+    if size > MAX_XSPACE_BYTES:
+        # Checked before anything is read: the protobuf parser cannot hold a message this large
+        # (it crashed the process at 2 GiB).
+        raise TraceReadError(f"{path}: {size:,} bytes, more than the {MAX_XSPACE_BYTES:,} (2 GiB - 1) a protobuf "
+                             f"message can hold: no tool can parse it whole. Profile a shorter window, or fewer "
+                             f"steps, so that XLA writes a smaller XSpace")
     _, pdmod = import_profiler_bindings()
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise TraceReadError(f"cannot read {str(path)!r}: {e.strerror or e}") from e
+    data = read_input(path, limit=MAX_XSPACE_BYTES, decompress=False)
     if not data:
         raise TraceReadError(f"{path}: empty file (0 bytes), not a trace. jax writes an empty .xplane.pb and reports "
                              f"success when the trace exceeds protobuf's 2 GB limit; profile a shorter window")
     try:
-        return pdmod.ProfileData.from_serialized_xspace(data)
+        pd = pdmod.ProfileData.from_serialized_xspace(data)
     except Exception as e:
         raise TraceReadError(f"{path}: not a readable XSpace protobuf ({type(e).__name__}: {e})") from e
+    planes = list(pd.planes)
+    if not any(p.name for p in planes):
+        # Any protobuf parses as some XSpace (unknown fields are skipped): a Perfetto trace gives
+        # unnamed planes, most others none. XLA names every plane it writes (/host:CPU, ...).
+        raise TraceReadError(f"{path}: not an XSpace: {len(planes)} plane(s), none named (another protobuf, such as "
+                             f"a Perfetto trace or a pprof profile, renamed .xplane.pb?)")
+    return pd
 
 
 def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbose: bool = False,

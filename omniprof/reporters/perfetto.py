@@ -48,6 +48,7 @@ import attrs
 
 from omniprof.analysis.timeline import Nesting, nest_lanes, reference_offsets
 from omniprof.core import validators as v
+from omniprof.core.reporter import check_times
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
 from omniprof.errors import DataLossWarning, OmniprofWarning
 from omniprof.formats.protowire import f_bytes as _f_bytes
@@ -141,6 +142,7 @@ class PerfettoReporter(Reporter):
             self.default_filename = "trace.json.gz" if self.options.compress else "trace.json"
 
     def report(self, result: ProfileResult, dest: IO[bytes]) -> None:  # type: ignore[override]
+        check_times(result, self.name)
         if self.options.format == "proto":
             written = write_proto(result, dest, self.options)
         else:
@@ -182,8 +184,8 @@ class TrackRow:
     uuid: int
     kind: str
     name: str
-    pid: int
-    tid: int = 0
+    pid: int = attrs.field(converter=int)  # a plain int: JSON gets 1, never True
+    tid: int = attrs.field(default=0, converter=int)
     parent_uuid: int = 0
     unit: str = ""
 
@@ -396,8 +398,8 @@ def _flow_roles(part: BackendResult, links: list[int],
             links[0] += 1
             if labels is not None:
                 flow = named.get(fid)
-                labels[links[0]] = (f'"name":{json.dumps(flow.name if flow and flow.name else "flow")},'
-                                    f'"cat":{json.dumps(flow.category if flow and flow.category else "flow")}')
+                labels[links[0]] = (f'"name":{_dumps(flow.name if flow and flow.name else "flow")},'
+                                    f'"cat":{_dumps(flow.category if flow and flow.category else "flow")}')
             roles.setdefault(a, ([], []))[0].append(links[0])
             roles.setdefault(b, ([], []))[1].append(links[0])
     return roles
@@ -913,7 +915,7 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
         chunks.clear()
         size = 0
 
-    dumps = json.dumps
+    dumps = _dumps
     chunks.append('{"traceEvents":[\n')
     lay = layout(result)
     for row in lay.tracks:
@@ -981,11 +983,22 @@ def _other_data(result: ProfileResult) -> dict[str, Any]:
             "backends": list(md.backends), "label": md.label, "start_unix_ns": md.start_unix_ns}
 
 
+def _dumps(value: Any) -> str:
+    """JSON for the Chrome format: strict (no NaN: args are made JSON-safe first), and not
+    ASCII-escaped, so a lone surrogate fails the UTF-8 encode and the core writes it out instead."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        from omniprof.core.results import json_safe
+
+        return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False)
+
+
 def _json_meta(row: TrackRow, emit: Any) -> None:
     if row.kind == "process":
-        emit(f'{{"ph":"M","name":"process_name","pid":{row.pid},"tid":0,"args":{{"name":{json.dumps(row.name)}}}}}')
+        emit(f'{{"ph":"M","name":"process_name","pid":{row.pid},"tid":0,"args":{{"name":{_dumps(row.name)}}}}}')
     elif row.kind in ("thread", "named", "lane"):
-        emit(f'{{"ph":"M","name":"thread_name","pid":{row.pid},"tid":{row.tid},"args":{{"name":{json.dumps(row.name)}}}}}')
+        emit(f'{{"ph":"M","name":"thread_name","pid":{row.pid},"tid":{row.tid},"args":{{"name":{_dumps(row.name)}}}}}')
 
 
 def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: PerfettoOptions, names: dict[str, str],
@@ -1010,7 +1023,7 @@ def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: Perfet
 def _json_samples(result: ProfileResult, lay: Layout, pi: int, part: BackendResult, off: int, emit: Any) -> None:
     """Sampled stacks as instant events (category ``sample``) on their thread, leaf frame as the
     name and the whole stack (root first) in ``args.stack``."""
-    dumps = json.dumps
+    dumps = _dumps
     labels: dict[int, str] = {}
     for s in part.samples:
         row = lay.sample_threads.get((pi, s.thread_id))

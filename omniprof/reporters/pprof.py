@@ -24,6 +24,7 @@ from typing import IO
 import attrs
 
 from omniprof.core import validators as v
+from omniprof.core.reporter import check_times
 from omniprof.core.results import Frame, ProfileResult
 from omniprof.formats.protowire import f_bytes, f_packed, f_uint
 from omniprof.plugin import Reporter
@@ -207,5 +208,6 @@ class PprofReporter(Reporter):
         return stack_profile(result, self.options.source, aggregate=True)
 
     def report(self, result: ProfileResult, dest: IO[bytes]) -> None:  # type: ignore[override]
+        check_times(result, self.name)
         data = encode_profile(self.profile(result), result, self.options)
         dest.write(gzip.compress(data, compresslevel=6, mtime=0) if self.options.compress else data)

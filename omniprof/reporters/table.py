@@ -20,6 +20,7 @@ from omniprof.analysis.render import Column, Indented, print_table
 from omniprof.analysis.stackreport import GROUPBYS, _groupby
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Table
+from omniprof.core.text import printable
 from omniprof.core.units import format_bytes as _fmt_bytes
 from omniprof.core.units import format_ns as _fmt_ns
 from omniprof.plugin import Reporter
@@ -88,6 +89,13 @@ def _fmt_cell(col: str, value: Any) -> str:
     return str(value)
 
 
+def _printable_cell(cell: Any) -> Any:
+    """A table cell safe for a terminal: control characters in names escaped (a tree's indent kept)."""
+    if isinstance(cell, Indented):
+        return attrs.evolve(cell, text=printable(cell.text))
+    return printable(cell) if isinstance(cell, str) else cell
+
+
 class _Out:
     """Blocks of a report: plain lines and tables, drawn at the end by the one renderer
     (:mod:`omniprof.analysis.render`) in colour on a terminal or as plain text."""
@@ -97,11 +105,14 @@ class _Out:
         self.blocks: list[tuple[Any, ...]] = []
 
     def line(self, text: str = "") -> None:
+        text = "\n".join(printable(x) for x in text.split("\n"))  # names from traces: no raw escape sequences
         self.blocks.append(("line", text))
 
     def table(self, columns: Sequence[Column], rows: Sequence[Sequence[Any]], styles: dict[int, str] | None = None
               ) -> None:
-        self.blocks.append(("table", list(columns), [list(r) for r in rows], styles or {}))
+        # Names from traces: no raw escape sequences reach the terminal.
+        self.blocks.append(("table", [attrs.evolve(c, header=printable(c.header)) for c in columns],
+                            [[_printable_cell(c) for c in r] for r in rows], styles or {}))
 
     def write(self, dest: IO[str], *, color: bool) -> None:
         if color:

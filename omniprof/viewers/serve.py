@@ -72,6 +72,11 @@ class PerfettoLinkWarning(OmniprofWarning):
     """A Perfetto link could not be served, or was not opened; the files it names are saved."""
 
 
+def _quiet_handle_error(request: object, client_address: object) -> None:
+    """socketserver prints a traceback for every failed request; a client that disconnects (or
+    sends garbage) is not the user's problem, so nothing is printed."""
+
+
 def perfetto_link(port: int, name: str, host: str = "127.0.0.1") -> str:
     return f"{PERFETTO_ORIGIN}/#!/?url=http://{host}:{port}/{urllib.parse.quote(name)}"
 
@@ -128,12 +133,30 @@ class TraceFileServer:
                 self.send_header("Access-Control-Allow-Private-Network", "true")
                 self.send_header("Cache-Control", "no-cache")
 
+            def _host_ok(self) -> bool:
+                # DNS rebinding: a web page on evil.example resolving its name to 127.0.0.1 still sends
+                # "Host: evil.example". Served on loopback, only loopback names are answered.
+                host = self.headers.get("Host")
+                if host is None or not is_loopback(server.host):
+                    return True
+                name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+                if is_loopback(name.strip("[]")):
+                    return True
+                self.send_response(421)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return False
+
             def do_OPTIONS(self) -> None:  # noqa: N802 - http.server API
+                if not self._host_ok():
+                    return
                 self.send_response(204)
                 self._cors()
                 self.end_headers()
 
             def do_GET(self) -> None:  # noqa: N802
+                if not self._host_ok():
+                    return
                 name = urllib.parse.unquote(urllib.parse.urlparse(self.path).path.lstrip("/"))
                 if name != server.path.name:
                     self.send_response(404)
@@ -146,7 +169,10 @@ class TraceFileServer:
                 self.send_header("Content-Type", "application/octet-stream")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away: its business
+                    return
                 server.fetch_count += 1
                 server.fetched.set()
 
@@ -165,6 +191,7 @@ class TraceFileServer:
             raise OmniprofError(f"cannot serve the trace on {self.host}:{self._want_port}: {e.strerror or e}{held}; "
                                 f"{fix}") from e
         self._httpd.daemon_threads = True
+        self._httpd.handle_error = _quiet_handle_error  # type: ignore[method-assign]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="omniprof-trace-server", daemon=True)
         self._thread.start()
         return self

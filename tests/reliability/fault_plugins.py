@@ -31,3 +31,36 @@ class FailingStopBackend(FakeBackend):
 
     def stop(self) -> BackendResult:
         raise RuntimeError("lost connection")
+
+
+class SigintAtStopBackend(FakeBackend):
+    """Sends this process a SIGINT while it stops (a second Ctrl-C landing during Profiler.stop())."""
+
+    name: ClassVar[str] = "sigint"
+
+    def stop(self) -> BackendResult:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # bytecodes: the moment Python runs the SIGINT handler
+            pass
+        return super().stop()
+
+
+class SlowFileReporter(Reporter):
+    """A file reporter that writes half its output, says so on stderr, then takes its time."""
+
+    name: ClassVar[str] = "slow"
+    output = "file"
+    default_filename = "slow.txt"
+
+    def report(self, result, dest):
+        import sys
+        import time
+
+        dest.write(b"half of the report\n")
+        dest.flush()
+        print("slow reporter writing", file=sys.stderr, flush=True)
+        time.sleep(30)
+        dest.write(b"the other half\n")

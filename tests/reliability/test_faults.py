@@ -59,6 +59,7 @@ def proj(tmp_path, monkeypatch):
     """A project directory with the busy target and a plugins.toml of failing plugins."""
     (tmp_path / "busy.py").write_text(BUSY)
     (tmp_path / "plugins.toml").write_text(PLUGINS)
+    monkeypatch.setenv("OMNIPROF_PLUGINS", str(tmp_path / "plugins.toml"))  # named: never loaded from cwd alone
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.syspath_prepend(str(ROOT))
@@ -350,3 +351,46 @@ def test_output_disk_full_or_read_only(proj, tally, fault):
     for f in saved.iterdir():  # whatever was published is complete
         json.loads(f.read_bytes())
 
+
+
+def test_full_logdir_never_says_session_saved(proj, tally):
+    """--logdir on a full tmpfs: one error line naming it, the reports still written elsewhere, and no
+    "session saved" line (nothing was saved there)."""
+    prefix = _unshare()
+    if prefix is None:
+        pytest.skip("needs `unshare -rm` (user and mount namespaces) to mount a small tmpfs")
+    logdir = proj / "L"
+    logdir.mkdir()
+    (proj / "ex.py").write_text("print(sum(i * i for i in range(2_000_000)))\n")
+    script = (f"mount -t tmpfs -o size=8k tmpfs {logdir} && head -c 8192 /dev/zero > {logdir}/fill; "
+              f"OMNIPROF_CHECKPOINT_S=0 {sys.executable} -m omniprof run --logdir {logdir} -r json -o out ex.py")
+    p = subprocess.run([*prefix, "sh", "-c", script], cwd=proj, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                       capture_output=True, text=True, timeout=120)
+    tally.fault("logdir full")
+    assert p.returncode == 1, p.stderr
+    assert "session saved" not in p.stderr, p.stderr
+    assert any(ln.startswith("omniprof: error:") and "the disk is full" in ln for ln in p.stderr.splitlines())
+    assert omniprof.load(proj / "out" / RESULT_FILENAME).partial
+
+
+SLOW_REPORTER = """
+[reporter.slow]
+target = "tests.reliability.fault_plugins:SlowFileReporter"
+"""
+
+
+def test_sigterm_while_writing_reports_leaves_no_tmp(proj, tally):
+    """SIGTERM while a report is being written: the temporary file is removed, nothing half-written is
+    published, omniprof dies of SIGTERM (-15), and the session result is on disk."""
+    (proj / "plugins.toml").write_text(PLUGINS + SLOW_REPORTER)
+    (proj / "w.py").write_text("sum(range(300000))\n")
+    p = _child(["run", "--logdir", "L", "-r", "slow", "-o", "out", "w.py"], proj)
+    for line in p.stderr:  # the reporter says when it is half-way
+        if "slow reporter writing" in line:
+            break
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    tally.fault("SIGTERM while writing reports")
+    assert p.returncode == -signal.SIGTERM, err
+    assert sorted(f.name for f in (proj / "out").iterdir()) == [], "a temporary or torn file was left"
+    assert _load_one(proj / "L").parts[0].backend == "cpu"

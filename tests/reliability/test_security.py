@@ -193,3 +193,67 @@ def test_xprof_viewer_binds_loopback_by_default(tmp_path, tally):
     with pytest.warns(OmniprofWarning, match="binds 0.0.0.0"):
         XProfServer(tmp_path, host="0.0.0.0", port=0)
     tally.check("security: server binds", "XProf viewer loopback")
+
+
+def _view(trace, *extra: str):
+    import subprocess as sp
+    import sys as _sys
+
+    return sp.Popen([_sys.executable, "-m", "omniprof", "view", "--perfetto", str(trace), "--port", "0", *extra],
+                    stdout=sp.PIPE, stderr=sp.PIPE, text=True)
+
+
+def test_view_perfetto_host_check_and_quiet_disconnects(tmp_path, tally):
+    """``omniprof view --perfetto``: a request whose Host is not a loopback name (DNS rebinding) gets
+    421 and no data; clients that hang up mid-transfer print nothing; a proper fetch still works."""
+    import http.client
+    import socket
+    import urllib.parse
+
+    from omniprof.testing.fakes import make_result
+
+    big = omniprof.report(make_result(), "chrome", tmp_path / "trace.json", options={"compress": False})
+    big.write_bytes(big.read_bytes() + b" " * (8 << 20))  # large enough that a hang-up cuts the transfer
+    proc = _view(big, "--timeout-s", "60")
+    try:
+        line = proc.stdout.readline()
+        url = urllib.parse.urlparse(line.split("url=", 1)[1].strip())
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        conn.request("GET", url.path, headers={"Host": f"evil.example:{url.port}"})
+        resp = conn.getresponse()
+        assert resp.status == 421 and resp.read() == b""
+        conn.close()
+        tally.check("view: foreign Host header", "refused")
+        for _ in range(5):  # ask for the file, read a little, hang up
+            s = socket.create_connection((url.hostname, url.port), timeout=30)
+            s.sendall(f"GET {url.path} HTTP/1.1\r\nHost: 127.0.0.1:{url.port}\r\n\r\n".encode())
+            s.recv(1024)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
+            s.close()
+        tally.check("view: client disconnects", "quiet")
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        conn.request("GET", url.path, headers={"Host": f"localhost:{url.port}"})
+        assert conn.getresponse().read() == big.read_bytes()
+        conn.close()
+    finally:
+        proc.send_signal(2)
+        out, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err and "Exception" not in err and "Error" not in err, err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_view_timeout_must_be_a_finite_positive_number(tmp_path, capsys, value):
+    """``--timeout-s nan`` (or inf, 0, -1): a usage error, before anything is served."""
+    import subprocess as sp
+
+    from omniprof.testing.fakes import make_result
+
+    trace = omniprof.report(make_result(), "perfetto", tmp_path)
+    proc = _view(trace, "--timeout-s", value)
+    try:
+        out, err = proc.communicate(timeout=30)  # before: nan served forever
+    except sp.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"--timeout-s {value} served on")
+    assert proc.returncode == 2 and "--timeout-s must be a number of seconds > 0" in err

@@ -300,6 +300,17 @@ def enable_peek(signum: int | None = None) -> None:
     _peek["native"] = False
     _peek["old"] = signal.signal(sig, _on_peek)
     _peek["signum"] = sig
+    from omniprof.core.forks import on_fork_child
+
+    on_fork_child(_peek_forked)
+
+
+def _peek_forked() -> None:
+    """A forked child gets its own handler back (peek is the parent's)."""
+    sig, old = _peek["signum"], _peek["old"]
+    _peek.update(signum=None, old=None, running=False, thread=None)
+    if sig is not None and signal.getsignal(sig) is _on_peek:
+        signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 def disable_peek(timeout_s: float | None = None) -> None:

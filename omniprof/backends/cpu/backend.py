@@ -43,6 +43,7 @@ from omniprof.backends.cpu import api
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import python_stacks
 from omniprof.core import validators as v
+from omniprof.core.forks import OwnedHandler, on_fork_child
 from omniprof.core.results import BackendResult, ClockInfo, Frame, Loss, Span, TaskInfo, ThreadInfo, Track
 from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgumentError
 
@@ -55,9 +56,18 @@ SIGNAL_BIAS = ("samples are taken at the next bytecode boundary the interpreter 
                "backward jump), not where the thread is: time of straight-line code is charged to the next call "
                "or loop back-edge, and other threads are seen only at their own such points")
 _warned_fallback: list[str] = []
+#: The shortest sampling interval (100 kHz). Below it the timer (microsecond resolution) would fire
+#: without pause or round to zero, and the program would not run at all.
+MIN_INTERVAL_S = 1e-5
 #: Samples (and annotation spans) a checkpoint (``snapshot()``) writes at most: the latest ones. Building and writing a
 #: result costs about 0.4 KiB of memory per sample for a moment (measured: benchmarks/soak.py).
 CHECKPOINT_MAX_SAMPLES = 100_000
+
+
+def _fast_enough(inst: Any, attribute: Any, value: float) -> None:
+    if value < MIN_INTERVAL_S:
+        raise InvalidArgumentError(f"'interval_s' must be >= {MIN_INTERVAL_S:g} (100 kHz, the fastest the sampler runs; "
+                                   f"got {value!r})")
 
 
 @attrs.frozen(kw_only=True)
@@ -85,7 +95,7 @@ class CpuOptions:
     """
 
     interval_s: float = attrs.field(factory=lambda: api.default_interval_s(),
-                                    validator=v.number_in_range(0.0, 10.0, lo_open=True))
+                                    validator=[v.number_in_range(0.0, 10.0, lo_open=True), _fast_enough])
     max_samples: int = attrs.field(factory=lambda: api.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
     engine: str = attrs.field(default="auto", validator=v.one_of(*ENGINES))
     mode: str = attrs.field(default="wall", validator=v.one_of(*MODES))
@@ -100,7 +110,7 @@ class _SignalTrigger:
         self.sampler = sampler
         self.interval_s = interval_s
         self.frame_box = frame_box
-        self._old: Any = None
+        self._owned: OwnedHandler | None = None
         self._armed = False
         sample = sampler.sample
         own: set[int] = set()
@@ -147,12 +157,15 @@ class _SignalTrigger:
         self.handler = handler
 
     def start(self) -> None:
-        self._old = signal.signal(signal.SIGALRM, self.handler)
+        self._owned = OwnedHandler(signal.SIGALRM, self.handler).install()
         self._armed = True
+        on_fork_child(self._forked)
         self._due[0] = time.perf_counter() + self.interval_s
         signal.setitimer(signal.ITIMER_REAL, self.interval_s)
 
     def stop(self) -> None:
+        # Disarm first, then give the handler back: a SIGALRM that found SIGALRM's default action
+        # would kill the process.
         self._armed = False
         # The profiled program may have installed its own SIGALRM handler (and timer) meanwhile:
         # then the timer and the handler are its own now and stay as they are; the sampling
@@ -161,7 +174,16 @@ class _SignalTrigger:
         if self.taken:
             return
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        signal.signal(signal.SIGALRM, self._old if self._old is not None else signal.SIG_DFL)
+        if self._owned is not None:
+            self._owned.restore()
+
+    def _forked(self) -> None:
+        # A forked child inherits the handler but not the timer (fork(2)); it gets its own
+        # process's handler back and never rearms.
+        self._armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        if self._owned is not None:
+            self._owned.restore()
 
 
 def _own_codes(handler: Any) -> list[Any]:
@@ -379,6 +401,7 @@ class CpuSamplerBackend(Backend):
                 self._pyspy.start()
             if self._trigger is not None:
                 self._trigger.start()
+        on_fork_child(self._forked)
         if po.host_tracer_level >= 3:
             self._install_gc()
         if po.python_tracer_level >= 1:
@@ -424,10 +447,8 @@ class CpuSamplerBackend(Backend):
             metadata={"engine": self.engine or "off", "checkpoint": True})
 
     def stop(self) -> BackendResult:
-        if self._tracer is not None:
-            self._tracer.uninstall()
         timer_taken = False
-        if self._trigger is not None:
+        if self._trigger is not None:  # the timer first: nothing may fire into a half-stopped backend
             self._trigger.stop()
             timer_taken = bool(getattr(self._trigger, "taken", False))
             self._trigger = None
@@ -435,6 +456,8 @@ class CpuSamplerBackend(Backend):
         if native is not None:
             native.stop()
             self._native = None
+        if self._tracer is not None:
+            self._tracer.uninstall()
         self._remove_gc()
         end_ns = self.clock.now_ns()
         pyspy_lines = None
@@ -561,6 +584,18 @@ class CpuSamplerBackend(Backend):
             with contextlib.suppress(Exception):
                 self._native.stop()
             self._native = None
+        self._remove_gc()
+
+    def _forked(self) -> None:
+        """In a forked child: stop recording into this (the parent's) session, touch nothing
+        outside this process (the parent's py-spy is the parent's)."""
+        self._trigger = None  # a signal trigger resets itself; a sampler thread does not exist here
+        self._pyspy = None
+        self._native = None  # the native engine's thread is the parent's: not in this process
+        if self._tracer is not None:
+            with contextlib.suppress(Exception):
+                self._tracer.uninstall()
+            self._tracer = None
         self._remove_gc()
 
     # -- py-spy --------------------------------------------------------------------------------

@@ -326,7 +326,7 @@ def test_cli_report_truncated_is_one_line_error(tmp_path, capsys):
 
 def test_missing_file_is_a_clear_error(tmp_path):
     """A missing trace file raises TraceReadError naming it."""
-    with pytest.raises(TraceReadError, match="cannot read trace file .*nope.json"):
+    with pytest.raises(TraceReadError, match="no such file or directory: .*nope.json"):
         read_trace(tmp_path / "nope.json")
 
 
