@@ -202,8 +202,7 @@ class TableReporter(Reporter):
             elif not block[1]:
                 out.line()
             else:
-                for ln in textwrap.wrap(block[1], out.width, subsequent_indent="    "):
-                    out.line(ln)
+                out.line(block[1])  # the renderer wraps it at words when the width is known
 
     def _stacks(self, part: BackendResult) -> tuple[list[calltree.Stack], int]:
         """The part's sample stacks after the report's filters, and the idle time left out."""

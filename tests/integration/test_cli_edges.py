@@ -41,7 +41,7 @@ def test_a_scripts_own_sigalrm_is_detected_and_left_working(tmp_path):
         signal.setitimer(signal.ITIMER_REAL, 0)
         print("own alarms:", len(hits))
     """)
-    proc = omniprof("run", "-r", "json", "-o", str(tmp_path), str(prog))
+    proc = omniprof("run", "-O", "cpu.engine=signal", "-r", "json", "-o", str(tmp_path), str(prog))
     assert proc.returncode == 0, proc.stderr
     alarms = int(proc.stdout.split("own alarms:")[1].split()[0])
     assert 20 <= alarms <= 31  # 0.3 s / 10 ms, less what a loaded machine delays
@@ -49,6 +49,31 @@ def test_a_scripts_own_sigalrm_is_detected_and_left_working(tmp_path):
     data = json.loads((tmp_path / "omniprof.result.json").read_text())
     kinds = [loss["kind"] for part in data["parts"] for loss in part["losses"]]
     assert "timer_taken" in kinds
+
+
+def test_a_scripts_own_sigalrm_needs_no_warning_under_the_native_engine(tmp_path):
+    """The default (native) engine uses no signal: the script's alarms all arrive, the samples are
+    there, and nothing is lost or warned about."""
+    prog = script(tmp_path, "alarm.py", """
+        import signal, time
+        hits = []
+        signal.signal(signal.SIGALRM, lambda *a: hits.append(1))
+        signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.3:
+            pass
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        print("own alarms:", len(hits))
+    """)
+    proc = omniprof("run", "-O", "cpu.engine=native", "-r", "json", "-o", str(tmp_path), str(prog))
+    assert proc.returncode == 0, proc.stderr
+    alarms = int(proc.stdout.split("own alarms:")[1].split()[0])
+    assert 20 <= alarms <= 31
+    assert "SIGALRM" not in proc.stderr
+    data = json.loads((tmp_path / "omniprof.result.json").read_text())
+    part = data["parts"][0]
+    assert "timer_taken" not in [loss["kind"] for loss in part["losses"]]
+    assert len(part["samples"]) >= 50  # 0.3 s at 1 kHz, on a loaded machine
 
 
 def test_sys_exit_0_is_success(tmp_path):

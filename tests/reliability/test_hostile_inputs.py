@@ -60,7 +60,7 @@ def test_xplane_of_2_gib_is_a_clean_error_checked_before_reading(tmp_path, tally
         fh.truncate(1 << 31)
     p = _limited(["report", str(big), "-r", "json", "-o", "out"], tmp_path, 3 << 30)
     tally.check("2 GiB sparse xplane", "refused")
-    assert p.returncode == 1, (p.returncode, p.stderr[-2000:])
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     line = _one_error_line(p.stderr)
     assert "2,147,483,648 bytes" in line and "2 GiB - 1" in line
 
@@ -77,7 +77,7 @@ def test_gzip_bomb_stops_at_the_ratio_bound_in_constant_memory(tmp_path, tally):
         fh.write(gzip.compress(b'"}'))
     p = _limited(["report", str(bomb), "-r", "json", "-o", "out"], tmp_path, 1 << 30)
     tally.check("gzip bomb under 1 GiB", "refused")
-    assert p.returncode == 1, (p.returncode, p.stderr[-2000:])
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     line = _one_error_line(p.stderr)
     assert "gzip bomb" in line and "OMNIPROF_MAX_GZIP_RATIO" in line
 
@@ -89,7 +89,7 @@ def test_input_size_bound_named(tmp_path, monkeypatch, capsys, result_json, tall
     monkeypatch.setenv("OMNIPROF_MAX_INPUT_BYTES", "1000")
     rc, _, err = _report(capsys, path)
     tally.check("input size bound", "refused")
-    assert rc == 1 and "OMNIPROF_MAX_INPUT_BYTES" in _one_error_line(err)
+    assert rc == 2 and "OMNIPROF_MAX_INPUT_BYTES" in _one_error_line(err)
     monkeypatch.delenv("OMNIPROF_MAX_INPUT_BYTES")
     assert omniprof.load(path).parts[0].backend == "cpu"  # the same file reads without the bound
 
@@ -114,7 +114,7 @@ CASES = {
                                                                                                 + "9" * 5000),
                                              "4,300 digits"),
     "Infinity in stacks": ("i.result.json", lambda r: json.dumps({**r, "parts": [
-        {**r["parts"][0], "stacks": [[float("inf")], *r["parts"][0]["stacks"][1:]]}]}), "infinity"),
+        {**r["parts"][0], "stacks": [[float("inf")], *r["parts"][0]["stacks"][1:]]}]}), "must be an integer (got inf)"),
     "time beyond int64 in a result": ("t.result.json", lambda r: json.dumps({**r, "parts": [
         {**r["parts"][0], "start_ns": 2**64}]}), "64-bit"),
     "600-deep args in a Kineto trace": ("d.json", lambda r: json.dumps(_kineto({"x": _deep(600)})), None),
@@ -135,7 +135,7 @@ def test_malformed_values_one_line_or_read(tmp_path, capsys, result_json, case, 
         assert "Traceback" not in err
         return
     line = _one_error_line(err)
-    assert rc == 1 and name in line
+    assert rc == 2 and name in line
     assert expect is None or expect in line.lower() or expect in line, line
 
 
@@ -191,7 +191,7 @@ def test_other_protobufs_are_not_empty_profiles(tmp_path, capsys, what, tally):
         path.write_bytes(Path(src).read_bytes())
     rc, _, err = _report(capsys, path)
     tally.check("other protobuf as xplane", "refused")
-    assert rc == 1
+    assert rc == 2
     line = _one_error_line(err)
     assert "x.xplane.pb" in line and ("not an XSpace" in line or "not a readable XSpace" in line)
 
@@ -212,7 +212,7 @@ def test_paths_that_are_not_files(tmp_path, capsys, tally):
                             (tmp_path / "none.json", "no such file")):
             rc, _, err = _report(capsys, path)
             tally.check("path that is not a file", "refused")
-            assert rc == 1 and words in _one_error_line(err), (path, err)
+            assert rc == 2 and words in _one_error_line(err), (path, err)
     finally:
         sock.close()
 
@@ -230,7 +230,7 @@ def test_named_pipe_without_writer_times_out(tmp_path, tally):
     os.mkfifo(tmp_path / "p.json")
     p = _cli("OMNIPROF report p.json -r json -o out", tmp_path)
     tally.check("FIFO without writer", "refused")
-    assert p.returncode == 1 and "nothing was written to it within 10 s" in _one_error_line(p.stderr)
+    assert p.returncode == 2 and "nothing was written to it within 10 s" in _one_error_line(p.stderr)
 
 
 def test_named_pipe_with_writer_is_read(tmp_path, result_json, tally):
