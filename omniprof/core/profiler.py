@@ -156,6 +156,8 @@ class Profiler:
                                   list[ErrorRecord], Path | None, list[tuple[str, BaseException]],
                                   list[dict[str, Any]]]] = []
         self.session_dir: Path | None = None
+        #: inside stop(): viewer requests and saved files, opened once stop() lets signals through.
+        self._views_after_stop: tuple[list[dict[str, Any]], list[str]] | None = None
         self._backends: dict[str, Backend] = {}
         self._recording: list[str] = []
         self._errors: list[ErrorRecord] = []
@@ -228,19 +230,27 @@ class Profiler:
         if self._pid != os.getpid():  # checked before the lock: another thread of the parent may have held it
             self._abandon()
             return None
-        with self._lock, deferred_signals():
-            if not self._started:
-                raise ProfilerStateError("Profiler is not running; call start() before stop()")
-            try:
-                if self._recording:
-                    self._save()
-                else:
-                    self._close_all()
-            finally:
-                self._started = False
-                self._action = Action.NONE
-                self._release()
-            self._finish_pending()
+        self._views_after_stop = ([], [])
+        try:
+            with self._lock, deferred_signals():
+                if not self._started:
+                    raise ProfilerStateError("Profiler is not running; call start() before stop()")
+                try:
+                    if self._recording:
+                        self._save()
+                    else:
+                        self._close_all()
+                finally:
+                    self._started = False
+                    self._action = Action.NONE
+                    self._release()
+                self._finish_pending()
+        finally:
+            # Viewers (xla's Perfetto link) wait for a person: opened only now, after the result is
+            # saved and outside the block that holds Ctrl-C back, so Ctrl-C can end that wait.
+            (views, saved), self._views_after_stop = self._views_after_stop, None
+            if views:
+                _open_views(views, saved)
         return self._results[-1] if self._results else None
 
     def _forked(self) -> None:
@@ -585,7 +595,11 @@ class Profiler:
             self.on_result(result)
         if views:  # only now: the trace and the result are saved, so no viewer, port or Ctrl-C loses them
             saved = [] if session_dir is None or save_error else [str(session_dir / RESULT_FILENAME)]
-            _open_views(views, saved)
+            if self._views_after_stop is not None:  # inside stop(): opened when it lets Ctrl-C through
+                self._views_after_stop[0].extend(views)
+                self._views_after_stop[1].extend(saved)
+            else:
+                _open_views(views, saved)
         if failures:
             if len(failures) == 1:
                 name, e = failures[0]
