@@ -27,20 +27,24 @@ def script(tmp_path: Path, name: str, body: str) -> Path:
     return p
 
 
+# A program with its own SIGALRM handler and 10 ms timer, counting the alarms it gets in 0.3 s.
+OWN_ALARMS = """
+    import signal, time
+    hits = []
+    signal.signal(signal.SIGALRM, lambda *a: hits.append(1))
+    signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.3:
+        pass
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    print("own alarms:", len(hits))
+"""
+
+
 def test_a_scripts_own_sigalrm_is_detected_and_left_working(tmp_path):
     """A script that installs its own SIGALRM handler and timer keeps them (its 10 ms alarms all
     arrive), and the run says the signal engine lost its timer (a timer_taken loss and a warning)."""
-    prog = script(tmp_path, "alarm.py", """
-        import signal, time
-        hits = []
-        signal.signal(signal.SIGALRM, lambda *a: hits.append(1))
-        signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
-        t = time.perf_counter()
-        while time.perf_counter() - t < 0.3:
-            pass
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        print("own alarms:", len(hits))
-    """)
+    prog = script(tmp_path, "alarm.py", OWN_ALARMS)
     proc = omniprof("run", "-O", "cpu.engine=signal", "-r", "json", "-o", str(tmp_path), str(prog))
     assert proc.returncode == 0, proc.stderr
     alarms = int(proc.stdout.split("own alarms:")[1].split()[0])
@@ -54,17 +58,7 @@ def test_a_scripts_own_sigalrm_is_detected_and_left_working(tmp_path):
 def test_a_scripts_own_sigalrm_needs_no_warning_under_the_native_engine(tmp_path):
     """The default (native) engine uses no signal: the script's alarms all arrive, the samples are
     there, and nothing is lost or warned about."""
-    prog = script(tmp_path, "alarm.py", """
-        import signal, time
-        hits = []
-        signal.signal(signal.SIGALRM, lambda *a: hits.append(1))
-        signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
-        t = time.perf_counter()
-        while time.perf_counter() - t < 0.3:
-            pass
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        print("own alarms:", len(hits))
-    """)
+    prog = script(tmp_path, "alarm.py", OWN_ALARMS)
     proc = omniprof("run", "-O", "cpu.engine=native", "-r", "json", "-o", str(tmp_path), str(prog))
     assert proc.returncode == 0, proc.stderr
     alarms = int(proc.stdout.split("own alarms:")[1].split()[0])
