@@ -56,6 +56,7 @@ import attrs
 from omniprof.analysis import calltree
 from omniprof.core.results import BackendResult, ProfileResult, Span, Table
 from omniprof.core.text import printable
+from omniprof.core.units import format_ns
 from omniprof.errors import InvalidArgumentError
 
 __all__ = ["DiffRow", "TableDiff", "ResultDiff", "diff", "format_diff", "permutation_p", "rank_p", "TOTAL_KEY"]
@@ -526,16 +527,7 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
                       repeats, tuple(notes))
 
 
-def _ns(ns: float) -> str:
-    a = abs(ns)
-    sign = "-" if ns < 0 else ""
-    if a >= 1e9:
-        return f"{sign}{a / 1e9:.3f} s"
-    if a >= 1e6:
-        return f"{sign}{a / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{sign}{a / 1e3:.2f} us"
-    return f"{sign}{a:.0f} ns"
+_ns = format_ns  # deltas keep their sign
 
 
 def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:

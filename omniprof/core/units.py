@@ -6,14 +6,16 @@ __all__ = ["format_ns", "format_bytes"]
 
 
 def format_ns(ns: float) -> str:
-    """``1.234 s``, ``12.30 ms``, ``4.50 us`` or ``800 ns``."""
-    if ns >= 1e9:
-        return f"{ns / 1e9:.3f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.2f} us"
-    return f"{ns:.0f} ns"
+    """``1.234 s``, ``12.30 ms``, ``4.50 us`` or ``800 ns``; a negative duration (a delta) keeps its sign
+    and the unit of its size (``-1.50 us``)."""
+    sign, a = ("-", -ns) if ns < 0 else ("", ns)
+    if a >= 1e9:
+        return f"{sign}{a / 1e9:.3f} s"
+    if a >= 1e6:
+        return f"{sign}{a / 1e6:.2f} ms"
+    if a >= 1e3:
+        return f"{sign}{a / 1e3:.2f} us"
+    return f"{sign}{a:.0f} ns"
 
 
 def format_bytes(n: float) -> str:
