@@ -154,26 +154,32 @@ def frame_label(frame: Frame, *, line: bool = True) -> str:
 
 # -- stacks ---------------------------------------------------------------------------------------
 def sample_stacks(part: BackendResult) -> list[Stack]:
-    """The part's stack samples as distinct (thread, task, stack) records; samples whose
-    ``stack_id`` is out of range are left out (counted by :func:`unknown_stack_samples`)."""
+    """The part's stack samples as distinct (thread, task, stack) records, in the order each
+    first occurs; samples whose ``stack_id`` is out of range are left out (counted by
+    :func:`unknown_stack_samples`). A negative weight (invalid from a backend: no report can show
+    negative time) counts as 0."""
     counts: Counter[tuple[int, int | None, int]] = Counter()
     weights: dict[tuple[int, int | None, int], int] = {}
     for s in part.samples:
         k = (s.thread_id, s.task_id, s.stack_id)
         counts[k] += 1
-        weights[k] = weights.get(k, 0) + s.weight_ns
+        w = s.weight_ns
+        weights[k] = weights.get(k, 0) + (w if w > 0 else 0)
     return _records(part, ((k, c, weights[k]) for k, c in counts.items()))
 
 
-def allocation_stacks(part: BackendResult, by: str = "bytes") -> list[Stack]:
+def allocation_stacks(part: BackendResult, by: str = "bytes", *, alive_only: bool = False) -> list[Stack]:
     """The part's allocations as distinct stacks weighted by ``"bytes"`` (``size_bytes * count``,
-    what each sampled allocation stands for) or ``"count"``; ``Stack.count`` is the allocation count."""
+    what each sampled allocation stands for) or ``"count"``; ``Stack.count`` is the allocation count.
+    ``alive_only``: only the allocations still alive at the end (what is in use)."""
     if by not in ("bytes", "count"):
         from omniprof.errors import InvalidArgumentError
 
         raise InvalidArgumentError(f"'by' must be one of bytes, count (got {by!r})")
     acc: dict[tuple[int | None, None, int], list[int]] = {}
     for a in part.allocations:
+        if alive_only and not a.alive_at_end:
+            continue
         k = (a.thread_id, None, a.stack_id)
         v = acc.setdefault(k, [0, 0])
         v[0] += a.count

@@ -23,9 +23,13 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from omniprof.core.clock import Clock
-from omniprof.core.results import CounterSeries, Instant, ProfileResult, Span, Track
+from omniprof.core.results import BackendResult, CounterSeries, Instant, ProfileResult, Span, Track
+from omniprof.errors import InvalidArgumentError
 
-__all__ = ["Timeline", "merge", "measure_offset", "Nesting", "nest_lanes", "reference_offsets"]
+__all__ = [
+    "Timeline", "merge", "measure_offset", "Nesting", "nest_lanes", "reference_offsets", "time_axis",
+    "TimeAxis", "time_bounds",
+]
 
 
 @attrs.frozen
@@ -91,13 +95,97 @@ def measure_offset(own_now_ns: Callable[[], int], reference: Clock, *, rounds: i
     return best_offset
 
 
+def time_bounds(result: ProfileResult, parts: Sequence[BackendResult] | None = None, *,
+                include_run: bool = True) -> tuple[int, int] | None:
+    """The first and last instant on the reference clock that the run covers: its start and end
+    (``RunMetadata.start_ns``/``end_ns``, with ``include_run``) and everything ``parts`` (default:
+    all) hold: session bounds, spans, instants, the interval ``(t - weight, t]`` each stack sample
+    stands for, allocations and counter samples. None when there is nothing.
+
+    >>> from omniprof.core.results import BackendResult, ClockInfo, RunMetadata, Span, StackSample
+    >>> p = BackendResult(backend="dev", clock=ClockInfo("dev", offset_ns=-300), spans=[Span("k", "t", 250, 5)],
+    ...                   samples=[StackSample(400, 1, 0, 200)])
+    >>> time_bounds(ProfileResult(metadata=RunMetadata(start_ns=100, end_ns=900), parts=(p,)))
+    (-100, 900)
+    """
+    lo: list[int] = []
+    hi: list[int] = []
+    meta = result.metadata
+    if include_run and (meta.start_ns or meta.end_ns):
+        lo.append(meta.start_ns)
+        hi.append(max(meta.end_ns, meta.start_ns))
+    for p in result.parts if parts is None else parts:
+        off = p.clock.offset_ns
+        if p.start_ns or p.end_ns:
+            lo.append(p.start_ns + off)
+            hi.append(p.end_ns + off)
+        if p.spans:
+            lo.append(min(s.start_ns for s in p.spans) + off)
+            hi.append(max(s.start_ns + max(s.dur_ns, 0) for s in p.spans) + off)
+        for times in ([i.t_ns for i in p.instants], [a.t_ns for a in p.allocations],
+                      [t for c in p.counters for t in c.t_ns]):
+            if times:
+                lo.append(min(times) + off)
+                hi.append(max(times) + off)
+        if p.samples:
+            lo.append(min(s.t_ns - max(s.weight_ns, 0) for s in p.samples) + off)
+            hi.append(max(s.t_ns for s in p.samples) + off)
+    if not lo:
+        return None
+    return min(lo), max(hi)
+
+
+@attrs.frozen
+class TimeAxis:
+    """One time axis for a writer: ``t + offsets[i]`` is part ``i``'s time ``t`` on it.
+
+    Attributes:
+        origin_ns: the instant on the reference clock that is 0 on the axis.
+        end_ns: the last instant of the run or its data on the axis (0 when there is none).
+        offsets: one per part (of the ``parts`` given to :func:`time_axis`): the part's clock
+            offset less ``origin_ns``.
+    """
+
+    origin_ns: int
+    end_ns: int
+    offsets: tuple[int, ...]
+
+
+def time_axis(result: ProfileResult, parts: Sequence[BackendResult] | None = None, *,
+              origin: str = "start") -> TimeAxis:
+    """The axis every timeline writer puts ``parts`` (default: all of ``result``'s) on: each
+    part's clock offset applied once, here, and nothing before 0, so no time is clamped and every
+    interval keeps its length.
+
+    ``origin="start"``: 0 is the earliest of the run's start and every time in ``parts``
+    (speedscope, XProf, the stack records of pprof and folded stacks). ``origin="reference"``: the
+    reference clock itself, moved back only as far as a part's clock offset puts data before 0
+    (Perfetto's unsigned timestamps).
+
+    >>> from omniprof.core.results import BackendResult, ClockInfo, RunMetadata, Span
+    >>> a = BackendResult(backend="a", spans=[Span("x", "t", 100, 10)])
+    >>> b = BackendResult(backend="b", clock=ClockInfo("dev", offset_ns=-300), spans=[Span("k", "t", 250, 5)])
+    >>> r = ProfileResult(metadata=RunMetadata(start_ns=90, end_ns=200), parts=(a, b))
+    >>> time_axis(r)
+    TimeAxis(origin_ns=-50, end_ns=250, offsets=(50, -250))
+    >>> time_axis(r, origin="reference")
+    TimeAxis(origin_ns=-50, end_ns=250, offsets=(50, -250))
+    >>> time_axis(ProfileResult(metadata=RunMetadata(start_ns=90, end_ns=200), parts=(a,)))
+    TimeAxis(origin_ns=90, end_ns=110, offsets=(-90,))
+    """
+    if origin not in ("start", "reference"):
+        raise InvalidArgumentError(f"'origin' must be one of start, reference (got {origin!r})")
+    parts = tuple(result.parts if parts is None else parts)
+    bounds = time_bounds(result, parts)
+    first, last = bounds if bounds is not None else (0, 0)
+    zero = first if origin == "start" else min(0, first)
+    return TimeAxis(zero, last - zero if bounds is not None else 0, tuple(p.clock.offset_ns - zero for p in parts))
+
+
 def reference_offsets(result: ProfileResult) -> tuple[list[int], int]:
     """Each part's offset onto the reference clock, and how far every time was moved so none is
-    negative: ``t + offsets[i]`` is part ``i``'s time ``t`` on the reference clock, plus ``shift``.
-
-    Formats whose timestamps are unsigned (Perfetto's protobuf) cannot hold a time before 0; a part
-    whose clock offset puts data there (a device clock measured against a later reference) moves
-    the whole trace by the same ``shift``, so no event is clamped and every interval keeps its length.
+    negative: ``t + offsets[i]`` is part ``i``'s time ``t`` on the reference clock, plus ``shift``
+    (:func:`time_axis` with ``origin="reference"``).
 
     >>> from omniprof.core.results import BackendResult, ClockInfo, Span
     >>> a = BackendResult(backend="a", spans=[Span("x", "t", 100, 10)])
@@ -105,15 +193,8 @@ def reference_offsets(result: ProfileResult) -> tuple[list[int], int]:
     >>> reference_offsets(ProfileResult(parts=(a, b)))
     ([50, -250], 50)
     """
-    offsets = [p.clock.offset_ns for p in result.parts]
-    lowest = 0
-    for part, off in zip(result.parts, offsets):
-        times = [s.start_ns for s in part.spans] + [i.t_ns for i in part.instants] + [
-            s.t_ns for s in part.samples] + [min(c.t_ns) for c in part.counters if c.t_ns]
-        if times:
-            lowest = min(lowest, min(times) + off)
-    shift = -lowest
-    return [off + shift for off in offsets], shift
+    axis = time_axis(result, origin="reference")
+    return list(axis.offsets), -axis.origin_ns
 
 
 class Nesting:

@@ -10,8 +10,10 @@ The file follows speedscope's published file-format schema (``file-format-schema
 * with allocations, ``sampled`` profiles weighted in bytes: everything allocated, and what was
   still alive at the end.
 
-Times are relative to the run's start (``RunMetadata.start_ns``), so every profile of one file
-shares one time axis.
+Every profile of one file shares one time axis (:func:`omniprof.analysis.timeline.time_axis`):
+0 is the earliest of the run's start (``RunMetadata.start_ns``) and every time in the result, each
+part's clock offset applied, so data a device clock puts before the run's start keeps its place
+and length instead of being cut at 0.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from typing import IO, Any
 
 import attrs
 
+from omniprof.analysis.timeline import time_axis
 from omniprof.core import validators as v
 from omniprof.core.results import Frame, ProfileResult
 from omniprof.plugin import Reporter
-from omniprof.reporters.stackdata import span_lanes, stack_profile, time_zero_ns
+from omniprof.reporters.stackdata import span_lanes, stack_profile
 
 __all__ = ["SpeedscopeReporter", "SpeedscopeOptions", "speedscope_document", "SCHEMA_URL"]
 
@@ -84,7 +87,7 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
     frames = _Frames(opts.combine_lines)
     profiles: list[dict[str, Any]] = []
     notes: list[str] = []
-    zero = time_zero_ns(result)
+    axis = time_axis(result)  # the records of stack_profile() are on the same axis
 
     if opts.include_samples and any(p.samples for p in result.parts):
         prof = stack_profile(result, "samples")
@@ -104,15 +107,14 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
             weights.append(rec.values[1])
             starts.append((rec.t_ns or 0) - rec.values[1])
         for thread, (stacks, weights, starts) in by_thread.items():
-            profiles.append(_sampled(thread, "nanoseconds", stacks, weights, max(0, min(starts))))
+            profiles.append(_sampled(thread, "nanoseconds", stacks, weights, min(starts)))
 
     if opts.include_spans:
         moved_total = 0
         multi = len(result.parts) > 1
-        for part in result.parts:
+        for part, off in zip(result.parts, axis.offsets):
             lanes, moved = span_lanes(part)
             moved_total += moved
-            off = part.clock.offset_ns - zero
             for lane in lanes:
                 if not lane.spans:
                     continue

@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
 from omniprof.analysis import calltree
-from omniprof.analysis.timeline import nest_lanes
+from omniprof.analysis.timeline import nest_lanes, time_axis
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Span
 from omniprof.errors import DataLossWarning, InvalidArgumentError
 
 __all__ = [
     "SOURCES", "ValueType", "StackRecord", "StackProfile", "Lane", "span_lanes", "stack_profile",
-    "pick_source", "frame_label", "time_zero_ns",
+    "pick_source", "frame_label",
 ]
 
 SOURCES = ("auto", "samples", "spans", "allocations")
@@ -58,7 +57,9 @@ class StackRecord:
         frames: root first.
         thread: the thread (samples, allocations) or track lane (spans) it belongs to.
         values: one per :attr:`StackProfile.value_types`.
-        t_ns: when (on the run's reference clock, relative to :func:`time_zero_ns`), if known.
+        t_ns: when, on the run's time axis (:func:`omniprof.analysis.timeline.time_axis`: 0 is the
+            earliest of the run's start and its data, so it is never negative); None for a record
+            that sums several samples or allocations.
         labels: extra string labels (``task``).
     """
 
@@ -98,16 +99,6 @@ class StackProfile:
             for i, v in enumerate(r.values):
                 out[i] += v
         return tuple(out)
-
-
-def time_zero_ns(result: ProfileResult) -> int:
-    """The reference time that speedscope's timelines start from: the run's start, or the
-    earliest time in the result when the metadata has none."""
-    if result.metadata.start_ns:
-        return result.metadata.start_ns
-    times = [p.clock.offset_ns + t for p in result.parts for t in
-             [*(s.start_ns for s in p.spans), *(s.t_ns for s in p.samples), *(a.t_ns for a in p.allocations)]]
-    return min(times) if times else 0
 
 
 def pick_source(result: ProfileResult, source: str) -> str:
@@ -187,7 +178,7 @@ def _span_frame(s: Span) -> Frame:
     return Frame(name=s.name, file="", line=0, module=s.category or None, kind="span")
 
 
-def _span_records(part: BackendResult, zero: int) -> tuple[list[StackRecord], int]:
+def _span_records(part: BackendResult, offset: int) -> tuple[list[StackRecord], int]:
     lanes, moved = span_lanes(part)
     out = []
     frame_cache: dict[tuple[str, str], Frame] = {}
@@ -208,7 +199,7 @@ def _span_records(part: BackendResult, zero: int) -> tuple[list[StackRecord], in
             # Children on one lane never overlap each other, so this is never negative for valid
             # data; zero-length or malformed spans are floored at 0 rather than made negative.
             self_ns = max(0, s.dur_ns - child_ns[i])
-            out.append(StackRecord(chain, lane.name, (1, self_ns), s.start_ns + part.clock.offset_ns - zero))
+            out.append(StackRecord(chain, lane.name, (1, self_ns), s.start_ns + offset))
     return out, moved
 
 
@@ -230,41 +221,33 @@ def stack_profile(result: ProfileResult, source: str = "auto", *, aggregate: boo
     """The weighted stacks of ``source`` (``"samples"``, ``"spans"``, ``"allocations"`` or ``"auto"``)
     across every part of ``result``.
 
-    With ``aggregate``, samples and allocations with the same stack, thread and labels become one
-    record with summed values (what pprof and folded stacks need; much faster on long runs);
-    without it there is one record per sample, in time order (speedscope's timeline).
-    Records whose ``stack_id`` is not in the part's stack table are skipped, counted in
-    ``skipped`` and warned about (:class:`~omniprof.errors.DataLossWarning`).
+    With ``aggregate``, samples and allocations with the same stack, thread and task become one
+    record with summed values, aggregated by the one call tree
+    (:func:`omniprof.analysis.calltree.sample_stacks`, :func:`~omniprof.analysis.calltree.allocation_stacks`):
+    what pprof and folded stacks need, and much faster on long runs. Without it there is one record
+    per sample, in time order (speedscope's timeline). Times are on the run's time axis
+    (:func:`omniprof.analysis.timeline.time_axis`). Records whose ``stack_id`` is not in the part's
+    stack table are skipped, counted in ``skipped`` and warned about
+    (:class:`~omniprof.errors.DataLossWarning`).
     """
     source = pick_source(result, source)
-    zero = time_zero_ns(result)
+    axis = time_axis(result)
     records: list[StackRecord] = []
     bad = 0
     moved = 0
     negative = 0
     periods: list[int] = []
     weights: list[int] = []
-    for part in result.parts:
+    for part, off in zip(result.parts, axis.offsets):
         threads = _thread_names(part)
         n_stacks = len(part.stacks)
         stack_cache: dict[int, tuple[Frame, ...]] = {}
-        merged: dict[tuple[Any, ...], list[Any]] = {}  # key -> [frames, thread, values, t, labels]
 
-        def add(sid: int, thread: str, values: tuple[int, ...], t: int, labels: tuple[tuple[str, str], ...]) -> None:
+        def frames_of(sid: int) -> tuple[Frame, ...]:
             frames = stack_cache.get(sid)
             if frames is None:
                 frames = stack_cache[sid] = part.stack_frames(sid)
-            if not aggregate:
-                records.append(StackRecord(frames, thread, values, t, labels))
-                return
-            key = (sid, thread, labels)
-            acc = merged.get(key)
-            if acc is None:
-                merged[key] = [frames, thread, list(values), t, labels]
-            else:
-                vals = acc[2]
-                for i, val in enumerate(values):
-                    vals[i] += val
+            return frames
 
         if source == "samples":
             tasks = _task_names(part)
@@ -273,33 +256,48 @@ def stack_profile(result: ProfileResult, source: str = "auto", *, aggregate: boo
             if isinstance(interval, (int, float)) and interval > 0:
                 periods.append(round(interval * 1e9))
             names = {tid: _prefix(result, part, n) for tid, n in threads.items()}
-            for smp in sorted(part.samples, key=lambda x: x.t_ns):
-                if not 0 <= smp.stack_id < n_stacks:
-                    bad += 1
-                    continue
-                name = names.get(smp.thread_id) or _prefix(result, part, f"thread {smp.thread_id}")
-                labels = (("task", tasks.get(smp.task_id, f"task {smp.task_id}")),) if smp.task_id is not None else ()
-                weight = smp.weight_ns
-                if weight < 0:  # invalid from the backend; a viewer cannot draw negative time
-                    negative += 1
-                    weight = 0
-                weights.append(weight)
-                add(smp.stack_id, name, (1, weight), smp.t_ns + part.clock.offset_ns - zero, labels)
+
+            def thread_of(tid: int | None) -> str:
+                return names.get(tid) or _prefix(result, part, f"thread {tid}")  # type: ignore[arg-type]
+
+            def labels_of(task: int | None) -> tuple[tuple[str, str], ...]:
+                return (("task", tasks.get(task, f"task {task}")),) if task is not None else ()
+
+            valid = [smp for smp in part.samples if 0 <= smp.stack_id < n_stacks]
+            bad += len(part.samples) - len(valid)
+            # a negative weight is invalid from the backend; a viewer cannot draw negative time
+            negative += sum(1 for smp in valid if smp.weight_ns < 0)
+            weights.extend(max(smp.weight_ns, 0) for smp in valid)
+            if aggregate:
+                records.extend(StackRecord(st.frames, thread_of(st.thread_id), (st.count, st.weight), None,
+                                           labels_of(st.task_id)) for st in calltree.sample_stacks(part))
+            else:
+                records.extend(StackRecord(frames_of(smp.stack_id), thread_of(smp.thread_id),
+                                           (1, max(smp.weight_ns, 0)), smp.t_ns + off, labels_of(smp.task_id))
+                               for smp in sorted(valid, key=lambda x: x.t_ns))
         elif source == "allocations":
-            for a in sorted(part.allocations, key=lambda x: x.t_ns):
-                if not 0 <= a.stack_id < n_stacks:
-                    bad += 1
-                    continue
-                name = threads.get(a.thread_id, f"thread {a.thread_id}") if a.thread_id is not None else part.backend
-                live = a.alive_at_end
-                add(a.stack_id, _prefix(result, part, name),
-                    (a.count, a.size_bytes * a.count, a.count if live else 0, a.size_bytes * a.count if live else 0),
-                    a.t_ns + part.clock.offset_ns - zero, ())
+            def alloc_thread(tid: int | None) -> str:
+                name = threads.get(tid, f"thread {tid}") if tid is not None else part.backend
+                return _prefix(result, part, name)
+
+            valid_allocs = [a for a in part.allocations if 0 <= a.stack_id < n_stacks]
+            bad += len(part.allocations) - len(valid_allocs)
+            if aggregate:
+                live = {(st.thread_id, st.frames): st for st in calltree.allocation_stacks(part, alive_only=True)}
+                for st in calltree.allocation_stacks(part):
+                    lv = live.get((st.thread_id, st.frames))
+                    records.append(StackRecord(st.frames, alloc_thread(st.thread_id),
+                                               (st.count, st.weight, lv.count if lv else 0, lv.weight if lv else 0)))
+            else:
+                for a in sorted(valid_allocs, key=lambda x: x.t_ns):
+                    live_n = a.count if a.alive_at_end else 0
+                    records.append(StackRecord(frames_of(a.stack_id), alloc_thread(a.thread_id),
+                                               (a.count, a.size_bytes * a.count, live_n, a.size_bytes * live_n),
+                                               a.t_ns + off))
         else:
-            recs, m = _span_records(part, zero)
+            recs, m = _span_records(part, off)
             moved += m
             records.extend(attrs.evolve(r, thread=_prefix(result, part, r.thread)) for r in recs)
-        records.extend(StackRecord(f, th, tuple(vals), t, lab) for f, th, vals, t, lab in merged.values())
     skipped = {f"{source}_with_unknown_stack": bad} if bad else {}
     if bad and warn:
         warnings.warn(f"{bad} {source} refer to stacks missing from the result and were left out of the report",

@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 
 from omniprof._version import __version__
-from omniprof.analysis.timeline import nest_lanes
+from omniprof.analysis.timeline import nest_lanes, time_axis
 from omniprof.core import validators as v
 from omniprof.core.fileio import atomic_write_bytes, hostname, unique_run_dir
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
@@ -263,49 +263,19 @@ def _sampled_events(part: BackendResult, conv: _Conv) -> dict[int, list[EventDat
     return out
 
 
-def _time_bounds(result: ProfileResult, parts: Sequence[BackendResult]) -> tuple[int, int]:
-    """(first, last) instant on the reference clock over the run and every event of ``parts``."""
-    lo: list[int] = []
-    hi: list[int] = []
-    meta = result.metadata
-    if meta.start_ns or meta.end_ns:
-        lo.append(meta.start_ns)
-        hi.append(max(meta.end_ns, meta.start_ns))
-    for p in parts:
-        off = p.clock.offset_ns
-        if p.start_ns or p.end_ns:
-            lo.append(p.start_ns + off)
-            hi.append(p.end_ns + off)
-        for sp in p.spans:
-            lo.append(sp.start_ns + off)
-            hi.append(sp.start_ns + sp.dur_ns + off)
-        for ins in p.instants:
-            lo.append(ins.t_ns + off)
-            hi.append(ins.t_ns + off)
-        for s in p.samples:
-            lo.append(s.t_ns - max(s.weight_ns, 0) + off)
-            hi.append(s.t_ns + off)
-        for c in p.counters:
-            if c.t_ns:
-                lo.append(min(c.t_ns) + off)
-                hi.append(max(c.t_ns) + off)
-    if not lo:
-        return 0, 0
-    return min(lo), max(hi)
-
-
 def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = None,
                    *, parts: Sequence[BackendResult] | None = None) -> Timeline:
     """Convert ``parts`` (default: all) of ``result`` to planes, lines and events (plain data).
 
-    Times are ns after the earliest of the run start and every event, so none is negative.
+    Times are ns after the earliest of the run start and every event, so none is negative
+    (:func:`omniprof.analysis.timeline.time_axis`).
     """
     opts = options or TensorBoardOptions()
     parts = tuple(result.parts if parts is None else parts)
     meta = result.metadata
-    first, last = _time_bounds(result, parts)
-    start_unix = meta.start_unix_ns + (first - meta.start_ns) if meta.start_unix_ns else 0
-    end_unix = start_unix + (last - first) if meta.start_unix_ns else 0
+    axis = time_axis(result, parts)  # each part's clock offset, and 0 at the earliest instant
+    start_unix = meta.start_unix_ns + (axis.origin_ns - meta.start_ns) if meta.start_unix_ns else 0
+    end_unix = start_unix + axis.end_ns if meta.start_unix_ns else 0
     several = len(result.parts) > 1  # lines say which backend drew them (also beside a native xplane)
 
     # plane key: None = the host plane, n = /device:GPU:n
@@ -317,7 +287,7 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
     flow_members: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # new id -> [(start, part, span)]
 
     for pi, part in enumerate(parts):
-        conv = _Conv(part.clock.offset_ns - first)
+        conv = _Conv(axis.offsets[pi])
         for si, sp in enumerate(part.spans):
             for fid in sp.flow_ids:
                 new = flow_ids.setdefault((pi, fid), len(flow_ids) + 1)
@@ -332,7 +302,7 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
             flow_dir[(pi, si)].append((new, direction))
 
     for pi, part in enumerate(parts):
-        conv = _Conv(part.clock.offset_ns - first)
+        conv = _Conv(axis.offsets[pi])
         tracks = {t.id: t for t in part.tracks}
         processes = {t.process for t in part.tracks if t.process and _device_of(t) is None}
         events_by_track: dict[str, list[EventData]] = defaultdict(list)

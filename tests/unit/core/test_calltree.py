@@ -114,3 +114,25 @@ def test_labels_shorten_paths_one_way(tmp_path, monkeypatch):
     assert ct.frame_label(Frame("f", str(tmp_path / "pkg" / "m.py"), 3)) == f"f  {os.path.join('pkg', 'm.py')}:3"
     assert ct.frame_label(Frame("Thread.run", threading.__file__, 9), line=False) == "Thread.run  threading.py"
     assert ct.frame_label(SLEEP) == "clock_nanosleep  libc.so.6"
+
+
+def test_negative_sample_weights_count_as_zero():
+    """A sample with a negative weight (invalid data) still counts, with weight 0: no report shows
+    negative time (the stack records of pprof and folded stacks come from here)."""
+    part = BackendResult(backend="cpu", frames=(M,), stacks=((0,),),
+                         samples=(StackSample(1, 1, 0, 5), StackSample(2, 1, 0, -3), StackSample(3, 1, 0, 4)))
+    [stack] = ct.sample_stacks(part)
+    assert (stack.count, stack.weight) == (3, 9)
+
+
+def test_allocation_stacks_alive_only():
+    """alive_only keeps the allocations alive at the end: in use 2 x 64 of the 3 allocations' 2 x 64 + 100 bytes."""
+    from omniprof.core.results import Allocation
+
+    part = BackendResult(backend="mem", frames=(M, F), stacks=((0,), (0, 1)),
+                         allocations=(Allocation(1, 64, 1, 7, alive_at_end=True, count=2), Allocation(2, 100, 1, 7),
+                                      Allocation(3, 8, 0, 7)))
+    everything = {s.frames: (s.count, s.weight) for s in ct.allocation_stacks(part)}
+    alive = {s.frames: (s.count, s.weight) for s in ct.allocation_stacks(part, alive_only=True)}
+    assert everything == {(M, F): (3, 228), (M,): (1, 8)}
+    assert alive == {(M, F): (2, 128)}

@@ -6,6 +6,7 @@ import io
 import json
 from collections import Counter
 
+import attrs
 import jsonschema
 import pytest
 
@@ -92,13 +93,22 @@ def test_consecutive_identical_samples_merge_in_time_order():
 
 
 def test_spans_become_evented_profiles_per_track():
-    """Spans give an evented profile per track, with times relative to the run start."""
+    """Spans give an evented profile per track, with times on the file's one axis: 0 is the earliest
+    instant of the run, here the start of the first sample's interval (t 1 ms, weight 1 ms: reference
+    time 0), 1 ms before the run's start."""
     doc = _doc(make_result(), include_samples=False, include_allocations=False)
     names = [p["name"] for p in doc["profiles"]]
     assert names == ["MainThread", "GPU 0 stream 7"]
     frames = doc["shared"]["frames"]
     ev = [(e["type"], e["at"], frames[e["frame"]]["name"]) for e in doc["profiles"][0]["events"]]
-    assert ev == [("O", 0, "step 1"), ("O", 1_000_000, "launch"), ("C", 1_100_000, "launch"), ("C", 5_000_000, "step 1")]
+    # make_result's spans, at reference times 1_000_000 + 5 ms and 2_000_000 + 0.1 ms
+    assert ev == [("O", 1_000_000, "step 1"), ("O", 2_000_000, "launch"), ("C", 2_100_000, "launch"),
+                  ("C", 6_000_000, "step 1")]
+    without_samples = make_result()
+    without_samples = without_samples.evolve(parts=(attrs.evolve(without_samples.parts[0], samples=()),))
+    doc = _doc(without_samples, include_samples=False, include_allocations=False)
+    first = [(e["type"], e["at"]) for e in doc["profiles"][0]["events"]][0]
+    assert first == ("O", 0)  # no sample before the run's start: 0 is the run's start, where step 1 opens
 
 
 def test_overlapping_spans_split_into_lanes_without_loss(speedscope_schema):
@@ -189,3 +199,46 @@ def test_speedscope_app_opens_our_files(which, speedscope_app, cpu_result, tmp_p
     assert not shown["failed"], shown["console"]
     assert shown["title"] == f"{doc['name']} - speedscope"
     assert "Time Order" in shown["dom"] and doc["profiles"][0]["name"] in shown["dom"]
+
+
+def _device_before_run() -> ProfileResult:
+    """A run (reference clock 10-20 ms) with a device part whose clock offset (-15 ms) puts its
+    kernel [2, 5) ms and its samples before the run's start, at reference times -13 ms and on."""
+    from omniprof.core.results import ClockInfo, RunMetadata
+
+    host = BackendResult(backend="cpu", start_ns=10_000_000, end_ns=20_000_000, tracks=[Track("t", "main")],
+                         spans=[Span("outer", "t", 11_000_000, 4_000_000)])
+    dev = BackendResult(backend="dev", clock=ClockInfo("dev", offset_ns=-15_000_000),
+                        tracks=[Track("s", "stream 1", kind="stream")], spans=[Span("kernel", "s", 2_000_000, 3_000_000)],
+                        frames=[Frame("f", "f.py", 1)], stacks=[(0,)], threads=[],
+                        samples=[StackSample(3_000_000, 1, 0, 1_000_000), StackSample(4_500_000, 1, 0, 1_500_000)])
+    return ProfileResult(metadata=RunMetadata(start_ns=10_000_000, end_ns=20_000_000), parts=(host, dev))
+
+
+def test_data_before_the_run_start_keeps_its_place_and_length(speedscope_schema):
+    """A part whose clock puts data before the run's start is shifted with everything else, never
+    clamped: 0 is the earliest instant (the kernel's start, reference -13 ms), and every profile keeps
+    the distances between reference times (host span at -13 + 24 = 11 ms; the samples' intervals
+    begin at reference -13 ms too, so their profile starts at 0)."""
+    doc = _doc(_device_before_run())
+    jsonschema.validate(doc, speedscope_schema)
+    check_importable(doc)
+    by_name = {p["name"]: p for p in doc["profiles"]}
+    assert [(e["type"], e["at"]) for e in by_name["cpu: main"]["events"]] == [("O", 24_000_000), ("C", 28_000_000)]
+    assert [(e["type"], e["at"]) for e in by_name["dev: stream 1"]["events"]] == [("O", 0), ("C", 3_000_000)]
+    sampled = by_name["dev: thread 1"]
+    assert (sampled["startValue"], sampled["endValue"], sampled["weights"]) == (0, 2_500_000, [2_500_000])
+    assert all(v >= 0 for p in doc["profiles"] for v in (p["startValue"], p["endValue"]))
+
+
+def test_speedscope_app_reads_data_before_the_run_start(speedscope_app, tmp_path):
+    """speedscope itself opens the shifted file and shows each profile's total as the data's own length
+    (kernel 3 ms, host span 4 ms, samples 2.5 ms), not cut at 0."""
+    path = omniprof.report(_device_before_run(), "speedscope", tmp_path / "early.speedscope.json")
+    shown = speedscope_app.load(path)
+    assert not shown["failed"], shown["console"]
+    import re
+
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", shown["dom"]))
+    totals = dict(re.findall(r"\d+ ((?:cpu|dev): [\w ]+?) (\d+\.\d+ms)", text))
+    assert totals == {"cpu: main": "4.00ms", "dev: stream 1": "3.00ms", "dev: thread 1": "2.50ms"}, text[-800:]
