@@ -33,10 +33,13 @@ from omniprof.errors import InvalidArgumentError, TraceReadError
 __all__ = [
     "SCHEMA_VERSION", "Frame", "ThreadInfo", "TaskInfo", "Track", "Span", "Instant", "Flow",
     "StackSample", "CounterSeries", "Allocation", "Table", "Loss", "ErrorRecord", "Artifact",
-    "ClockInfo", "BackendResult", "RunMetadata", "ProfileResult", "load", "json_safe",
+    "ClockInfo", "BackendResult", "RunMetadata", "ProfileResult", "load", "json_safe", "READABLE_VERSIONS",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions :meth:`ProfileResult.from_dict` reads; older ones are brought up to ``SCHEMA_VERSION``
+#: (version 1 had no ``Track.stream``: it is taken from the track's id or name, see ``_converter``).
+READABLE_VERSIONS = (1, 2)
 
 
 def json_safe(value: Any) -> Any:
@@ -130,6 +133,9 @@ class Track:
         process: process or host name the track belongs to (groups tracks in viewers).
         pid, tid: OS ids when known.
         device: device index when the track is on an accelerator.
+        stream: the device's stream (CUDA stream, XLA GPU stream line) the track shows, when known.
+
+    .. versionchanged:: 0.2 ``stream`` (result schema version 2).
     """
 
     id: str
@@ -139,6 +145,7 @@ class Track:
     pid: int | None = None
     tid: int | None = None
     device: int | None = None
+    stream: int | None = None
 
 
 @attrs.frozen
@@ -442,12 +449,13 @@ class ProfileResult:
         if not isinstance(data, Mapping):
             raise TraceReadError(f"a result must be a JSON object (got {type(data).__name__})")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise TraceReadError(
-                f"unsupported result schema_version {version!r}; this omniprof reads version {SCHEMA_VERSION}"
+                f"unsupported result schema_version {version!r}; this omniprof reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
         try:
-            result = _structure(cls, data)
+            result = _structure(cls, data, version=int(version))
         except TraceReadError:
             raise
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError, IndexError) as e:
@@ -548,8 +556,14 @@ def _reference_problem(result: ProfileResult) -> str | None:
 
 # -- (un)structuring: cattrs by the declared field types; no pickle, no eval -----------------------
 @functools.lru_cache(maxsize=None)
-def _converter() -> Any:
-    """The cattrs converter of the result schema, built on first use (``import omniprof`` stays light).
+def _converter(version: int = SCHEMA_VERSION) -> Any:
+    """The cattrs converter of the result schema (of ``version``), built on first use (``import
+    omniprof`` stays light).
+
+    Version 1 (no ``Track.stream``) is read by the same hooks plus one for ``Track``: a device or
+    stream track gets the ``stream`` and ``device`` its id or name spell (``device:0:stream:7``,
+    ``GPU 0 stream 7``, XProf's ``Stream #7``), the rule reporters applied to version-1 files; the
+    result is then a version-2 result.
 
     Unstructuring writes tuples as lists and non-finite floats as "nan"/"inf"/"-inf". Structuring
     refuses unknown keys and JSON values of the wrong type for ``int``/``str``/``bool`` fields
@@ -580,20 +594,39 @@ def _converter() -> Any:
     for cls in (Frame, ThreadInfo, TaskInfo, Track, Span, Instant, Flow, StackSample, CounterSeries, Allocation,
                 Table, Loss, ErrorRecord, Artifact, ClockInfo, BackendResult, RunMetadata, ProfileResult):
         attrs.resolve_types(cls, globals())
+    if version == 1:
+        track_v2 = conv.get_structure_hook(Track)
+        conv.register_structure_hook(Track, lambda d, t: track_v2(_track_v1(d), t))
+        result_v2 = conv.get_structure_hook(ProfileResult)
+        conv.register_structure_hook(ProfileResult, lambda d, t: result_v2({**d, "schema_version": SCHEMA_VERSION}, t))
     return conv
+
+
+def _track_v1(data: Any) -> Any:
+    import re
+
+    if not isinstance(data, Mapping) or data.get("kind") not in ("device", "stream") or "stream" in data:
+        return data
+    out = dict(data)
+    m = re.search(r"stream[:_ #]*(\d+)", f"{data.get('id', '')} {data.get('name', '')}", re.IGNORECASE)
+    out["stream"] = int(m.group(1)) if m else None
+    if out.get("device") is None:
+        d = re.search(r"(?:device|gpu)[:_ ]?(\d+)", str(data.get("id", "")), re.IGNORECASE)
+        out["device"] = int(d.group(1)) if d else None
+    return out
 
 
 def _unstructure(obj: Any) -> Any:
     return _converter().unstructure(obj)
 
 
-def _structure(cls: type, data: Any) -> Any:
+def _structure(cls: type, data: Any, version: int = SCHEMA_VERSION) -> Any:
     if not isinstance(data, Mapping):
         raise TypeError(f"expected an object for {cls.__name__}, got {type(data).__name__}")
     import cattrs
 
     try:
-        return _converter().structure(data, cls)
+        return _converter(version).structure(data, cls)
     except cattrs.BaseValidationError as e:
         raise TypeError("; ".join(cattrs.transform_error(e, path=cls.__name__, format_exception=_why))) from e
 

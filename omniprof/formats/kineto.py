@@ -324,9 +324,9 @@ class _Builder:
         tid = f"device:{device}:stream:{stream}"
         if tid not in self.tracks:
             dev = device if isinstance(device, int) else None
+            num = stream if isinstance(stream, int) and not isinstance(stream, bool) else None
             self.tracks[tid] = Track(id=tid, name=f"GPU {device} stream {stream}", kind="stream",
-                                     process=f"GPU {device}", pid=dev, tid=stream if isinstance(stream, int) else None,
-                                     device=dev)
+                                     process=f"GPU {device}", pid=dev, tid=num, device=dev, stream=num)
         return tid
 
     def _bad(self, where: Callable[[], str], why: str) -> None:

@@ -52,6 +52,7 @@ OP_STATS_COLUMNS = ("operation", "type", "host_or_device", "occurrences", "total
                     "hlo_module")
 
 _DEVICE_PLANE = re.compile(r"^/device:(?P<kind>[A-Z]+):(?P<idx>\d+)")
+_STREAM_LINE = re.compile(r"^Stream #(\d+)")
 _KERNEL_DETAIL = re.compile(r"(\w+):([^\s]+)")
 _STEP_KEYS = ("step_num", "_r")
 _HOST_PLANE = "/host:CPU"
@@ -199,7 +200,12 @@ def read_xspace(profile_data: Any, *, host: str, track_prefix: str = "", include
         for l_index, line in enumerate(plane.lines):
             if plane_kind == "device":
                 tid = f"{track_prefix}device:{device}:line:{l_index}"
-                track = Track(id=tid, name=f"{pname} {line.name}", kind="stream", process=host, device=device)
+                # XLA's GPU tracer names a stream's line "Stream #<id>(...)"; its derived lines
+                # (XLA Ops, XLA Modules, Steps) are no stream
+                sm = _STREAM_LINE.match(line.name)
+                stream = int(sm.group(1)) if sm else None
+                track = Track(id=tid, name=f"{pname} {line.name}", kind="stream", process=host, device=device,
+                              stream=stream)
             else:
                 tid = f"{track_prefix}host:{p_index}:thread:{l_index}"
                 track = Track(id=tid, name=line.name, kind="thread", process=host)

@@ -187,17 +187,11 @@ def kernel_details(args: Mapping[str, Any]) -> str | None:
 
 
 def _device_of(track: Track) -> int | None:
+    """The ``/device:GPU:<n>`` plane of a track: its ``device``; 0 for a device or stream track
+    that does not know its device (a CUDA context's sync track); None for host tracks."""
     if track.device is not None:
         return int(track.device)
-    if track.kind in _DEVICE_KINDS:
-        m = re.search(r"(?:device|gpu)[:_ ]?(\d+)", track.id, re.IGNORECASE)
-        return int(m.group(1)) if m else 0
-    return None
-
-
-def _stream_of(track: Track) -> int | None:
-    m = re.search(r"stream[:_ #]?(\d+)", f"{track.id} {track.name}", re.IGNORECASE)
-    return int(m.group(1)) if m else None
+    return 0 if track.kind in _DEVICE_KINDS else None
 
 
 def _pack(events: list[EventData]) -> list[list[EventData]]:
@@ -329,7 +323,7 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
                 continue
             track = tracks.get(track_id)
             device = _device_of(track) if track is not None else None
-            line_id = (_stream_of(track) if device is not None else track.tid) if track is not None else None
+            line_id = (track.stream if device is not None else track.tid) if track is not None else None
             name = label(track, track_id)
             rows = _pack(events)
             for r, row in enumerate(rows):

@@ -159,7 +159,7 @@ def make_result(*, empty: bool = False) -> ProfileResult:
     part = BackendResult(
         backend="cpu", clock=ClockInfo(), start_ns=1_000_000, end_ns=11_000_000,
         tracks=(Track("thread:1", "MainThread", "thread", "prog", pid=4242, tid=4242),
-                Track("gpu:0:stream:7", "GPU 0 stream 7", "stream", "gpu0", device=0)),
+                Track("gpu:0:stream:7", "GPU 0 stream 7", "stream", "gpu0", device=0, stream=7)),
         spans=(Span("step 1", "thread:1", 1_000_000, 5_000_000, "step", {"step_num": 1}),
                Span("launch", "thread:1", 2_000_000, 100_000, "runtime", {"correlation": 5}, flow_ids=(5,)),
                Span("gemm_kernel", "gpu:0:stream:7", 2_500_000, 1_000_000, "kernel",

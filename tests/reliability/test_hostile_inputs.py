@@ -109,7 +109,7 @@ def _deep(n: int) -> object:
 
 CASES = {
     "int of 5000 digits in a result": ("r.result.json", lambda r: json.dumps(r).replace(
-        '"schema_version": 1', '"schema_version": 1, "label": ' + "9" * 5000, 1), "4,300 digits"),
+        '"schema_version": ', '"label": ' + "9" * 5000 + ', "schema_version": ', 1), "4,300 digits"),
     "int of 5000 digits in a Kineto trace": ("k.json", lambda r: json.dumps(_kineto({})).replace('"ts": 1', '"ts": '
                                                                                                 + "9" * 5000),
                                              "4,300 digits"),
@@ -259,8 +259,8 @@ def test_stdin_and_process_substitution(tmp_path, result_json, how, tally):
 def test_load_api_raises_trace_read_error(tmp_path, result_json):
     """``omniprof.load`` (the library) raises TraceReadError for the same inputs as the CLI."""
     path = tmp_path / "r.result.json"
-    path.write_text(json.dumps(result_json).replace('"schema_version": 1', '"schema_version": 1, "label": '
-                                                      + "9" * 5000, 1))
+    path.write_text(json.dumps(result_json).replace('"schema_version": ', '"label": ' + "9" * 5000
+                                                      + ', "schema_version": ', 1))
     with pytest.raises(TraceReadError, match="4,300 digits"):
         omniprof.load(path)
     with pytest.raises(TraceReadError, match="character device"):

@@ -232,7 +232,8 @@ def build_timeline(collector: ActivityCollector, to_ref: Callable[[int], int], *
             tracks.setdefault(tid, Track(tid, f"GPU {dev}", "device", f"GPU {dev}", device=dev))
             return tid
         tid = f"device:{dev}:stream:{int(stream)}"
-        tracks.setdefault(tid, Track(tid, f"GPU {dev} stream {int(stream)}", "stream", f"GPU {dev}", device=dev))
+        tracks.setdefault(tid, Track(tid, f"GPU {dev} stream {int(stream)}", "stream", f"GPU {dev}", device=dev,
+                                     stream=int(stream)))
         return tid
 
     def thread_track(tid: Any) -> str:
@@ -297,7 +298,8 @@ def build_timeline(collector: ActivityCollector, to_ref: Callable[[int], int], *
             typ = SYNC_TYPES.get(int(r.get("type", 0)), "unknown")
             if stream is not None:
                 track = f"context:{ctx}:stream:{int(stream)}"
-                tracks.setdefault(track, Track(track, f"context {ctx} stream {int(stream)} (sync)", "stream"))
+                tracks.setdefault(track, Track(track, f"context {ctx} stream {int(stream)} (sync)", "stream",
+                                               stream=int(stream)))
             else:
                 track = f"context:{ctx}"
                 tracks.setdefault(track, Track(track, f"context {ctx} (sync)", "other"))

@@ -114,6 +114,7 @@ def test_timeline_follows_the_result_conventions():
     m = by["Memcpy HtoD"]
     assert m.category == "memcpy" and m.args["kind"] == "HtoD" and m.args["bandwidth_bytes_per_s"] == 1e12
     assert {t.id for t in tracks} == {"device:0:stream:7", "thread:os:11"}  # not a Python thread
+    assert [(t.device, t.stream) for t in tracks if t.kind == "stream"] == [(0, 7)]
     _, spans2, *_ = build_timeline(c, lambda t: t, end_ns=0, threads={11: (140001, "MainThread")})
     launch = next(s for s in spans2 if s.category == "runtime")
     assert launch.track == "thread:140001"  # OS thread id 11 is Python's thread 140001
@@ -149,9 +150,10 @@ def test_sync_records_without_stream_go_on_a_context_track():
     c = collector()
     c.add([{"kind": "sync", "type": 4, "start": 0, "end": 50, "context_id": 1, "stream_id": None, "correlation_id": 9},
            {"kind": "sync", "type": 3, "start": 60, "end": 90, "context_id": 1, "stream_id": 7, "correlation_id": 10}])
-    _, spans, *_ = build_timeline(c, lambda t: t, end_ns=0)
+    tracks, spans, *_ = build_timeline(c, lambda t: t, end_ns=0)
     assert [(s.name, s.track, s.category) for s in spans] == [
         ("context_synchronize", "context:1", "sync"), ("stream_synchronize", "context:1:stream:7", "sync")]
+    assert {t.id: t.stream for t in tracks} == {"context:1": None, "context:1:stream:7": 7}
 
 
 def test_occupancy_limits():

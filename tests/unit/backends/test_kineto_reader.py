@@ -60,6 +60,8 @@ def test_alexnet_kernel_args_follow_conventions():
     assert k.args["registers_per_thread"] == 47 and k.args["static_shared_memory_bytes"] == 0
     assert k.args["occupancy_pct"] == 63 and k.args["device"] == 0 and k.args["stream"] == 7
     assert k.track == "device:0:stream:7"
+    track = next(t for t in part.tracks if t.id == k.track)
+    assert (track.kind, track.device, track.stream) == ("stream", 0, 7)
     assert k.start_ns == 1695835573023613 * 1000 and k.dur_ns == 71_000
     copy = next(s for s in part.spans if s.category == "memcpy")
     assert copy.args["kind"] == "HtoD" and copy.args["bytes"] == 92928

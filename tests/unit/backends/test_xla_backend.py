@@ -246,6 +246,8 @@ def test_gpu_trace_kernels_from_xprof_kernel_stats(tmp_path):
     (row,) = part.table("kernel_stats").records()
     assert row["kernel_name"] == "gemm_fusion_dot_1" and row["occurrences"] == 2
     assert row["total_ns"] == 4000 and row["block_dim"] == "64,1,1" and row["occupancy_pct"] == 100.0
+    (stream,) = [t for t in part.tracks if t.kind == "stream"]
+    assert (stream.device, stream.stream) == (0, 7)  # the "Stream #7(Compute)" line of /device:GPU:0
 
 
 def test_tool_results_never_stale(tmp_path):

@@ -148,7 +148,7 @@ def test_python_dash_m_omniprof_and_console_script(tmp_path):
 
     flat = calltree.flat_profile(r.part("cpu"))
     assert flat[0].frame.name == "hot_function"
-    assert json.loads(r.to_json())["schema_version"] == 1
+    assert json.loads(r.to_json())["schema_version"] == 2
 
 
 def test_version(capsys):

@@ -54,8 +54,8 @@ def torch_like_result() -> ProfileResult:
     part = BackendResult(
         backend="torch", clock=ClockInfo(offset_ns=1_000), start_ns=4_000, end_ns=89_000,
         tracks=(Track("thread:11", "python3 11", "thread", "python3", pid=7, tid=11),
-                Track("device:0:stream:7", "stream 7", "stream", "GPU 0", device=0),
-                Track("device:1:stream:13", "stream 13", "stream", "GPU 1", device=1),
+                Track("device:0:stream:7", "stream 7", "stream", "GPU 0", device=0, stream=7),
+                Track("device:1:stream:13", "stream 13", "stream", "GPU 1", device=1, stream=13),
                 Track("counter:power", "power", "counter", device=0)),
         spans=(Span("aten::linear", "thread:11", 10_000, 40_000, "cpu_op", {"input_shapes": [[8, 4], [4, 4]]}),
                Span("aten::addmm", "thread:11", 12_000, 30_000, "cpu_op", {"flops": 256}),
@@ -82,6 +82,34 @@ def test_fake_result_maps_tracks_to_host_and_device_planes() -> None:
     gpu = _lines(tl, "/device:GPU:0")
     assert gpu["GPU 0 stream 7"].line_id == 7
     assert [e.name for e in gpu["GPU 0 stream 7"].events] == ["gemm_kernel"]
+
+
+def test_line_ids_are_the_tracks_stream_field_not_their_ids() -> None:
+    """A stream's XLine id is ``Track.stream``: a track named without a number still gets its stream,
+    and a number in a name that is no stream (``stream 9`` with ``stream=None``) is not taken for one."""
+    part = BackendResult(backend="b", tracks=(Track("q", "copy queue", "stream", device=2, stream=5),
+                                              Track("r", "stream 9", "stream", device=2)),
+                         spans=(Span("k", "q", 10, 5, "kernel"), Span("m", "r", 10, 5, "memcpy")))
+    gpu = _lines(build_timeline(ProfileResult(parts=(part,))), "/device:GPU:2")
+    assert (gpu["copy queue"].line_id, gpu["stream 9"].line_id) == (5, None)
+
+
+def test_a_version_1_result_keeps_its_stream_lines(tmp_path: Path) -> None:
+    """A result saved before Track.stream existed (schema version 1, streams only in ids) loads with
+    each stream filled from its id, so its XLines keep their stream ids."""
+    import json
+
+    data = make_result().to_dict()
+    data["schema_version"] = 1
+    for part in data["parts"]:
+        for track in part["tracks"]:
+            del track["stream"]
+            track["device"] = None
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(data))
+    old = omniprof.load(path)
+    assert old.schema_version == 2 and old.parts[0].tracks[1].stream == 7 and old.parts[0].tracks[1].device == 0
+    assert _lines(build_timeline(old), "/device:GPU:0")["GPU 0 stream 7"].line_id == 7
 
 
 def test_times_are_ns_from_the_earliest_event() -> None:
