@@ -1,18 +1,14 @@
 """omniprof: one profiling API over many profilers.
 
 This module only re-exports; see ``omniprof.core`` for the implementation. Importing it imports
-no backend module and none of jax, torch, pynvml or xprof.
+no backend module and none of jax, torch, pynvml or xprof, and none of the kernel either: each
+public name is imported on first use (PEP 562 ``__getattr__``), so ``import omniprof`` in a program
+that never profiles costs next to nothing. ``dir(omniprof)`` (and tab completion) lists every name.
 """
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+
 from omniprof._version import __version__
-from omniprof.core.annotations import StepTraceAnnotation, TraceAnnotation, annotate, annotate_function
-from omniprof.core.fileio import OutputError
-from omniprof.core.options import ProfileOptions
-from omniprof.core.profiler import Profiler
-from omniprof.core.registry import PluginInfo, get_registry
-from omniprof.core.reporting import report
-from omniprof.core.results import BackendResult, ProfileResult, load
-from omniprof.core.schedule import Action, Schedule, schedule
 from omniprof.errors import (
     BackendError,
     BackendUnavailableError,
@@ -29,7 +25,34 @@ from omniprof.errors import (
     TraceReadError,
 )
 
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
+    from omniprof.core.annotations import StepTraceAnnotation, TraceAnnotation, annotate, annotate_function
+    from omniprof.core.fileio import OutputError
+    from omniprof.core.options import ProfileOptions
+    from omniprof.core.profiler import Profiler
+    from omniprof.core.registry import PluginInfo, get_registry
+    from omniprof.core.reporting import report
+    from omniprof.core.results import BackendResult, ProfileResult, load
+    from omniprof.core.schedule import Action, Schedule, schedule
+
 _LAZY = {
+    # The kernel's public names: imported on first use.
+    "annotate": ("omniprof.core.annotations", "annotate"),
+    "annotate_function": ("omniprof.core.annotations", "annotate_function"),
+    "TraceAnnotation": ("omniprof.core.annotations", "TraceAnnotation"),
+    "StepTraceAnnotation": ("omniprof.core.annotations", "StepTraceAnnotation"),
+    "OutputError": ("omniprof.core.fileio", "OutputError"),
+    "ProfileOptions": ("omniprof.core.options", "ProfileOptions"),
+    "Profiler": ("omniprof.core.profiler", "Profiler"),
+    "PluginInfo": ("omniprof.core.registry", "PluginInfo"),
+    "get_registry": ("omniprof.core.registry", "get_registry"),
+    "report": ("omniprof.core.reporting", "report"),
+    "BackendResult": ("omniprof.core.results", "BackendResult"),
+    "ProfileResult": ("omniprof.core.results", "ProfileResult"),
+    "load": ("omniprof.core.results", "load"),
+    "Action": ("omniprof.core.schedule", "Action"),
+    "Schedule": ("omniprof.core.schedule", "Schedule"),
+    "schedule": ("omniprof.core.schedule", "schedule"),
     # Each backend's own helpers, in their public homes (the names below them are older aliases).
     "cpu": ("omniprof.cpu", None),
     "memory": ("omniprof.memory", None),
@@ -55,6 +78,12 @@ _LAZY = {
 }
 
 
+#: Subpackages reachable as attributes after a bare ``import omniprof`` (``omniprof.core.results``),
+#: as when the kernel was imported eagerly.
+_SUBMODULES = frozenset({"core", "analysis", "formats", "backends", "reporters", "config", "viewers", "cli",
+                         "testing", "plugin", "runner", "errors", "notebook", "pytest_plugin"})
+
+
 def __getattr__(name: str) -> object:
     # Public names whose modules are imported on first use, so `import omniprof` stays light.
     if name in _LAZY:
@@ -65,7 +94,15 @@ def __getattr__(name: str) -> object:
         value = mod if attr is None else getattr(mod, attr)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"omniprof.{name}")
     raise AttributeError(f"module 'omniprof' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted((set(globals()) | set(_LAZY) | set(__all__)) - {"TYPE_CHECKING"})
 
 
 __all__ = [

@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,7 +80,7 @@ def _make_temp(directory: Path, name: str) -> tuple[int, str]:
     # Like mkstemp, but with the permissions open() would give (0666 & ~umask), not 0600:
     # the report must be readable by the tools and users that read any other file of ours.
     for _ in range(100):
-        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+        tmp = os.path.join(directory, f".{name}.{os.urandom(4).hex()}.tmp")
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
         except FileExistsError:
@@ -278,6 +276,8 @@ def unique_run_dir(base: os.PathLike[str] | str, prefix: str | None = None, *, f
 
 
 def hostname() -> str:
+    import socket  # on first use: `import omniprof` stays light
+
     return socket.gethostname() or "localhost"
 
 

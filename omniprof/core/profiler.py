@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import functools
 import os
-import platform
-import socket
 import sys
 import threading
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -431,6 +428,8 @@ class Profiler:
             self._prepare_all()
         # platform.platform() spawns `uname -p` once per process; do it before sampling starts, not
         # inside the first checkpoint: a Popen finalised while a stack sampler runs can re-enter it.
+        import platform  # here, not at import: `import omniprof` stays light
+
         platform.platform()
         self._t0_unix_ns = time.time_ns()
         self._t0_ns = self.clock.now_ns()
@@ -652,6 +651,9 @@ class Profiler:
         self._release()
 
     def _metadata(self, end_ns: int) -> RunMetadata:
+        import platform
+        import socket
+
         from omniprof import __version__
 
         return RunMetadata(
@@ -739,4 +741,8 @@ def _opts_dict(opts: Any) -> dict[str, Any]:
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    return text[0] if text else "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if text:
+        return text[0]
+    import traceback
+
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -10,13 +10,11 @@ is fatal only when selected.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata as md
-import logging
 import os
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -28,15 +26,18 @@ from omniprof.errors import (
     PluginValidationError,
 )
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+if TYPE_CHECKING:
+    import importlib.metadata as md
 
 __all__ = ["PluginInfo", "Registry", "get_registry", "reset_registry", "KINDS", "load_plugins_file", "is_trusted",
            "trust_plugins_file", "trust_store_path", "IMPORT_TIMEOUT_S"]
 
-log = logging.getLogger("omniprof.registry")
+
+
+def _log() -> Any:
+    import logging  # on first use: `import omniprof` stays light
+
+    return logging.getLogger("omniprof.registry")
 
 KINDS = {"backend": "omniprof.backends", "reporter": "omniprof.reporters", "reader": "omniprof.readers"}
 PLUGINS_ENV = "OMNIPROF_PLUGINS"
@@ -110,6 +111,11 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
         summary = "..."                       # catalogue only
     """
     from omniprof.core.tomlpos import key_lines, line_of
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
 
     path = Path(path)
     try:
@@ -264,15 +270,23 @@ class Registry:
                  autoload: bool | None = None, entry_points: Iterable[md.EntryPoint] | None = None) -> None:
         if autoload is None:
             autoload = os.environ.get(AUTOLOAD_ENV, "") in ("", "0", "false", "False")
+        if entry_points is None:
+            import importlib.metadata as md  # the installed plugins: read when a registry is first made
+
+            # one scan of every installed distribution for all three groups (not one per group)
+            entry_points = [ep for group in KINDS.values() for ep in md.entry_points().select(group=group)]
         self._entries: dict[tuple[str, str], _Entry] = {}
         self.problems: list[str] = []
+        dists: dict[int, tuple[Any, str, str]] = {}  # id(dist) -> (dist, name, version): METADATA parsed once
         for kind, group in KINDS.items():
-            eps = [ep for ep in entry_points if ep.group == group] if entry_points is not None else list(
-                md.entry_points(group=group))
+            eps = [ep for ep in entry_points if ep.group == group]
             for ep in eps:
                 dist = getattr(ep, "dist", None)
-                dist_name = dist.metadata["Name"] if dist is not None else None
-                source = f"{dist_name} {dist.version}" if dist is not None else "entry point"
+                if dist is not None and id(dist) not in dists:
+                    meta = dist.metadata
+                    dists[id(dist)] = (dist, meta["Name"], meta["Version"])
+                dist_name = dists[id(dist)][1] if dist is not None else None
+                source = f"{dist_name} {dists[id(dist)][2]}" if dist is not None else "entry point"
                 if not autoload and (dist_name or "").lower() != SELF_DIST:
                     continue
                 key = (kind, ep.name)
@@ -304,7 +318,7 @@ class Registry:
                             f"it at {target} only with 'override = true' in [{kind}.{name}] (or give the plugin "
                             f"another name)")
                         continue
-                    log.warning("%s %r from %s is overridden by %s: %s", kind, name, entry.source, path, target)
+                    _log().warning("%s %r from %s is overridden by %s: %s", kind, name, entry.source, path, target)
                     self.problems.append(f"{kind} {name!r} ({entry.source}: {entry.target}) is overridden by {path}: "
                                          f"{target}")
                 if target and (entry is None or entry.target != target):

@@ -18,7 +18,6 @@ The JSON Schema of ``to_dict()`` is ``docs/schema/profile-result.schema.json``.
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import math
 import os
@@ -492,6 +491,8 @@ class ProfileResult:
         data = self.to_json().encode("utf-8")
         path = Path(path)
         if path.name.endswith(".gz"):
+            import gzip
+
             data = gzip.compress(data, compresslevel=6, mtime=0)
         atomic_write_bytes(path, data)
         return path

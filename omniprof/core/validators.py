@@ -5,7 +5,6 @@ Messages follow attrs' shape, e.g. ``'host_tracer_level' must be one of 0, 1, 2,
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -33,6 +32,8 @@ def nearest(key: str, candidates: Iterable[str]) -> str | None:
     folded = [c for c in candidates if c.casefold() == key.casefold()]
     if folded:
         return folded[0]
+    import difflib  # on first use: `import omniprof` stays light
+
     matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
     if not matches:
         lower = {c.casefold(): c for c in candidates}

@@ -51,3 +51,45 @@ def test_backend_helpers_have_public_homes_and_keep_their_old_names():
                "assert omniprof.jax.start_server is omniprof.start_server\n"
                "print('jax' in sys.modules)")
     assert out.strip() == "False"
+
+
+#: Modules the kernel needs only for some calls: reading entry points, host names, temporary names,
+#: logging, TOML, key suggestions, gzip, tracebacks. `import omniprof` (and loading the kernel's
+#: classes) must not pay for them.
+DEFERRED = ("importlib.metadata", "socket", "secrets", "email", "zipfile", "tempfile", "shutil", "logging",
+            "tomllib", "difflib", "gzip", "traceback", "csv", "random", "hmac")
+
+
+def _modules(code: str) -> set[str]:
+    return set(_run(code + "\nimport sys; print('\\n'.join(sorted(sys.modules)))").split())
+
+
+def test_import_omniprof_imports_no_deferred_module():
+    """`import omniprof` imports none of DEFERRED, nor attrs or the kernel: its names load on first use."""
+    out = _modules("import omniprof")
+    assert [m for m in DEFERRED if m in out] == []
+    assert "attrs" not in out and "omniprof.core.profiler" not in out
+
+
+def test_loading_the_kernel_imports_no_deferred_module():
+    """Touching the kernel's classes (Profiler, ProfileResult, ProfileOptions, annotate, report) still
+    imports none of DEFERRED; importlib.metadata comes with the first plugin listing."""
+    out = _modules("import omniprof\n"
+                   "omniprof.Profiler, omniprof.ProfileResult, omniprof.ProfileOptions, omniprof.annotate, omniprof.report")
+    assert "omniprof.core.profiler" in out
+    assert [m for m in DEFERRED if m in out] == []
+    assert "importlib.metadata" in _modules("import omniprof\nomniprof.get_registry().infos()")
+
+
+def test_every_public_name_resolves_and_is_listed():
+    """Every name of __all__ is an attribute (from omniprof import * too), dir() lists them all for
+    tab completion, and a subpackage is reachable after a bare import."""
+    out = _run("import omniprof\n"
+               "missing = [n for n in omniprof.__all__ if getattr(omniprof, n, None) is None]\n"
+               "unlisted = sorted(set(omniprof.__all__) - set(dir(omniprof)))\n"
+               "ns = {}\nexec('from omniprof import *', ns)\n"
+               "from omniprof.core.profiler import Profiler\n"
+               "assert omniprof.Profiler is Profiler and ns['Profiler'] is Profiler\n"
+               "assert omniprof.core.results.ProfileResult is omniprof.ProfileResult\n"
+               "print(missing, unlisted, sorted(set(omniprof.__all__) - set(ns)))")
+    assert out.strip() == "[] [] []"
