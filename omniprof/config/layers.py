@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.config.model import ENV_KEYS, _LIST_ENV, _PATH_KEYS
+from omniprof.config.model import ENV_KEYS, FUNCTION_TARGET, _LIST_ENV, _PATH_KEYS
 from omniprof.core import validators as v
 from omniprof.core.options import ADVANCED_KEYS, parse_cli_value
 from omniprof.core.tomlpos import key_lines, line_of
@@ -240,9 +240,6 @@ def cli_layer(*, backends: Sequence[str] = (), options: Sequence[str] = (), repo
 
 
 _PROFILE_OPTION_KEYS = ("host_tracer_level", "device_tracer_level", "python_tracer_level", "advanced_configuration")
-
-FUNCTION_TARGET = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-
 
 def is_function_target(text: str) -> bool:
     """``package.module:function`` (and not an existing file)."""

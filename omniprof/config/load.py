@@ -4,18 +4,19 @@
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from omniprof.config.layers import FUNCTION_TARGET, Layer, _parse_file, env_layer, read_layers, show_path
-from omniprof.config.model import TOP_KEYS, _TARGET_KEYS, ReporterSpec, RunConfig, TargetSpec
+from omniprof.config.layers import Layer, _parse_file, env_layer, read_layers, show_path
+from omniprof.config.model import TOP_KEYS, _TARGET_KEYS, ConfigData, ReporterSpec, RunConfig, TargetSpec
 from omniprof.core import validators as v
 from omniprof.core.options import ADVANCED_KEYS, ProfileOptions
 from omniprof.core.schedule import Schedule
@@ -114,43 +115,36 @@ def resolve(layers: Sequence[Layer], *, registry: Any = None, source: str | None
 
 
 def _validate(d: Mapping[str, Any], pr: _Problems, reg: Any, source: str | None, profile: str | None) -> RunConfig:
-    for k in d:
-        if k == "profiles":
-            pr.add((k,), "profiles cannot be nested: put [profiles.NAME] tables at the top level")
-        elif k not in TOP_KEYS:
-            pr.add((k,), v.unknown_key_message(k, TOP_KEYS, what="key"))
+    if "profiles" in d:
+        pr.add(("profiles",), "profiles cannot be nested: put [profiles.NAME] tables at the top level")
+        d = {k: val for k, val in d.items() if k != "profiles"}
+    cd: ConfigData = _structure(ConfigData, d, (), "", pr, d, unknown=lambda k: v.unknown_key_message(
+        k, TOP_KEYS, what="key"))
     kw: dict[str, Any] = {"source": source, "profile": profile}
 
-    # target
-    given = [k for k in _TARGET_KEYS if k in d]
+    # one target, and arguments that fit it
+    given = cd.target()
     target = None
     if len(given) > 1:
         pr.add((given[1],), f"give one of script, module, function (got {', '.join(given)})")
     elif given:
-        target = _target(d, given[0], pr)
+        target = _target(cd, given[0], pr)
     else:
         for k in ("args", "kwargs"):
-            if k in d:
+            if getattr(cd, k) is not None:
                 pr.add((k,), f"{k!r} needs a target: set script, module or function")
     kw["target"] = target
 
-    # backends
-    backends = _names(d, "backend", pr, default=None)
-    bopts = d.get("backends", {})
-    if not isinstance(bopts, dict):
-        pr.add(("backends",), f"must be a table of backend names to options (got {bopts!r})")
-        bopts = {}
-    if backends is None:
-        backends = ["cpu"]
+    # backends: registered, once each, with options their own Options class accepts
+    backends = cd.backend if cd.backend is not None else ["cpu"]
     known_backends = reg.names("backend", include_disabled=True)
     for i, name in enumerate(backends):
-        _check_plugin(reg, "backend", name, ("backend", i) if "backend" in d else ("backend",), pr,
-                      known_backends)
+        _check_plugin(reg, "backend", name, ("backend", i) if "backend" in d else ("backend",), pr, known_backends)
     if len(set(backends)) != len(backends):
         pr.add(("backend",), f"lists a backend twice: {backends}")
     kw["backends"] = tuple(backends)
     checked: dict[str, dict[str, Any]] = {}
-    for name, given_opts in bopts.items():
+    for name, given_opts in cd.backends.items():
         path = ("backends", name)
         if not isinstance(given_opts, dict):
             pr.add(path, f"must be a table of options (got {given_opts!r})")
@@ -161,44 +155,33 @@ def _validate(d: Mapping[str, Any], pr: _Problems, reg: Any, source: str | None,
             continue
         cls = _check_plugin(reg, "backend", name, path, pr, known_backends)
         if cls is not None:
-            _option_problems(cls.Options, {**reg.default_options("backend", name), **given_opts}, path,
-                             f"backend {name!r}", pr, given_opts)
+            _plugin_options(cls.Options, {**reg.default_options("backend", name), **given_opts}, path, f"backend {name!r}",
+                            pr, given_opts)
         checked[name] = dict(given_opts)
     kw["backend_options"] = {n: checked[n] for n in backends if n in checked}
 
-    # profile options
-    kw["options"] = _profile_options(d.get("options", {}), pr)
-
-    # schedule / repeats / duration
-    sched = d.get("schedule")
-    if sched is not None:
-        if not isinstance(sched, dict):
-            pr.add(("schedule",), f"must be a table with wait/warmup/active/repeat/skip_first (got {sched!r})")
-        elif _option_problems(Schedule, sched, ("schedule",), "schedule", pr, sched):
-            kw["schedule"] = Schedule(**sched)
-    if "repeats" in d:
-        if _field_ok(v.int_in_range(1), "repeats", d["repeats"], ("repeats",), pr):
-            kw["repeats"] = d["repeats"]
-    if "duration_s" in d:
-        if _field_ok(v.number_in_range(0.0, lo_open=True), "duration_s", d["duration_s"], ("duration_s",), pr):
-            kw["duration_s"] = float(d["duration_s"])
+    # profile options, schedule, how often
+    kw["options"] = _structure(ProfileOptions, cd.options, ("options",), "", pr, cd.options,
+                               unknown=_unknown_profile_option) or ProfileOptions()
+    if cd.schedule is not None:
+        sched = _structure(Schedule, cd.schedule, ("schedule",), "schedule", pr, cd.schedule)
+        if sched is not None:
+            kw["schedule"] = sched
+    if cd.repeats is not None:
+        kw["repeats"] = cd.repeats
+    if cd.duration_s is not None:
+        kw["duration_s"] = float(cd.duration_s)
     if "repeats" in d and "duration_s" in d:
         pr.add(("duration_s",), "give either repeats or duration_s, not both")
 
-    # reporters
-    ropts = d.get("reporters", {})
-    if not isinstance(ropts, dict):
-        pr.add(("reporters",), f"must be a table of reporter names to options (got {ropts!r})")
-        ropts = {}
-    reporters = _names(d, "reporter", pr, default=None)
-    if reporters is None:
-        reporters = list(ropts) or ["table"]
+    # reporters: registered, with an output path and options their own Options class accepts
+    reporters = cd.reporter if cd.reporter is not None else (list(cd.reporters) or ["table"])
     known_reporters = reg.names("reporter", include_disabled=True)
     for i, name in enumerate(reporters):
         _check_plugin(reg, "reporter", name, ("reporter", i) if "reporter" in d else ("reporter",), pr,
                       known_reporters)
     specs = {}
-    for name, spec in ropts.items():
+    for name, spec in cd.reporters.items():
         path = ("reporters", name)
         if not isinstance(spec, dict):
             pr.add(path, f"must be a table of options (got {spec!r})")
@@ -210,18 +193,14 @@ def _validate(d: Mapping[str, Any], pr: _Problems, reg: Any, source: str | None,
             output = None
         cls = _check_plugin(reg, "reporter", name, path, pr, known_reporters)
         if cls is not None:
-            _option_problems(cls.Options, {**reg.default_options("reporter", name), **spec}, path,
-                             f"reporter {name!r}", pr, spec, extra=("output",))
+            _plugin_options(cls.Options, {**reg.default_options("reporter", name), **spec}, path, f"reporter {name!r}", pr,
+                            spec, extra=("output",))
         specs[name] = ReporterSpec(name, spec, output)
     kw["reporters"] = tuple(specs.get(n, ReporterSpec(n)) for n in reporters)
 
-    # env
-    env = d.get("env", {})
-    if not isinstance(env, dict):
-        pr.add(("env",), f"must be a table of NAME = \"value\" (got {env!r})")
-        env = {}
+    # environment: names a shell accepts, values as text
     env_out = {}
-    for name, val in env.items():
+    for name, val in cd.env.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             pr.add(("env", name), f"{name!r} is not a valid environment variable name")
         elif isinstance(val, bool):
@@ -232,61 +211,30 @@ def _validate(d: Mapping[str, Any], pr: _Problems, reg: Any, source: str | None,
             pr.add(("env", name), f"environment values must be strings or numbers (got {val!r})")
     kw["env"] = env_out
 
-    # plain scalars
-    for key in ("logdir", "outdir", "label", "plugins"):
-        if key in d:
-            if _field_ok(v.is_str, key, d[key], (key,), pr):
-                kw[key] = d[key]
-    for key in ("verbose", "distributed"):
-        if key in d and _field_ok(v.is_bool, key, d[key], (key,), pr):
-            kw[key] = d[key]
-    if "no_plugin" in d:
-        np_ = d["no_plugin"]
-        if not isinstance(np_, list) or not all(isinstance(x, str) for x in np_):
-            pr.add(("no_plugin",), f"must be a list of plugin names (got {np_!r})")
-        else:
-            kw["no_plugin"] = tuple(np_)
+    for key in ("logdir", "outdir", "label", "plugins", "verbose", "distributed"):
+        if getattr(cd, key) is not None:
+            kw[key] = getattr(cd, key)
+    if cd.no_plugin is not None:
+        kw["no_plugin"] = tuple(cd.no_plugin)
     return RunConfig(**kw)
 
 
-def _target(d: Mapping[str, Any], kind: str, pr: _Problems) -> TargetSpec | None:
-    value = d[kind]
+def _target(cd: ConfigData, kind: str, pr: _Problems) -> TargetSpec | None:
+    """The target ``kind`` with its arguments: a script's or module's ``args`` are its argv (strings
+    or numbers); ``kwargs`` only go with a function."""
+    args = cd.args if cd.args is not None else []
     ok = True
-    if not isinstance(value, str) or not value:
-        pr.add((kind,), f"{kind!r} must be a non-empty string (got {value!r})")
-        return None
-    args = d.get("args", [])
-    kwargs = d.get("kwargs", {})
-    if not isinstance(args, list):
-        pr.add(("args",), f"'args' must be a list (got {args!r})")
-        args, ok = [], False
     if kind in ("script", "module") and not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
                                                 for a in args):
         pr.add(("args",), f"'args' of a {kind} is its argv: strings or numbers (got {args!r})")
         ok = False
-    if "kwargs" in d and kind != "function":
+    if cd.kwargs is not None and kind != "function":
         pr.add(("kwargs",), f"'kwargs' is for a function target; a {kind} takes 'args' (its argv)")
-    if not isinstance(kwargs, dict):
-        pr.add(("kwargs",), f"'kwargs' must be a table (got {kwargs!r})")
-        kwargs, ok = {}, False
-    base_dir = ""
-    if kind == "script":
-        if not Path(value).is_file():
-            pr.add((kind,), f"no such script {value!r}")
-            ok = False
-        args = [str(a) for a in args]
-    elif kind == "module":
-        if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", value):
-            pr.add((kind,), f"{value!r} is not a module name like 'package.module'")
-            ok = False
-        args = [str(a) for a in args]
-    else:
-        if not FUNCTION_TARGET.fullmatch(value):
-            pr.add((kind,), f"{value!r} is not of the form 'package.module:function'")
-            ok = False
     if not ok:
         return None
-    return TargetSpec(kind, value, tuple(args), dict(kwargs), base_dir)
+    if kind != "function":
+        args = [str(a) for a in args]
+    return TargetSpec(kind, getattr(cd, kind), tuple(args), dict(cd.kwargs or {}), "")
 
 
 def _check_importable(target: TargetSpec, pr: _Problems) -> None:
@@ -308,18 +256,6 @@ def _check_importable(target: TargetSpec, pr: _Problems) -> None:
                               f"{target.base_dir} or sys.path")
 
 
-def _names(d: Mapping[str, Any], key: str, pr: _Problems, default: list[str] | None) -> list[str] | None:
-    if key not in d:
-        return default
-    val = d[key]
-    if isinstance(val, str):
-        val = [x.strip() for x in val.split(",") if x.strip()]
-    if not isinstance(val, list) or not val or not all(isinstance(x, str) for x in val):
-        pr.add((key,), f"{key!r} must be a name or a non-empty list of names (got {d[key]!r})")
-        return default
-    return list(val)
-
-
 def _check_plugin(reg: Any, kind: str, name: str, path: tuple[Any, ...], pr: _Problems,
                   known: list[str]) -> type | None:
     if name not in known:
@@ -337,78 +273,127 @@ def _check_plugin(reg: Any, kind: str, name: str, path: tuple[Any, ...], pr: _Pr
         return None
 
 
-def _field_ok(validator: Callable[..., None], name: str, value: Any, path: tuple[str, ...], pr: _Problems) -> bool:
-    try:
-        validator(None, name, value)
-    except InvalidArgumentError as e:
-        pr.add(path, str(e))
-        return False
-    return True
-
-
-def _option_problems(cls: type, data: Mapping[str, Any], path: tuple[str, ...], owner: str, pr: _Problems,
-                     given: Mapping[str, Any], extra: Sequence[str] = ()) -> bool:
-    """Check every key of ``data`` against attrs class ``cls``, each on its own, so all problems show.
-
-    Keys that came from plugins.toml defaults (not in ``given``) are reported at the table's path.
-    """
-    fields = {(a.alias if getattr(a, "alias", None) else a.name): a for a in attrs.fields(cls)}
-    ok = True
-    for key, val in data.items():
-        where = (*path, key) if key in given else path
-        if key not in fields:
-            pr.add(where, f"{owner}: " + v.unknown_key_message(key, [*fields, *extra], what="option"))
-            ok = False
-            continue
-        try:
-            cls(**{key: val})
-        except (InvalidArgumentError, TypeError, ValueError) as e:
-            msg = str(e)
-            pr.add(where, msg if msg.startswith(owner) else f"{owner}: {msg}")
-            ok = False
-    if ok:
-        try:
-            cls(**dict(data))
-        except (InvalidArgumentError, TypeError, ValueError) as e:
-            pr.add(path, f"{owner}: {e}")
-            ok = False
-    return ok
-
-
-def _profile_options(data: Any, pr: _Problems) -> ProfileOptions:
-    path = ("options",)
-    if not isinstance(data, dict):
-        pr.add(path, f"must be a table of profile options (got {data!r})")
-        return ProfileOptions()
+def _unknown_profile_option(key: str) -> str:
     fields = [a.name for a in attrs.fields(ProfileOptions)]
-    good: dict[str, Any] = {}
-    for key, val in data.items():
-        if key not in fields:
-            hint = " (advanced keys go under [options.advanced_configuration])" if key in ADVANCED_KEYS else ""
-            pr.add((*path, key), v.unknown_key_message(key, fields, what="profile option") + hint)
-            continue
-        if key == "advanced_configuration":
-            if not isinstance(val, dict):
-                pr.add((*path, key), f"must be a table of advanced keys (got {val!r})")
-                continue
-            adv = {}
-            for ak, av in val.items():
-                if ak not in ADVANCED_KEYS:
-                    pr.add((*path, key, ak), v.unknown_key_message(ak, ADVANCED_KEYS, what="advanced_configuration key"))
-                    continue
-                try:
-                    ADVANCED_KEYS[ak].validate(av)
-                    adv[ak] = av
-                except InvalidArgumentError as e:
-                    pr.add((*path, key, ak), str(e))
-            good[key] = adv
-            continue
+    hint = " (advanced keys go under [options.advanced_configuration])" if key in ADVANCED_KEYS else ""
+    return v.unknown_key_message(key, fields, what="profile option") + hint
+
+
+def _plugin_options(cls: type, data: Mapping[str, Any], path: tuple[str, ...], owner: str, pr: _Problems,
+                    given: Mapping[str, Any], extra: Sequence[str] = ()) -> bool:
+    """Structure ``data`` into a plugin's ``Options`` class; every problem is added to ``pr``."""
+    fields = [(a.alias if getattr(a, "alias", None) else a.name) for a in attrs.fields(cls)]
+    before = len(pr.items)
+    _structure(cls, data, path, owner, pr, given,
+               unknown=lambda k: v.unknown_key_message(k, [*fields, *extra], what="option"))
+    return len(pr.items) == before
+
+
+# -- structuring with cattrs --------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _converter() -> Any:
+    """The cattrs converter of configs: every attrs class (ConfigData, ProfileOptions, Schedule, a
+    plugin's Options) is structured key by key, each key's value checked by its field's own
+    converter and validator, unknown keys refused, and every problem collected
+    (``detailed_validation``). Values are kept as given: the class's ``__init__`` converts them."""
+    import cattrs
+    from cattrs.gen import make_dict_structure_fn, override
+
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+
+    def checked(a: Any) -> Any:
+        def hook(value: Any, _: Any) -> Any:
+            val = a.converter(value) if callable(a.converter) else value
+            if a.validator is not None:
+                a.validator(None, a, val)
+            return value
+        return hook
+
+    def factory(cls: type) -> Any:
+        hooks = {a.name: override(struct_hook=_advanced_hook if cls is ProfileOptions and
+                                  a.name == "advanced_configuration" else checked(a)) for a in attrs.fields(cls)}
+        return make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **hooks)
+
+    conv.register_structure_hook_factory(attrs.has, factory)
+    return conv
+
+
+def _advanced_hook(value: Any, _: Any) -> Any:
+    """``[options.advanced_configuration]``: each key known and its value valid, every problem at its key."""
+    from cattrs.errors import IterableValidationError, IterableValidationNote
+
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"must be a table of advanced keys (got {value!r})")
+    errors: list[Exception] = []
+    for key, val in value.items():
         try:
-            ProfileOptions(**{key: val})
-            good[key] = val
+            if key not in ADVANCED_KEYS:
+                raise InvalidArgumentError(v.unknown_key_message(key, ADVANCED_KEYS, what="advanced_configuration key"))
+            ADVANCED_KEYS[key].validate(val)
         except InvalidArgumentError as e:
-            pr.add((*path, key), str(e))
-    return ProfileOptions(**good)
+            e.__notes__ = [IterableValidationNote(f"key {key!r}", key, Any)]
+            errors.append(e)
+    if errors:
+        raise IterableValidationError("invalid advanced_configuration", errors, dict)
+    return value
+
+
+def _problems(exc: BaseException, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], BaseException]]:
+    """(key path, error) for every error in a cattrs exception group."""
+    from cattrs.errors import AttributeValidationNote, BaseValidationError, IterableValidationNote
+
+    if not isinstance(exc, BaseValidationError):
+        yield path, exc
+        return
+    for sub in exc.exceptions:
+        notes = getattr(sub, "__notes__", None) or []
+        note = next((n for n in notes if isinstance(n, (AttributeValidationNote, IterableValidationNote))), None)
+        here = path
+        if isinstance(note, AttributeValidationNote):
+            here = (*path, note.name)
+        elif isinstance(note, IterableValidationNote):
+            here = (*path, note.index)
+        yield from _problems(sub, here)
+
+
+def _structure(cls: type, data: Mapping[str, Any], path: tuple[str, ...], owner: str, pr: _Problems,
+               given: Mapping[str, Any], *, unknown: Callable[[str], str] | None = None) -> Any:
+    """``data`` structured into ``cls`` with cattrs, every problem added to ``pr`` at its key (or at
+    ``path`` for a key that came from plugins.toml defaults, not in ``given``), prefixed with
+    ``owner``. With problems, the instance built from the keys that had none (None if even that
+    fails)."""
+    from cattrs.errors import ForbiddenExtraKeysError
+
+    prefix = f"{owner}: " if owner else ""
+
+    def add(key: Any, rest: tuple[Any, ...], msg: str) -> None:
+        where = (*path, key, *rest) if key in given else path
+        pr.add(where, msg if owner and msg.startswith(owner) else prefix + msg)
+
+    conv = _converter()
+    try:
+        return conv.structure(dict(data), cls)
+    except Exception as e:  # cattrs' exception groups, or a check across keys in cls.__init__
+        bad: set[Any] = set()
+        found = False
+        for where, exc in _problems(e):
+            found = True
+            if isinstance(exc, ForbiddenExtraKeysError):
+                for key in [k for k in data if k in exc.extra_fields]:
+                    add(key, (), unknown(key) if unknown else v.unknown_key_message(
+                        key, [a.name for a in attrs.fields(cls)], what="option"))
+                    bad.add(key)
+            elif where:
+                add(where[0], where[1:], str(exc))
+                bad.add(where[0])
+            else:
+                pr.add(path, prefix + str(exc))
+        if not found or not bad:
+            return None
+    try:
+        return conv.structure({k: val for k, val in data.items() if k not in bad}, cls)
+    except Exception:
+        return None
 
 
 # -- entry points -----------------------------------------------------------------------------------
@@ -498,5 +483,5 @@ def check_plugins_file(path: str | os.PathLike[str], *, entry_points: Any = None
         except PluginError as e:
             pr.add((kind, name), str(e))
             continue
-        _option_problems(cls.Options, options, (kind, name, "options"), f"{kind} {name!r}", pr, options)
+        _plugin_options(cls.Options, options, (kind, name, "options"), f"{kind} {name!r}", pr, options)
     return pr.items

@@ -3,13 +3,17 @@ config may hold (file, ``OMNIPROF_*`` environment, command line)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 
+from omniprof.core import validators as v
 from omniprof.core.options import ProfileOptions
 from omniprof.core.schedule import Schedule
+from omniprof.errors import InvalidArgumentError
 
 
 CONFIG_ENV = "OMNIPROF_CONFIG"
@@ -41,6 +45,8 @@ TOP_KEYS: dict[str, str] = {
     "profiles": "named profiles: [profiles.NAME] with any of the keys above",
 }
 _TARGET_KEYS = ("script", "module", "function")
+FUNCTION_TARGET = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_MODULE_NAME = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 _PATH_KEYS = ("script", "logdir", "outdir", "plugins")
 
 #: ``OMNIPROF_*`` variables read as a layer above the file: variable -> key path.
@@ -59,6 +65,100 @@ ENV_KEYS: dict[str, tuple[str, ...]] = {
     "OMNIPROF_PYTHON_TRACER_LEVEL": ("options", "python_tracer_level"),
 }
 _LIST_ENV = {"OMNIPROF_BACKEND", "OMNIPROF_REPORTER"}
+
+
+# -- the shape of a config: structured with cattrs (config.load), one validator per key ---------------
+def _non_empty(attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"{attribute.name!r} must be a non-empty string (got {value!r})")
+
+
+def _script(inst: Any, attribute: Any, value: Any) -> None:
+    if value is not None:
+        _non_empty(attribute, value)
+        if not Path(value).is_file():
+            raise InvalidArgumentError(f"no such script {value!r}")
+
+
+def _module(inst: Any, attribute: Any, value: Any) -> None:
+    if value is not None:
+        _non_empty(attribute, value)
+        if not _MODULE_NAME.fullmatch(value):
+            raise InvalidArgumentError(f"{value!r} is not a module name like 'package.module'")
+
+
+def _function(inst: Any, attribute: Any, value: Any) -> None:
+    if value is not None:
+        _non_empty(attribute, value)
+        if not FUNCTION_TARGET.fullmatch(value):
+            raise InvalidArgumentError(f"{value!r} is not of the form 'package.module:function'")
+
+
+def _of_type(kind: type, text: str) -> Any:
+    def check(inst: Any, attribute: Any, value: Any) -> None:
+        if value is not None and not isinstance(value, kind):
+            raise InvalidArgumentError(text.format(name=attribute.name, value=value))
+    return check
+
+
+def _names(value: Any) -> Any:
+    """``"cpu, xla"`` -> ``["cpu", "xla"]``; anything else as it is (the validator judges it)."""
+    return [x.strip() for x in value.split(",") if x.strip()] if isinstance(value, str) else value
+
+
+def _name_list(inst: Any, attribute: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, list) or not value or not all(isinstance(x, str) for x in value)):
+        raise InvalidArgumentError(f"{attribute.name!r} must be a name or a non-empty list of names (got {value!r})")
+
+
+def _plugin_names(inst: Any, attribute: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, list) or not all(isinstance(x, str) for x in value)):
+        raise InvalidArgumentError(f"must be a list of plugin names (got {value!r})")
+
+
+_TABLE = "must be a table {what} (got {{value!r}})"
+
+
+@attrs.frozen(kw_only=True)
+class ConfigData:
+    """A config as written (one layer, or the merged layers), each key checked on its own; what
+    needs a plugin (backend and reporter options) or several keys (one target, repeats or
+    duration_s) is checked by :func:`omniprof.config.load.resolve` afterwards.
+
+    ``omniprof.config.load`` structures a mapping into it with cattrs: every key's problem is
+    collected, unknown keys get the nearest valid key. Attributes are the :data:`TOP_KEYS` but
+    ``profiles``; None (or empty) means "not given".
+    """
+
+    script: str | None = attrs.field(default=None, validator=_script)
+    module: str | None = attrs.field(default=None, validator=_module)
+    function: str | None = attrs.field(default=None, validator=_function)
+    args: list[Any] | None = attrs.field(default=None, validator=_of_type(list, "'{name}' must be a list (got {value!r})"))
+    kwargs: dict[str, Any] | None = attrs.field(default=None,
+                                                validator=_of_type(dict, "'{name}' must be a table (got {value!r})"))
+    backend: list[str] | None = attrs.field(default=None, converter=_names, validator=_name_list)
+    options: dict[str, Any] = attrs.field(factory=dict, validator=_of_type(dict, _TABLE.format(what="of profile options")))
+    backends: dict[str, Any] = attrs.field(factory=dict, validator=_of_type(
+        dict, _TABLE.format(what="of backend names to options")))
+    schedule: dict[str, Any] | None = attrs.field(default=None, validator=_of_type(
+        dict, _TABLE.format(what="with wait/warmup/active/repeat/skip_first")))
+    repeats: int | None = attrs.field(default=None, validator=v.int_in_range(1, optional=True))
+    duration_s: float | None = attrs.field(default=None, validator=v.number_in_range(0.0, lo_open=True, optional=True))
+    reporter: list[str] | None = attrs.field(default=None, converter=_names, validator=_name_list)
+    reporters: dict[str, Any] = attrs.field(factory=dict, validator=_of_type(
+        dict, _TABLE.format(what="of reporter names to options")))
+    env: dict[str, Any] = attrs.field(factory=dict, validator=_of_type(dict, 'must be a table of NAME = "value" (got {value!r})'))
+    logdir: str | None = attrs.field(default=None, validator=attrs.validators.optional(v.is_str))
+    outdir: str | None = attrs.field(default=None, validator=attrs.validators.optional(v.is_str))
+    label: str | None = attrs.field(default=None, validator=attrs.validators.optional(v.is_str))
+    plugins: str | None = attrs.field(default=None, validator=attrs.validators.optional(v.is_str))
+    verbose: bool | None = attrs.field(default=None, validator=attrs.validators.optional(v.is_bool))
+    distributed: bool | None = attrs.field(default=None, validator=attrs.validators.optional(v.is_bool))
+    no_plugin: list[str] | None = attrs.field(default=None, validator=_plugin_names)
+
+    def target(self) -> list[str]:
+        """The target keys given (script, module, function), in that order."""
+        return [k for k in _TARGET_KEYS if getattr(self, k) is not None]
 
 
 # -- the validated configuration ------------------------------------------------------------------

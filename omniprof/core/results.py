@@ -596,9 +596,11 @@ def _converter(version: int = SCHEMA_VERSION) -> Any:
                 Table, Loss, ErrorRecord, Artifact, ClockInfo, BackendResult, RunMetadata, ProfileResult):
         attrs.resolve_types(cls, globals())
     if version == 1:
-        track_v2 = conv.get_structure_hook(Track)
+        from cattrs.gen import make_dict_structure_fn
+
+        track_v2 = make_dict_structure_fn(Track, conv, _cattrs_forbid_extra_keys=True)
         conv.register_structure_hook(Track, lambda d, t: track_v2(_track_v1(d), t))
-        result_v2 = conv.get_structure_hook(ProfileResult)
+        result_v2 = make_dict_structure_fn(ProfileResult, conv, _cattrs_forbid_extra_keys=True)
         conv.register_structure_hook(ProfileResult, lambda d, t: result_v2({**d, "schema_version": SCHEMA_VERSION}, t))
     return conv
 

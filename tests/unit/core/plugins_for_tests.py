@@ -9,6 +9,8 @@ import attrs
 from omniprof.plugin import Backend
 from omniprof.core.results import BackendResult
 from omniprof.plugin import Reporter
+from omniprof.core import validators as v
+from omniprof.errors import InvalidArgumentError
 from omniprof.testing.fakes import FakeBackend
 
 
@@ -77,3 +79,18 @@ class UnavailableBackend(FakeBackend):
 
 
 raise_on_import = None
+
+
+class WindowBackend(FakeBackend):
+    """Options whose two keys are checked together (lo < hi), as well as each on its own."""
+
+    name = "window"
+
+    @attrs.frozen(kw_only=True)
+    class Options:
+        lo: int = attrs.field(default=0, validator=v.int_in_range(0))
+        hi: int = attrs.field(default=10, validator=v.int_in_range(1))
+
+        def __attrs_post_init__(self) -> None:
+            if self.lo >= self.hi:
+                raise InvalidArgumentError(f"'lo' must be below 'hi' (got lo={self.lo}, hi={self.hi})")

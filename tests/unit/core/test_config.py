@@ -552,3 +552,86 @@ def test_distributed_key_reaches_the_profiler(workdir):
                        environ={"OMNIPROF_DISTRIBUTED": "1"}).distributed is True
     with pytest.raises(DistributedError, match="init_process_group"):
         execute(cfg)
+
+
+# -- structuring (cattrs): every key checked on its own, every problem at once ------------------------
+def test_every_problem_of_one_options_table_is_reported(workdir):
+    """Three bad keys of one [backends.cpu] table give three problems, each at its own line and key."""
+    path = write(workdir / "omniprof.toml", """
+        function = "work:hot"
+        [backends.cpu]
+        interval_s = -1
+        max_samples = 0
+        engin = "thread"
+        """)
+    f = str(path)
+    problems = check_config(path)
+    assert problems[0] == f"{f}:3: $.backends.cpu.interval_s: backend 'cpu': 'interval_s' must be > 0.0 (got -1)"
+    assert problems[1] == (f"{f}:4: $.backends.cpu.max_samples: backend 'cpu': 'max_samples' must be between 1 and "
+                           f"2147483647 (got 0)")
+    assert problems[2].startswith(f"{f}:5: $.backends.cpu.engin: backend 'cpu': unknown option 'engin'; "
+                                  f"did you mean 'engine'?")
+    assert len(problems) == 3
+
+
+def test_wrong_types_and_non_tables_are_named_in_house_style(workdir):
+    """A value of the wrong type says what the key must be and what it got; a table given as a scalar too."""
+    path = write(workdir / "omniprof.toml", """
+        function = "work:hot"
+        repeats = "x"
+        options = 5
+        label = 3
+        verbose = "yes"
+        no_plugin = "rusage"
+        """)
+    f = str(path)
+    assert sorted(check_config(path)) == [
+        f"{f}:2: $.repeats: 'repeats' must be an integer >= 1 (got 'x' of type str)",
+        f"{f}:3: $.options: must be a table of profile options (got 5)",
+        f"{f}:4: $.label: 'label' must be a string (got 3 of type int)",
+        f"{f}:5: $.verbose: 'verbose' must be a bool (true or false) (got 'yes' of type str)",
+        f"{f}:6: $.no_plugin: must be a list of plugin names (got 'rusage')",
+    ]
+
+
+def test_each_bad_advanced_key_is_reported_at_its_key(workdir):
+    """Two bad advanced_configuration keys give two problems, an unknown one with the nearest key; an
+    advanced key put directly under [options] says where it goes."""
+    path = write(workdir / "omniprof.toml", """
+        function = "work:hot"
+        [options]
+        gpu_max_activity_api_events = 5
+        [options.advanced_configuration]
+        gpu_max_activty_api_events = 5
+        tpu_trace_mode = "NOPE"
+        """)
+    f = str(path)
+    problems = sorted(check_config(path))
+    assert len(problems) == 3, problems
+    assert problems[0].startswith(f"{f}:3: $.options.gpu_max_activity_api_events: unknown profile option "
+                                  f"'gpu_max_activity_api_events'") and problems[0].endswith(
+        "(advanced keys go under [options.advanced_configuration])")
+    assert problems[1].startswith(f"{f}:5: $.options.advanced_configuration.gpu_max_activty_api_events: unknown "
+                                  f"advanced_configuration key 'gpu_max_activty_api_events'; did you mean "
+                                  f"'gpu_max_activity_api_events'?")
+    assert problems[2].startswith(f"{f}:6: $.options.advanced_configuration.tpu_trace_mode: ")
+    assert "NOPE" in problems[2]
+
+
+def test_a_check_across_keys_of_a_plugins_options_is_reported_at_its_table(workdir, registry_with):
+    """Keys each valid but wrong together (the Options class's own __attrs_post_init__) give one problem at
+    the table, after the keys' own problems of other tables."""
+    reg = registry_with(("backend", "window", "tests.unit.core.plugins_for_tests:WindowBackend"))
+    path = write(workdir / "omniprof.toml", """
+        function = "work:hot"
+        backend = "window, cpu"
+        [backends.window]
+        lo = 5
+        hi = 5
+        """)
+    f = str(path)
+    assert check_config(path, registry=reg) == [
+        f"{f}:3: $.backends.window: backend 'window': 'lo' must be below 'hi' (got lo=5, hi=5)"]
+    cfg = load_config(write(workdir / "ok.toml", 'function = "work:hot"\nbackend = "window, cpu"\n'
+                                                  '[backends.window]\nlo = 1\n'), environ={}, registry=reg)
+    assert cfg.backends == ("window", "cpu") and cfg.backend_options == {"window": {"lo": 1}}
