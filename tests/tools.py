@@ -31,3 +31,21 @@ def node_package(name: str) -> Path:
     pkg = NODE_MODULES / name
     require(pkg.is_dir(), f"npm package {name}")
     return pkg
+
+
+def write(path: Path, text: str) -> Path:
+    """``text`` dedented into ``path`` (UTF-8); returns ``path``."""
+    import textwrap
+
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tmp_path`` as the working directory, with no ``OMNIPROF_*`` config variable set."""
+    from omniprof import config as cfgmod
+
+    monkeypatch.chdir(tmp_path)
+    for var in [*cfgmod.ENV_KEYS, cfgmod.CONFIG_ENV, cfgmod.PROFILE_ENV]:
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path

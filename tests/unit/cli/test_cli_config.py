@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 
 import omniprof
 from omniprof.cli import main
-from omniprof import config as cfgmod
 from omniprof.core.results import BackendResult, ProfileResult, Table
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    return path
+from tests.tools import config_dir, write
 
 
 @pytest.fixture
 def proj(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for var in [*cfgmod.ENV_KEYS, cfgmod.CONFIG_ENV, cfgmod.PROFILE_ENV]:
-        monkeypatch.delenv(var, raising=False)
+    config_dir(tmp_path, monkeypatch)
     write(tmp_path / "work.py", """
         import os, sys
         def hot_function(n):

@@ -27,6 +27,7 @@ from omniprof.config import (
 from omniprof.analysis import calltree
 from omniprof.core.schedule import Schedule
 from omniprof.core.tomlpos import key_lines, line_of
+from tests.tools import config_dir, write
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,16 +35,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-def write(path: Path, text: str) -> Path:
-    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    return path
-
-
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for var in [*cfgmod.ENV_KEYS, cfgmod.CONFIG_ENV, cfgmod.PROFILE_ENV]:
-        monkeypatch.delenv(var, raising=False)
+    config_dir(tmp_path, monkeypatch)
     write(tmp_path / "work.py", """
         import os, sys
         def hot(n):
