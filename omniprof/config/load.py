@@ -119,7 +119,7 @@ def _validate(d: Mapping[str, Any], pr: _Problems, reg: Any, source: str | None,
         pr.add(("profiles",), "profiles cannot be nested: put [profiles.NAME] tables at the top level")
         d = {k: val for k, val in d.items() if k != "profiles"}
     cd: ConfigData = _structure(ConfigData, d, (), "", pr, d, unknown=lambda k: v.unknown_key_message(
-        k, TOP_KEYS, what="key"))
+        k, TOP_KEYS, what="key")) or ConfigData()
     kw: dict[str, Any] = {"source": source, "profile": profile}
 
     # one target, and arguments that fit it
@@ -274,7 +274,7 @@ def _check_plugin(reg: Any, kind: str, name: str, path: tuple[Any, ...], pr: _Pr
 
 
 def _unknown_profile_option(key: str) -> str:
-    fields = [a.name for a in attrs.fields(ProfileOptions)]
+    fields = [a.name for a in attrs.fields(ProfileOptions) if a.init]
     hint = " (advanced keys go under [options.advanced_configuration])" if key in ADVANCED_KEYS else ""
     return v.unknown_key_message(key, fields, what="profile option") + hint
 
@@ -282,7 +282,7 @@ def _unknown_profile_option(key: str) -> str:
 def _plugin_options(cls: type, data: Mapping[str, Any], path: tuple[str, ...], owner: str, pr: _Problems,
                     given: Mapping[str, Any], extra: Sequence[str] = ()) -> bool:
     """Structure ``data`` into a plugin's ``Options`` class; every problem is added to ``pr``."""
-    fields = [(a.alias if getattr(a, "alias", None) else a.name) for a in attrs.fields(cls)]
+    fields = [(a.alias if getattr(a, "alias", None) else a.name) for a in attrs.fields(cls) if a.init]
     before = len(pr.items)
     _structure(cls, data, path, owner, pr, given,
                unknown=lambda k: v.unknown_key_message(k, [*fields, *extra], what="option"))
@@ -362,7 +362,7 @@ def _structure(cls: type, data: Mapping[str, Any], path: tuple[str, ...], owner:
     ``path`` for a key that came from plugins.toml defaults, not in ``given``), prefixed with
     ``owner``. With problems, the instance built from the keys that had none (None if even that
     fails)."""
-    from cattrs.errors import ForbiddenExtraKeysError
+    from cattrs.errors import BaseValidationError, ForbiddenExtraKeysError
 
     prefix = f"{owner}: " if owner else ""
 
@@ -373,26 +373,25 @@ def _structure(cls: type, data: Mapping[str, Any], path: tuple[str, ...], owner:
     conv = _converter()
     try:
         return conv.structure(dict(data), cls)
-    except Exception as e:  # cattrs' exception groups, or a check across keys in cls.__init__
+    except (BaseValidationError, ForbiddenExtraKeysError, InvalidArgumentError, TypeError, ValueError) as e:
+        # cattrs' exception group of every key's problem, or a check across keys in cls.__init__
         bad: set[Any] = set()
-        found = False
         for where, exc in _problems(e):
-            found = True
             if isinstance(exc, ForbiddenExtraKeysError):
                 for key in [k for k in data if k in exc.extra_fields]:
                     add(key, (), unknown(key) if unknown else v.unknown_key_message(
-                        key, [a.name for a in attrs.fields(cls)], what="option"))
+                        key, [a.name for a in attrs.fields(cls) if a.init], what="option"))
                     bad.add(key)
             elif where:
                 add(where[0], where[1:], str(exc))
                 bad.add(where[0])
             else:
                 pr.add(path, prefix + str(exc))
-        if not found or not bad:
+        if not bad:
             return None
     try:
         return conv.structure({k: val for k, val in data.items() if k not in bad}, cls)
-    except Exception:
+    except (BaseValidationError, InvalidArgumentError, TypeError, ValueError):
         return None
 
 
