@@ -323,8 +323,7 @@ class _Builder:
     def _device_track(self, device: Any, stream: Any) -> str:
         tid = f"device:{device}:stream:{stream}"
         if tid not in self.tracks:
-            dev = device if isinstance(device, int) else None
-            num = stream if isinstance(stream, int) and not isinstance(stream, bool) else None
+            dev, num = _id_int(device), _id_int(stream)
             self.tracks[tid] = Track(id=tid, name=f"GPU {device} stream {stream}", kind="stream",
                                      process=f"GPU {device}", pid=dev, tid=num, device=dev, stream=num)
         return tid
@@ -574,8 +573,7 @@ class _Builder:
         for (pid, tid), track_id in self._host_tracks.items():
             pname = self.process_names.get(pid)
             tname = self.thread_names.get((pid, tid)) or (f"thread {tid}" + (f" ({pname})" if pname else ""))
-            tracks.append(Track(id=track_id, name=tname, kind="thread", process=pname,
-                                pid=pid if isinstance(pid, int) else None, tid=tid if isinstance(tid, int) else None))
+            tracks.append(Track(id=track_id, name=tname, kind="thread", process=pname, pid=_id_int(pid), tid=_id_int(tid)))
         tracks += list(self.tracks.values())
         counters: list[CounterSeries] = []
         for (key, label), (ts, vals) in self.mem_series.items():
@@ -623,6 +621,14 @@ def _norm_id(value: Any) -> Any:
     if type(value) is str and value.isdigit():
         return int(value)
     return value
+
+
+def _id_int(value: Any) -> int | None:
+    """An id as a Track field: an integer a result holds (signed 64-bit), else None (the id string
+    of the track still names it)."""
+    if type(value) is int and -(1 << 63) <= value < 1 << 63:
+        return value
+    return None
 
 
 def _stream_of(tid: Any) -> Any:
@@ -990,8 +996,7 @@ def read_trace(path: str | os.PathLike[str]) -> ProfileResult:
     from omniprof._version import __version__
 
     md = RunMetadata(
-        host=str(top.get("host_name", "")), pid=int(part.metadata.get("pid", 0) or 0)
-        if isinstance(part.metadata.get("pid"), int) else 0,
+        host=str(top.get("host_name", "")), pid=_id_int(part.metadata.get("pid")) or 0,
         versions={"omniprof": __version__, "kineto_schema": top.get("schemaVersion")},
         devices=tuple(d for d in part.metadata.get("devices", []) if isinstance(d, Mapping)),
         backends=("torch",), start_ns=part.start_ns, end_ns=part.end_ns,

@@ -338,3 +338,16 @@ def test_not_utf8_is_a_clear_error(tmp_path):
     path.write_bytes(b'{"traceEvents": [\xff\xfe]}')
     with pytest.raises(TraceReadError, match="bin.json: not UTF-8 text .* at line 1"):
         read_trace(path)
+
+
+def test_ids_beyond_64_bits_stay_in_track_names_only(tmp_path):
+    """A pid, device or stream no result can hold (10**20: a damaged trace) is kept in the track's id
+    and name but not as a Track number, so the result still saves and loads (a fuzz find)."""
+    events = [_x("op", "cpu_op", 0, 10, pid=10**20, tid=1),
+              _x("k", "kernel", 2, 3, pid=0, tid=7, device=10**20, stream=-(10**20))]
+    result = read_trace(_write(tmp_path, events))
+    tracks = {t.kind: t for t in result.parts[0].tracks}
+    assert (tracks["thread"].pid, tracks["thread"].tid) == (None, 1)
+    assert (tracks["stream"].device, tracks["stream"].stream) == (None, None)
+    assert str(10**20) in tracks["stream"].id
+    assert omniprof.load(result.save(tmp_path / "r.json")) == result
