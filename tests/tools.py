@@ -25,6 +25,20 @@ def require(condition: bool, what: str) -> None:
     pytest.skip(message)
 
 
+def without_root_powers(cmd: list[str]) -> list[str]:
+    """``cmd`` made to run as an ordinary user would for file permissions. As root (a container,
+    CI), it runs under ``setpriv`` without CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER,
+    so a directory's mode bits apply to it; as anyone else, unchanged.
+
+    Not another uid: the interpreter itself may live where only root can read (``/root/.pyenv``).
+    """
+    if os.name != "posix" or os.geteuid() != 0:
+        return cmd
+    setpriv = shutil.which("setpriv")
+    require(setpriv is not None, "setpriv (util-linux)")
+    return [str(setpriv), "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search,-fowner", *cmd]
+
+
 def node_package(name: str) -> Path:
     """Path of an npm package installed by .ci/system-deps, with node on PATH."""
     require(shutil.which("node") is not None, "node")

@@ -215,12 +215,9 @@ def test_permission_denied_is_one_line(tmp_path):
     code = ("import omniprof,sys\nfrom omniprof.testing.fakes import make_result\n"
             "try:\n    omniprof.report(make_result(), 'collapsed', sys.argv[1])\n"
             "except omniprof.OmniprofError as e:\n    print(type(e).__name__, '|', e)\n")
-    cmd = [sys.executable, "-c", code, str(locked / "x.collapsed")]
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if not setpriv:
-            pytest.skip("running as root and setpriv (util-linux) is missing: root would bypass the permission")
-        cmd = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", *cmd]
+    from tests.tools import without_root_powers
+
+    cmd = without_root_powers([sys.executable, "-c", code, str(locked / "x.collapsed")])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
     line = proc.stdout.strip()

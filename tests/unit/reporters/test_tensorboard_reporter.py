@@ -258,15 +258,31 @@ def test_unwritable_logdir_is_a_one_line_error(tmp_path: Path) -> None:
     assert "not a directory" in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs a non-root POSIX user for permissions")
 def test_read_only_logdir_is_a_one_line_error(tmp_path: Path) -> None:
-    """A logdir without write permission fails with 'permission denied', leaving nothing behind."""
-    tmp_path.chmod(0o500)
+    """A logdir without write permission fails with 'permission denied', leaving nothing behind.
+    The writer runs in a child without root's power over permissions (tests.tools), so this runs
+    as root too."""
+    import subprocess
+    import sys
+
+    from tests.tools import ROOT, without_root_powers
+
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    logdir.chmod(0o500)
+    code = ("import sys\nfrom omniprof.core.fileio import OutputError\nfrom omniprof.testing.fakes import make_result\n"
+            "from omniprof.reporters.tensorboard import write_logdir\n"
+            "try:\n    write_logdir(make_result(), sys.argv[1])\nexcept OutputError as e:\n    print('OutputError |', e)\n")
     try:
-        with pytest.raises(OutputError, match="permission denied"):
-            write_logdir(make_result(), tmp_path)
+        proc = subprocess.run(without_root_powers([sys.executable, "-c", code, str(logdir)]), capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        line = proc.stdout.strip()
+        assert line.startswith("OutputError |") and "permission denied" in line and "\n" not in line, \
+            (proc.stdout, proc.stderr)
+        assert str(logdir) in line
+        assert list(logdir.iterdir()) == []
     finally:
-        tmp_path.chmod(0o700)
+        logdir.chmod(0o700)
 
 
 def test_native_xplane_is_copied_byte_for_byte(tmp_path: Path) -> None:
