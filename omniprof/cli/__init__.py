@@ -1,7 +1,7 @@
 """The ``omniprof`` command line. ``main(argv) -> int``; the only place that prints or exits.
 
 One module per command (:mod:`omniprof.cli.run`, ``report``, ``collect``, ``view``, ``plugins``,
-``doctor``, ``config``, ``diff``), each a function of the parsed arguments returning the exit code.
+``doctor``, ``config``, ``diff``, ``assemble``), each a function of the parsed arguments returning the exit code.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ __all__ = ["main"]
 PROG = "omniprof"
 
 #: Commands other than ``run``: each is ``omniprof.cli.<name>.<name>(ns) -> int``.
-COMMANDS = ("plugins", "report", "doctor", "config", "diff", "collect", "view")
+COMMANDS = ("plugins", "report", "doctor", "config", "diff", "collect", "view", "assemble")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -177,6 +177,13 @@ def _parser() -> _Parser:
     view.add_argument("--once", action="store_true", help="--perfetto: stop after the trace was fetched once")
     view.add_argument("--timeout-s", type=float, default=None, help="--perfetto: stop after this many seconds")
     view.add_argument("-v", "--verbose", action="store_true", help="let XProf log every request")
+    assemble = sub.add_parser("assemble", help="join the parts of a streaming heap snapshot into one .heapsnapshot",
+                              usage="omniprof assemble PREFIX [-o FILE]")
+    assemble.add_argument("prefix", metavar="PREFIX",
+                          help="the path given to take_heap_snapshot(..., streaming=True); its parts are "
+                               "PREFIX.nodes, .edges, .strings")
+    assemble.add_argument("-o", "--output", default=None, metavar="FILE",
+                          help="the .heapsnapshot to write (default: PREFIX); an existing file is never replaced")
     return p
 
 

@@ -76,8 +76,13 @@ def emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, A
             if rep.output == "stream":  # text reports go to the terminal; files to the output directory
                 report(result, name, sys.stdout, options=ropts.get(name), registry=registry)
             else:
-                path = report(result, name, Path(outdir) if outdir else None, options=ropts.get(name),
-                              registry=registry, overwrite=False)
+                from omniprof.cli.progress import progress
+
+                # A file report can take a while (the tensorboard reporter's XProf conversion of a
+                # big trace): a spinner on a terminal once it has run 0.3 s.
+                with progress(f"writing the {name} report"):
+                    path = report(result, name, Path(outdir) if outdir else None, options=ropts.get(name),
+                                  registry=registry, overwrite=False)
                 print(f"omniprof: {name} report written to {path}", file=sys.stderr)
                 if getattr(rep, "name", "") in ("perfetto", "chrome"):
                     print(f"omniprof: open it with: omniprof view --perfetto {path}", file=sys.stderr)
@@ -91,8 +96,11 @@ def emit_to_file(result: Any, name: str, options: dict[str, Any], path: str, reg
     """Write one report to the file a config names (a free name beside it if it exists)."""
     from omniprof.core.reporting import report
 
+    from omniprof.cli.progress import progress
+
     try:
-        written = report(result, name, path, options=options, registry=registry, overwrite=False)
+        with progress(f"writing the {name} report"):
+            written = report(result, name, path, options=options, registry=registry, overwrite=False)
     except OmniprofError as e:
         print(f"omniprof: error: {e}", file=sys.stderr)
         return 1

@@ -31,11 +31,21 @@ def _view_logdir(ns: argparse.Namespace) -> int:
         print(f"omniprof: no runs under {path} yet (expected plugins/profile/<run>/<host>.xplane.pb); "
               f"XProf lists runs written later", file=sys.stderr)
 
+    import contextlib
+
+    from omniprof.cli.progress import progress
+
+    # Importing XProf and building its app takes seconds: a spinner on a terminal until it listens.
+    starting = contextlib.ExitStack()
+    starting.enter_context(progress(f"starting XProf on {path}"))
+
     def ready(server: Any) -> None:
+        starting.close()
         print(f"omniprof: XProf serving {path} at {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
 
     try:
-        serve_logdir(path, ns.host, 6006 if ns.port is None else ns.port, verbose=ns.verbose, on_ready=ready)
+        with starting:
+            serve_logdir(path, ns.host, 6006 if ns.port is None else ns.port, verbose=ns.verbose, on_ready=ready)
     except KeyboardInterrupt:
         print("omniprof: XProf stopped", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""What a person sees in a real terminal: `omniprof run` in tmux at 80, 100 and 120 columns.
+"""What a person sees in a real terminal: `omniprof run` in tmux at 80, 100 and 120 columns, and
+the progress of long work (drawn while it runs, gone when it ends, never on a pipe).
 
 The screen is read back with ``tmux capture-pane -p`` (what the terminal shows, after rich and
 the terminal have done their work), not from our own renderer's return value.
@@ -108,3 +109,122 @@ def test_long_names_are_elided_in_the_middle_only_when_they_cannot_fit(tmp_path)
     assert label.startswith("compute_very_") and label.endswith("long_names.py") and "…" in label, screen
     assert len(label) >= 30
     assert all(len(ln) <= 80 for ln in screen.splitlines())
+
+
+# -- progress on long work ---------------------------------------------------------------------------
+#: `python -m omniprof` with progress drawn at once (no 0.3 s delay), for work that is short on a quiet machine.
+NO_DELAY = ("import sys, omniprof.cli.progress as p; p.DELAY_S = 0; from omniprof.cli import main; "
+            "sys.exit(main())")
+
+
+def _watch(command: str, tmp_path: Path, *, width: int = 100, height: int = 30, timeout_s: float = 180.0,
+           interrupt_on: str | None = None) -> tuple[list[str], str]:
+    """Run ``command`` in tmux and read the screen every 50 ms while it runs: (every distinct
+    screen seen, the last one). ``interrupt_on``: press Ctrl-C once that text is on the screen."""
+    sock = f"omniprof-test-{uuid.uuid4().hex[:8]}"
+    done = tmp_path / f"done-{uuid.uuid4().hex[:6]}"
+    script = (f"cd {shlex.quote(str(tmp_path))} && export PYTHONPATH={shlex.quote(str(ROOT))} TERM=xterm-256color; "
+              f"unset NO_COLOR COLUMNS LINES CI OMNIPROF_NO_PROGRESS; clear; {command}; echo \"rc=$?\"; "
+              f"touch {shlex.quote(str(done))}; sleep 60")
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", str(width), "-y", str(height),
+                    "bash", "--norc", "--noprofile", "-c", script], check=True)
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        interrupted = False
+        while True:
+            finished = done.exists()
+            screen = subprocess.run(["tmux", "-L", sock, "capture-pane", "-p"], capture_output=True, text=True,
+                                    check=True).stdout
+            if not seen or screen != seen[-1]:
+                seen.append(screen)
+            if finished:
+                return seen, screen
+            if interrupt_on is not None and not interrupted and interrupt_on in screen:
+                subprocess.run(["tmux", "-L", sock, "send-keys", "C-c"], check=True)
+                interrupted = True
+            if time.monotonic() > deadline:
+                pytest.fail(f"{command!r} did not finish in {timeout_s} s in tmux:\n{screen}")
+            time.sleep(0.05)
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+
+
+def _piped(args: list[str], cwd: Path, *, ci: bool = False) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "OMNIPROF_NO_PROGRESS")}
+    env.update(PYTHONPATH=str(ROOT), **({"CI": "true"} if ci else {}))
+    return subprocess.run([sys.executable, "-c", NO_DELAY, *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+_SNAPSHOT_CHILD = """
+import sys
+sys.path.insert(0, {root!r})
+from omniprof import take_heap_snapshot
+keep = [{{"k": [str(i), i]}} for i in range({n})]
+take_heap_snapshot({prefix!r}, streaming=True)
+"""
+
+
+def test_heap_snapshot_assembly_draws_a_bar_on_a_terminal_only(tmp_path):
+    """`omniprof assemble` of a 150,000-dict heap (seconds of work): a bar with a percentage that
+    grows, gone when it ends; under CI=true in the same terminal, and on a pipe, nothing."""
+    prefix = tmp_path / "big.heapsnapshot"
+    subprocess.run([sys.executable, "-c", _SNAPSHOT_CHILD.format(root=str(ROOT), n=150_000, prefix=str(prefix))],
+                   check=True, timeout=300)
+    exe = shlex.quote(sys.executable)
+    seen, final = _watch(f"{exe} -m omniprof assemble big.heapsnapshot -o a.heapsnapshot 2>&1", tmp_path)
+    bars = [ln for s in seen for ln in s.splitlines() if "assembling a.heapsnapshot" in ln]
+    percents = [int(m.group(1)) for ln in bars for m in [re.search(r"\s(\d+)%\s", ln)] if m]
+    assert len(set(percents)) >= 2 and percents == sorted(percents), "\n".join(bars) or seen
+    assert "assembling" not in final and "rc=0" in final, final
+    assert "omniprof: heap snapshot written to a.heapsnapshot (" in final.replace("\n", ""), final
+    assert all(len(ln) <= 100 for s in seen for ln in s.splitlines())
+
+    seen, final = _watch(f"CI=true {exe} -m omniprof assemble big.heapsnapshot -o b.heapsnapshot 2>&1", tmp_path)
+    assert not any("assembling" in s for s in seen) and "rc=0" in final, seen
+
+    proc = _piped(["assemble", "big.heapsnapshot", "-o", "c.heapsnapshot"], tmp_path)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert proc.stderr.startswith("omniprof: heap snapshot written to c.heapsnapshot (") and \
+        proc.stderr.count("\n") == 1 and "\x1b" not in proc.stderr, proc.stderr
+    assert (tmp_path / "a.heapsnapshot").read_bytes() == (tmp_path / "c.heapsnapshot").read_bytes()
+
+
+def test_trace_read_and_xprof_conversion_show_a_spinner_on_a_terminal_only(tmp_path):
+    """`omniprof report big.json -r tensorboard`: a spinner while the 200,000-span result is read,
+    another while the XProf conversion writes; gone at the end; nothing on a pipe."""
+    from omniprof.core.results import BackendResult, ProfileResult, RunMetadata, Span, Track
+
+    spans = tuple(Span(f"op{i % 50}", "t0", i * 1000, 900) for i in range(200_000))
+    ProfileResult(metadata=RunMetadata(host="h"),
+                  parts=(BackendResult("torch", tracks=(Track("t0", "main", "thread"),), spans=spans),)
+                  ).save(tmp_path / "big.json")
+    exe = shlex.quote(sys.executable)
+    seen, final = _watch(f"{exe} -c {shlex.quote(NO_DELAY)} report big.json -r tensorboard -o logs 2>&1", tmp_path)
+    lines = [ln for s in seen for ln in s.splitlines()]
+    assert any(re.match(r"^\S reading big\.json\b", ln) for ln in lines), seen
+    assert any(re.match(r"^\S writing the tensorboard report\b", ln) for ln in lines), seen
+    assert "reading" not in final and "writing the" not in final and "rc=0" in final, final
+    assert "omniprof: tensorboard report written to logs" in final
+    proc = _piped(["report", "big.json", "-r", "tensorboard", "-o", "logs2"], tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "omniprof: tensorboard report written to logs2\n", proc.stderr
+
+
+def test_xprof_start_shows_a_spinner_until_it_serves(tmp_path):
+    """`omniprof view LOGDIR`: a spinner while XProf is imported and started, replaced by the line
+    that says where it serves."""
+    from omniprof.reporters.tensorboard import write_logdir
+    from omniprof.testing.fakes import make_result
+
+    write_logdir(make_result(), tmp_path / "logs")
+    exe = shlex.quote(sys.executable)
+    seen, final = _watch(f"{exe} -c {shlex.quote(NO_DELAY)} view logs --port 0 2>&1", tmp_path,
+                         interrupt_on="XProf serving")
+    lines = [ln for s in seen for ln in s.splitlines()]
+    assert any(re.match(r"^\S starting XProf on logs\b", ln) for ln in lines), seen
+    assert "starting XProf" not in final and re.search(r"omniprof: XProf serving logs at http://127\.0\.0\.1:\d+/",
+                                                       final), final
+    assert "omniprof: XProf stopped" in final and "rc=0" in final, final

@@ -25,7 +25,7 @@ import os
 import sys
 import types
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -461,13 +461,18 @@ def _stream_parts(prefix: str, all_one: bool, objs: list[Any] | None = None) -> 
     atomic_write_text(prefix + ".metadata.json", json.dumps({"node_count": n, "edge_count": e, "complete": True}))
 
 
-def assemble_snapshot(prefix: str | os.PathLike[str], path: str | os.PathLike[str]) -> dict[str, int]:
+def assemble_snapshot(prefix: str | os.PathLike[str], path: str | os.PathLike[str], *,
+                      progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
     """Join the parts written by a streaming snapshot into one ``.heapsnapshot`` file.
 
     Works on the parts of a process that died mid-walk: a truncated last line, and edges to
     objects that never got a node, are dropped and counted. Memory: an id -> index map and a few
     integers per node; nodes and edges are streamed from the parts into the output. Returns counts:
     nodes, edges, dropped_edges, truncated_lines, complete (1 if the walk finished).
+
+    ``progress(done, total)``, if given, is called about once per MiB of parts read (the edges
+    part is read twice, so it counts twice in ``total``), and with ``done == total`` at the end;
+    ``omniprof assemble`` draws it as a bar.
     """
     from array import array
 
@@ -476,9 +481,10 @@ def assemble_snapshot(prefix: str | os.PathLike[str], path: str | os.PathLike[st
     for p in parts.values():
         if not os.path.exists(p):
             raise TraceReadError(f"cannot assemble {prefix}: missing part {p}")
+    meter = _Meter(progress, sum(os.path.getsize(parts[ext]) for ext in (".strings", ".nodes", ".edges", ".edges")))
     truncated = 0
     strings: list[str] = []
-    for ln in _iter_lines(parts[".strings"]):
+    for ln in _iter_lines(parts[".strings"], meter):
         try:
             strings.append(json.loads(ln))
         except ValueError:
@@ -486,7 +492,7 @@ def assemble_snapshot(prefix: str | os.PathLike[str], path: str | os.PathLike[st
             break
     index: dict[int, int] = {}
     ntype, nname, nsize = array("b"), array("q"), array("q")
-    for ln in _iter_lines(parts[".nodes"]):
+    for ln in _iter_lines(parts[".nodes"], meter):
         f = ln.split()
         if len(f) != 5 or not all(p.lstrip("-").isdigit() for p in f) or int(f[2]) >= len(strings):
             truncated += 1
@@ -503,7 +509,7 @@ def assemble_snapshot(prefix: str | os.PathLike[str], path: str | os.PathLike[st
         """(source index, type, name_or_index, target offset) of every usable edge, in file order."""
         nonlocal dropped, truncated
         last_src = 0
-        for ln in _iter_lines(parts[".edges"]):
+        for ln in _iter_lines(parts[".edges"], meter):
             f = ln.split()
             if len(f) != 4 or not all(p.lstrip("-").isdigit() for p in f):
                 truncated += 1
@@ -535,13 +541,36 @@ def assemble_snapshot(prefix: str | os.PathLike[str], path: str | os.PathLike[st
         for i, st in enumerate(strings):
             fh.write(("," if i else "") + json.dumps(st))
         fh.write("]}")
+    meter.finish()
     return {"nodes": n, "edges": edges_ok, "dropped_edges": dropped, "truncated_lines": truncated,
             "complete": int(complete)}
 
 
-def _iter_lines(path: str) -> Iterator[str]:
+class _Meter:
+    """Characters read from the parts (ASCII: bytes), passed to a ``progress(done, total)`` callback."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
+
+    def add(self, n: int) -> None:
+        self.done += n
+        if self.progress is not None:
+            self.progress(min(self.done, self.total), self.total)
+
+    def finish(self) -> None:
+        if self.progress is not None:
+            self.progress(self.total, self.total)
+
+
+def _iter_lines(path: str, meter: _Meter | None = None) -> Iterator[str]:
     """Lines of a part file; an unterminated last line (a process killed mid-write) is marked so it
-    fails to parse."""
+    fails to parse. Read a MiB at a time; ``meter`` counts each MiB."""
     with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            yield line[:-1] if line.endswith("\n") else line + "\x00"
+        while True:
+            lines = fh.readlines(1 << 20)
+            if not lines:
+                return
+            if meter is not None:
+                meter.add(sum(map(len, lines)))
+            for line in lines:
+                yield line[:-1] if line.endswith("\n") else line + "\x00"
