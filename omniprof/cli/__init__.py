@@ -223,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     real_process = argv is None
     _common.terminated_by = None
+    _common.pipe_closed = False
     saved_showwarning = warnings.showwarning
     if real_process:  # as a program; a caller of main() (tests, embedding) keeps its own warning handling
         warnings.showwarning = _show_warning
@@ -230,14 +231,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _main(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()
     except BrokenPipeError:
-        # The reader went away (`omniprof plugins | head`): stop quietly, as `cat` would. Python's
-        # own flush at exit must not raise again, so stdout points at /dev/null from here on.
-        with contextlib.suppress(OSError, ValueError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        return 141  # 128 + SIGPIPE, what a shell reports for a command the pipe cut short
+        _common.pipe_closed = True
     finally:
         warnings.showwarning = saved_showwarning
+    if _common.pipe_closed:
+        # The reader went away (`omniprof plugins | head`): stop quietly with 141, the status a
+        # shell reports for git or cat cut short (docs/cli.md). Python's own flush at exit must
+        # not raise again, so the closed streams point at /dev/null from here on.
+        for stream in (sys.stdout, sys.stderr):
+            if stream is sys.stdout or _common.reader_gone(stream):
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    devnull = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(devnull, stream.fileno())
+                    os.close(devnull)
+        return _common.PIPE_CLOSED_STATUS
     if real_process and _common.terminated_by is not None:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -13,6 +13,37 @@ from omniprof.errors import OmniprofError, UsageError
 
 #: Set when a run was ended by SIGTERM; main() then dies of SIGTERM itself (as python would).
 terminated_by: int | None = None
+#: Set when the reader of standard output went away (``| head``): main() then ends quietly with
+#: status 141 once everything else (file reports) is written.
+pipe_closed: bool = False
+
+#: The exit status of a command whose reader went away: 128 + SIGPIPE, what a shell reports for
+#: git, cat or seq cut short by ``| head``.
+PIPE_CLOSED_STATUS = 141
+
+
+def broken_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write to a pipe (or socket) whose reader is gone: Python's
+    BrokenPipeError, or our OutputError carrying EPIPE."""
+    import errno
+
+    return isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE)
+
+
+def reader_gone(stream: Any) -> bool:
+    """Whether ``stream`` is a pipe or socket whose reader has gone away (``poll`` says POLLERR
+    there), so the next write would fail with EPIPE."""
+    import select
+
+    if not hasattr(select, "poll"):
+        return False
+    try:
+        fd = stream.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def note_terminated(e: Any) -> int:
@@ -87,6 +118,10 @@ def emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, A
                 if getattr(rep, "name", "") in ("perfetto", "chrome"):
                     print(f"omniprof: open it with: omniprof view --perfetto {path}", file=sys.stderr)
         except OmniprofError as e:
+            if broken_pipe(e):  # `| head` went away: the other reports are still written
+                global pipe_closed
+                pipe_closed = True
+                continue
             print(f"omniprof: error: {e}", file=sys.stderr)
             status = 1
     return status

@@ -52,6 +52,10 @@ def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module
         e = outcome.error
         if isinstance(e, runner.Terminated):
             exit_code = c.note_terminated(e)
+        elif c.broken_pipe(e) and c.reader_gone(sys.stdout):
+            # The target's output went to `| head`, which has gone: no traceback, as for our own
+            # output; the file reports are still written, then the run ends with status 141.
+            c.pipe_closed = True
         else:
             c.print_exception(type(e), e, e.__traceback__)
             exit_code = 130 if isinstance(e, KeyboardInterrupt) else 1

@@ -137,20 +137,70 @@ def _closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def _quiet_141(proc: subprocess.CompletedProcess[str], what: object) -> None:
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, (what, proc.stderr)
+    assert "Broken pipe" not in proc.stderr and "Exception ignored" not in proc.stderr, (what, proc.stderr)
+    assert proc.returncode == 141, (what, proc.returncode, proc.stderr)
+
+
 def test_closed_pipe_is_quiet(tmp_path):
-    """plugins, config show and diff --format json into a pipe whose reader is gone: no
-    BrokenPipeError traceback, exit 141 (128 + SIGPIPE) as a shell would report."""
+    """plugins, config show, doctor, --version and diff (text and json) into a pipe whose reader
+    is gone: no traceback, no message, exit 141 (128 + SIGPIPE) as a shell reports git or cat."""
     from omniprof.testing.fakes import make_result
 
     a = make_result().save(tmp_path / "a.json")
     cfg = tmp_path / "omniprof.toml"
     cfg.write_text('script = "x.py"\n')
     (tmp_path / "x.py").write_text("x = 1\n")
-    for args in (["plugins", "--no-probe"], ["config", "show", str(cfg)],
-                 ["diff", "--format", "json", str(a), str(a)]):
-        proc = _closed_pipe(*args)
-        assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, (args, proc.stderr)
-        assert proc.returncode == 141, (args, proc.returncode, proc.stderr)
+    for args in (["plugins", "--no-probe"], ["config", "show", str(cfg)], ["doctor", "--no-frameworks"],
+                 ["--version"], ["diff", "--format", "json", str(a), str(a)], ["diff", str(a), str(a)]):
+        _quiet_141(_closed_pipe(*args), args)
+
+
+def test_closed_pipe_report_is_quiet_and_file_reports_are_still_written(tmp_path):
+    """`omniprof report -r table,json -o DIR | head`: the table cannot be written (no 'cannot write
+    <stdout>' error), the json report after it still is, then exit 141."""
+    from omniprof.testing.fakes import make_result
+
+    a = make_result().save(tmp_path / "a.json")
+    proc = _closed_pipe("report", str(a), "-r", "table,json", "-o", str(tmp_path / "out"))
+    _quiet_141(proc, "report")
+    assert proc.stderr.splitlines() == [f"omniprof: json report written to {tmp_path / 'out' / 'omniprof.result.json'}"]
+    assert json.loads((tmp_path / "out" / "omniprof.result.json").read_text())["parts"]
+
+
+def test_closed_pipe_run_is_quiet_and_keeps_the_profile(tmp_path):
+    """`omniprof run chatty.py | head`: the target's BrokenPipeError on its own prints is the reader
+    going away, not the target's failure (no traceback); the file report is written; exit 141.
+    A BrokenPipeError of the target's own (a socket) is still the target's error."""
+    prog = script(tmp_path, "chatty.py", """
+        for i in range(200_000):
+            print(i)
+    """)
+    proc = _closed_pipe("run", "-r", "table,json", "-o", str(tmp_path / "out"), str(prog))
+    _quiet_141(proc, "run")
+    saved = json.loads((tmp_path / "out" / "omniprof.result.json").read_text())
+    assert saved["parts"] and proc.stderr.splitlines() == [
+        f"omniprof: json report written to {tmp_path / 'out' / 'omniprof.result.json'}"]
+    own = script(tmp_path, "own.py", """
+        import socket
+        a, b = socket.socketpair()
+        b.close()
+        a.send(b"x" * 100_000)
+    """)
+    proc = omniprof("run", str(own))
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "BrokenPipeError" in proc.stderr, proc.stderr
+    assert "own.py" in proc.stderr and proc.stdout.startswith("== omniprof")
+
+
+def test_closed_pipe_view_perfetto_is_quiet(tmp_path):
+    """`omniprof view --perfetto FILE | head`: the link cannot be printed; the server stops, exit 141."""
+    import omniprof as op
+    from omniprof.testing.fakes import make_result
+
+    trace = op.report(make_result(), "perfetto", tmp_path / "t.perfetto-trace")
+    proc = _closed_pipe("view", "--perfetto", str(trace), "--port", "0", "--timeout-s", "30")
+    _quiet_141(proc, "view")
 
 
 def test_run_m_missing_module_is_one_line(tmp_path):
