@@ -124,18 +124,26 @@ class _Out:
         for block in self.blocks:
             if block[0] == "line":
                 ln = block[1]
+                width = console.width if color else self.width
+                # Words wrap (a figure is never cut); continuation lines are indented under the
+                # line's own indent, on a terminal as in piped text.
+                wrapped = _wrap(ln, width) if width and len(ln) > width else [ln]
                 if color:
                     style = "bold" if ln.startswith("== ") else ("yellow" if ln.startswith("! ") else "")
-                    console.print(Text(ln, style=style))
-                elif self.width and len(ln) > self.width:
-                    # Words wrap (a figure is never cut); continuation lines are indented.
-                    dest.write("\n".join(textwrap.wrap(ln, self.width, subsequent_indent="    ", break_long_words=False,
-                                                       break_on_hyphens=False)) + "\n")
+                    for piece in wrapped:
+                        console.print(Text(piece, style=style))
                 else:
-                    dest.write(ln + "\n")
+                    dest.write("\n".join(wrapped) + "\n")
                 continue
             _, columns, rows, styles = block
             print_table(dest, columns, rows, width=self.width, color=color, style=styles if color else None)
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    """``line`` wrapped at words to ``width``; continuation lines indented 4 more than the line."""
+    indent = line[: len(line) - len(line.lstrip(" "))]
+    return textwrap.wrap(line, width, subsequent_indent=indent + "    ", break_long_words=False,
+                         break_on_hyphens=False) or [line]
 
 
 def _display_column(name: str) -> str:

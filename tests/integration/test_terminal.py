@@ -90,6 +90,15 @@ def test_run_reads_right_in_a_real_terminal(width, tmp_path):
     for ln in tree[2:]:
         assert re.match(rf"^\s*{TIME}\s+\d+\.\d\s+(?:{TIME})?\s+\S", ln), f"a cut tree row: {ln!r}"
     assert all(len(ln) <= width for ln in screen.splitlines())
+    # A text line longer than the terminal wraps at words, its continuation indented under it
+    # (not at column 0, where it would read as a line of its own).
+    lines = screen.splitlines()
+    i = next(k for k, ln in enumerate(lines) if "samples from" in ln)
+    if "requested" not in lines[i]:
+        assert lines[i + 1].startswith(" " * 7) and lines[i + 1].strip().endswith("requested"), screen
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("Metadata: "))
+    if lines[i + 1].strip():
+        assert lines[i + 1].startswith("    ") and "=" in lines[i + 1], screen
 
 
 def test_long_names_are_elided_in_the_middle_only_when_they_cannot_fit(tmp_path):
