@@ -89,11 +89,11 @@ def test_alexnet_kernel_and_op_tables():
     assert sum(ks.column("occurrences")) == 79
     ops = {r["name"]: r for r in part.table("op_stats").records()}
     assert ops["aten::addmm"]["calls"] == 6
-    assert ops["aten::addmm"]["self_device_ns"] > 0
-    assert ops["aten::linear"]["total_device_ns"] == ops["aten::addmm"]["total_device_ns"]
-    assert ops["aten::linear"]["self_device_ns"] == 0
+    assert ops["aten::addmm"]["device_self_ns"] > 0
+    assert ops["aten::linear"]["device_total_ns"] == ops["aten::addmm"]["device_total_ns"]
+    assert ops["aten::linear"]["device_self_ns"] == 0
     kernel_ns = sum(s.dur_ns for s in part.spans if s.category in ("kernel", "memcpy", "memset"))
-    assert ops["[param|cuda]"]["total_device_ns"] <= kernel_ns
+    assert ops["[param|cuda]"]["device_total_ns"] <= kernel_ns
 
 
 @needs_data
@@ -205,12 +205,12 @@ def test_op_stats_self_total_device_and_memory(tmp_path):
     ]
     part = read_trace(_write(tmp_path, events)).parts[0]
     ops = {r["name"]: r for r in part.table("op_stats").records()}
-    assert ops["parent"]["total_cpu_ns"] == 100_000 and ops["parent"]["self_cpu_ns"] == 60_000
-    assert ops["child"]["calls"] == 2 and ops["child"]["total_cpu_ns"] == 40_000
-    assert ops["child"]["self_device_ns"] == 40_000 and ops["parent"]["self_device_ns"] == 0
-    assert ops["parent"]["total_device_ns"] == 40_000
-    assert ops["child"]["self_cpu_memory_bytes"] == 4096
-    assert ops["parent"]["self_cpu_memory_bytes"] == 1024 and ops["parent"]["total_cpu_memory_bytes"] == 5120
+    assert ops["parent"]["total_ns"] == 100_000 and ops["parent"]["self_ns"] == 60_000
+    assert ops["child"]["calls"] == 2 and ops["child"]["total_ns"] == 40_000
+    assert ops["child"]["device_self_ns"] == 40_000 and ops["parent"]["device_self_ns"] == 0
+    assert ops["parent"]["device_total_ns"] == 40_000
+    assert ops["child"]["cpu_memory_self_bytes"] == 4096
+    assert ops["parent"]["cpu_memory_self_bytes"] == 1024 and ops["parent"]["cpu_memory_total_bytes"] == 5120
     mem = next(c for c in part.counters if c.name == "memory_allocated (cpu)")
     assert mem.unit == "bytes" and mem.values == (4096.0, 5120.0) and mem.t_ns == (20_000, 70_000)
     assert part.summaries["memory"]["peak_memory_allocated_cpu_bytes"] == 5120
