@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["COLUMNS", "KEY_COLUMNS", "TIME_COLUMN", "OP_TABLES", "LEGACY_TORCH", "LEGACY_XLA", "columns",
+__all__ = ["COLUMNS", "KEY_COLUMNS", "TIME_COLUMN", "OP_TABLES", "LEGACY_TORCH", "LEGACY_XLA", "LEGACY_ROOFLINE",
+           "ROOFLINE_COLUMNS", "columns",
            "upgrade_columns", "is_op_table"]
 
 #: column -> what it holds. Times are integer ns, memory integer bytes; None in a cell is "unknown"
@@ -43,6 +44,7 @@ COLUMNS: dict[str, str] = {
     "flops": "floating-point operations counted for the op",
     "flops_per_s": "flops / self time",
     "memory_bandwidth_bytes_per_s": "bytes accessed / self time",
+    "operational_intensity_flops_per_byte": "flops / bytes accessed (the roofline's x axis)",
     "bound_by": "what limits the op (XLA's roofline: 'Compute', 'HBM', ...)",
     "cpu_memory_total_bytes": "CPU memory allocated minus freed inside the op, children included",
     "cpu_memory_self_bytes": "CPU memory allocated minus freed by the op itself",
@@ -55,8 +57,10 @@ KEY_COLUMNS = ("name", "input_shapes", "stack", "hlo_module")
 #: The time ``diff`` compares: self time (an op's total also holds its children's, so summing totals
 #: counts nested time several times).
 TIME_COLUMN = "self_ns"
-#: Table names of op tables (the grouped forms add key columns after ``name``).
-OP_TABLES = ("op_stats", "op_stats_by_input_shape", "op_stats_by_stack", "op_stats_by_input_shape_and_stack")
+#: Table names of op tables (the grouped forms add key columns after ``name``; ``roofline`` is XLA's
+#: per-op roofline, from xprof).
+OP_TABLES = ("op_stats", "op_stats_by_input_shape", "op_stats_by_stack", "op_stats_by_input_shape_and_stack",
+             "roofline")
 
 # Column sets written before the vocabulary, exactly as saved, and their new names.
 LEGACY_TORCH = ("name", "calls", "total_cpu_ns", "self_cpu_ns", "avg_cpu_ns", "total_device_ns", "self_device_ns",
@@ -69,7 +73,12 @@ LEGACY_XLA = ("operation", "type", "host_or_device", "occurrences", "total_ns", 
               "device_pct", "memory_bw_bytes_per_s", "flop_rate_per_s", "bound_by", "hlo_module")
 _XLA_NEW = ("name", "op_type", "runs_on", "calls", "total_ns", "self_ns", "avg_self_ns", "self_share_pct",
             "memory_bandwidth_bytes_per_s", "flops_per_s", "bound_by", "hlo_module")
+LEGACY_ROOFLINE = ("operation", "category", "occurrences", "total_self_ns", "flop_rate_per_s", "memory_bw_bytes_per_s",
+                   "operational_intensity_flops_per_byte", "bound_by")
+ROOFLINE_COLUMNS = ("name", "op_type", "calls", "self_ns", "flops_per_s", "memory_bandwidth_bytes_per_s",
+                    "operational_intensity_flops_per_byte", "bound_by")
 _LEGACY: dict[tuple[str, ...], tuple[str, ...]] = {
+    LEGACY_ROOFLINE: ROOFLINE_COLUMNS,
     LEGACY_TORCH: _TORCH_NEW,
     (LEGACY_TORCH[0], "input_shapes", *LEGACY_TORCH[1:]): (_TORCH_NEW[0], "input_shapes", *_TORCH_NEW[1:]),
     LEGACY_XLA: _XLA_NEW,

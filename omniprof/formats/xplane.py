@@ -500,8 +500,7 @@ def tool_tables(paths: Sequence[Path], spans: Sequence[Span], *, verbose: bool =
         rrows = [r for r in (_gviz_rows(roof[0]) if roof else [])
                  if r.get("category") != "Program" and (_float(r.get("total_self_time")) or 0) > 0]
         if rrows:
-            cols = ("operation", "category", "occurrences", "total_self_ns", "flop_rate_per_s",
-                    "memory_bw_bytes_per_s", "operational_intensity_flops_per_byte", "bound_by")
+            cols = opstats.ROOFLINE_COLUMNS  # the op-table vocabulary (xprof: operation, category, occurrences, ...)
 
             def scaled(r: Mapping[str, Any], key: str, factor: float) -> float | None:
                 x = _float(r.get(key))

@@ -39,9 +39,9 @@ def _raw_table(path: Path, backend: str) -> dict:
 def test_builders_name_their_columns_from_the_vocabulary():
     from omniprof.formats import kineto, xplane
 
-    for cols in (kineto.OP_STATS_COLUMNS, xplane.OP_STATS_COLUMNS):
+    for cols in (kineto.OP_STATS_COLUMNS, xplane.OP_STATS_COLUMNS, opstats.ROOFLINE_COLUMNS):
         assert set(cols) <= set(opstats.COLUMNS)
-        assert cols[0] == "name" and {"calls", "total_ns", "self_ns"} <= set(cols)
+        assert cols[0] == "name" and {"calls", "self_ns"} <= set(cols)
     with pytest.raises(ValueError, match="self_cpu_ns"):
         opstats.columns("name", "self_cpu_ns")
 
@@ -58,6 +58,18 @@ def test_old_result_files_load_with_the_vocabulary(file, backend, renames):
     for old_row, row in zip(raw["rows"], table.records()):
         for old_col, value in zip(raw["columns"], old_row):
             assert row[renames.get(old_col, old_col)] == value
+
+
+def test_old_roofline_columns_load_with_the_vocabulary():
+    """XLA's roofline table (xprof's roofline_model, GPU/TPU only: no real one can be recorded here) had
+    xprof-style names; a result holding one reads with the vocabulary's, values in place."""
+    old = ("operation", "category", "occurrences", "total_self_ns", "flop_rate_per_s", "memory_bw_bytes_per_s",
+           "operational_intensity_flops_per_byte", "bound_by")
+    r = ProfileResult(parts=(BackendResult("xla", tables=(Table("roofline", old, [("dot", "Dot", 2, 900, 1e12, 1e11,
+                                                                                   10.0, "Compute")]),)),))
+    t = ProfileResult.from_dict(r.to_dict()).part("xla").table("roofline")
+    assert set(t.columns) <= set(opstats.COLUMNS) and t.records()[0]["self_ns"] == 900
+    assert t.records()[0]["name"] == "dot" and t.records()[0]["memory_bandwidth_bytes_per_s"] == 1e11
 
 
 def test_other_tables_named_op_stats_keep_their_columns():
