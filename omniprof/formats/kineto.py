@@ -409,9 +409,12 @@ class _Builder:
             on_device = False
             self.pids[pid] = self.pids.get(pid, 0) + 1
         corr = args.get("correlation")
+        cs = args.get("Call stack")  # torch's Python stack of the event (with_stack; torch 2.x: verbose only)
         if ours == "cpu_op" and cat != raw_cat and _STEP.match(name):
             ours = "step"  # PyTorch 1.8-1.9 wrote the step ranges as "Operator" events
             span_args = {"step_num": int(name[len("ProfilerStep#"):])}
+            if type(cs) is str:
+                span_args["call_stack"] = self._call_stack(cs)
         elif ours == "cpu_op":
             span_args = self._op_args(name, args)
         elif ours == "kernel":
@@ -425,14 +428,14 @@ class _Builder:
             if m and not on_device:
                 ours = "step"
                 span_args = {"step_num": int(m.group(1))}
+                if type(cs) is str:
+                    span_args["call_stack"] = self._call_stack(cs)
             else:
                 ext = args.get("External id")
-                cs = args.get("Call stack")
                 span_args = {k: v for k, v in (("external_id", ext if type(ext) is int else None),
                                                ("call_stack", self._call_stack(cs) if type(cs) is str else None))
                              if v is not None} or _EMPTY
         elif ours == "python":
-            cs = args.get("Call stack")
             span_args = {"call_stack": self._call_stack(cs)} if type(cs) is str else _EMPTY
         elif ours == "sync":
             span_args = {k: v for k, v in (("kind", args.get("cuda_sync_kind")), ("device", args.get("device")),

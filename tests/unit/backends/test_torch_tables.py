@@ -277,3 +277,36 @@ def test_group_by_stack_n_rejects_a_bad_n():
 
     with pytest.raises(omniprof.InvalidArgumentError, match="group_by_stack_n"):
         op_table(BackendResult("torch"), group_by_stack_n=-2)
+
+
+def test_group_by_stack_n_with_step_ranges_matches_torch(tmp_path):
+    """Steps (``ProfilerStep#N``, which torch merges as ``ProfilerStep*``) keep the stack torch wrote for
+    them; summed over N they equal torch's row."""
+    import re
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from omniprof.formats.kineto import op_table, read_trace
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    config = torch._C._profiler._ExperimentalConfig(verbose=True)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, experimental_config=config,
+                 schedule=schedule(wait=0, warmup=1, active=3, repeat=1)) as p:
+        for _ in range(6):
+            model(torch.randn(4, 16)).sum().backward()
+            p.step()
+    trace = tmp_path / "steps.pt.trace.json"
+    p.export_chrome_trace(str(trace))
+    theirs = {(e.key, json.dumps(e.stack[:3])): e for e in p.key_averages(group_by_stack_n=3)}
+    ours: dict = {}
+    for r in op_table(read_trace(trace).parts[0], group_by_stack_n=3).records():
+        key = (re.sub(r"^ProfilerStep#\d+$", "ProfilerStep*", r["name"]), r["stack"])
+        got = ours.setdefault(key, {"calls": 0, "self_ns": 0, "total_ns": 0})
+        for k in got:
+            got[k] += r[k]
+    assert set(ours) == set(theirs)
+    step = next(k for k in theirs if k[0] == "ProfilerStep*")
+    assert step[1] != "[]" and ours[step]["calls"] == theirs[step].count == 3
+    for key, e in theirs.items():
+        assert ours[key]["calls"] == e.count, key
+        assert abs(ours[key]["self_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
