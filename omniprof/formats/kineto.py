@@ -103,6 +103,10 @@ class _Num(str):
 
 
 _DECODER = json.JSONDecoder(parse_float=_Num)
+#: torch's Python tracer now and then writes a frame name holding a raw control character (seen with
+#: torch 2.13: ``"torch/profiler/_cupti_monitor.py(0): \x07"``), which strict JSON forbids; such a
+#: value is read as written and counted (``metadata["values_with_control_characters"]``).
+_LENIENT = json.JSONDecoder(parse_float=_Num, strict=False)
 
 
 def us_text_to_ns(value: Any) -> int:
@@ -164,6 +168,7 @@ class _JsonStream:
         self.offset = 0      # absolute char offset of buf[0]
         self.line = 1        # line number of buf[0]
         self.line_start = 0  # absolute offset where that line starts
+        self.control_characters = 0  # values read leniently: raw control characters in strings
 
     def _read(self) -> bool:
         if self.eof:
@@ -229,6 +234,17 @@ class _JsonStream:
             try:
                 value, end = _DECODER.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as e:
+                if e.msg.startswith("Invalid control character"):
+                    try:
+                        value, end = _LENIENT.raw_decode(self.buf, self.pos)
+                    except json.JSONDecodeError as lenient:
+                        e = lenient  # another error (or the value goes on in the next chunk): handled below
+                    else:
+                        if end < len(self.buf) or not self._read():
+                            self.control_characters += 1
+                            self.pos = end
+                            return value
+                        continue
                 near_end = e.pos >= len(self.buf) - _LOOKAHEAD or e.msg.startswith("Unterminated string")
                 if near_end and self._read():
                     continue
@@ -1059,6 +1075,8 @@ def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping
         raise stream.error("invalid JSON: extra data after the trace")
 
     tracks, spans, flows, counters, losses, meta = builder.finish()
+    if stream.control_characters:
+        meta["values_with_control_characters"] = stream.control_characters
     table = op_stats_table(spans, builder.mem, has_memory=bool(builder.mem) or bool(top.get("profile_memory")))
     if builder.trace_bounds is not None:
         start_ns, end_ns = builder.trace_bounds

@@ -336,3 +336,31 @@ def test_not_utf8_is_a_clear_error(tmp_path):
     path.write_bytes(b'{"traceEvents": [\xff\xfe]}')
     with pytest.raises(TraceReadError, match="bin.json: not UTF-8 text .* at line 1"):
         read_trace(path)
+
+
+@pytest.mark.parametrize("chunk_chars", [None, 7])
+def test_raw_control_characters_in_strings_are_read_and_counted(tmp_path, monkeypatch, chunk_chars):
+    """torch 2.13's Python tracer now and then writes a raw control character into a string (seen in a
+    real with_stack trace: ``"Call stack": "torch/profiler/_cupti_monitor.py(0): \\x07;..."``), which
+    strict JSON forbids: json.load rejects the file, and the whole torch result was lost. Such values
+    are read as written and counted; the rest of the trace reads as without them."""
+    data = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+    events = data["traceEvents"][:60] if chunk_chars else data["traceEvents"]
+    op = next(e for e in events if e.get("cat") == "cpu_op")
+    op["name"] += "\x07"
+    text = json.dumps({**data, "traceEvents": events}, ensure_ascii=False)
+    text = text.replace("\\u0007", "\x07")  # raw, as torch wrote it
+    assert "\x07" in text
+    with pytest.raises(json.JSONDecodeError, match="Invalid control character"):
+        json.loads(text)
+    reference = json.loads(text, strict=False)["traceEvents"]
+    path = tmp_path / "ctl.pt.trace.json"
+    path.write_text(text, encoding="utf-8")
+    if chunk_chars:
+        monkeypatch.setattr(kineto, "CHUNK_CHARS", chunk_chars)
+    part = read_trace(path).parts[0]
+    assert part.metadata["values_with_control_characters"] == 1
+    assert [s.name for s in part.spans if "\x07" in s.name] == [op["name"]]
+    ops = [e for e in reference if e.get("cat") == "cpu_op"]
+    assert len([s for s in part.spans if s.category == "cpu_op"]) == len(ops)
+    assert op["name"] in part.table("op_stats").column("name")
