@@ -6,11 +6,15 @@ its time in A and B, the time and share deltas, a status (``changed``, ``same``,
 --fail-on-regression`` exits 1 when anything regressed, for CI.
 
 What is compared: the flat profile of sampled functions (self time), and every table both sides
-hold with a name column and a time column. A table with a *self* time column (``self_cpu_ns``,
-``total_self_ns``, ...) is compared by self time: an op's inclusive time also holds its children's,
-so summing it counts nested time several times and one change shows in every parent row. Each
-table's ``(total)`` is the sum of its rows, i.e. with self time the time recorded in its entries;
-shares are of that total. ``ProfilerStep#N`` rows compare as one ``ProfilerStep#*`` row.
+hold whose columns say what to compare, nothing guessed: op tables (``op_stats`` and its grouped
+forms, in the vocabulary of :mod:`omniprof.core.opstats`, torch's and XLA's alike) by their key
+columns (``name``, and ``input_shapes`` / ``stack`` / ``hlo_module`` where present) and self time
+``self_ns``: an op's inclusive time also holds its children's, so summing it counts nested time
+several times and one change shows in every parent row. ``kernel_stats`` by ``kernel_name`` and
+``total_ns`` (kernels do not nest). Any other table with a ``name`` column by ``self_ns``, else
+``total_ns``; a table without them is listed as not compared. Each table's ``(total)`` is the sum
+of its rows, i.e. with self time the time recorded in its entries; shares are of that total.
+``ProfilerStep#N`` rows compare as one ``ProfilerStep#*`` row.
 
 Repeated runs: each side may be several results (runs of the same setup), or each recorded step
 of a result may count as one run (``repeats="steps"``, op and kernel tables). A row's A and B are
@@ -54,6 +58,7 @@ from typing import Any
 import attrs
 
 from omniprof.analysis import calltree
+from omniprof.core import opstats
 from omniprof.core.results import BackendResult, ProfileResult, Span, Table
 from omniprof.core.text import printable
 from omniprof.core.units import format_ns
@@ -62,14 +67,10 @@ from omniprof.errors import InvalidArgumentError
 __all__ = ["DiffRow", "TableDiff", "ResultDiff", "diff", "format_diff", "permutation_p", "rank_p", "TOTAL_KEY"]
 
 TOTAL_KEY = "(total)"
-_KEY_COLUMNS = ("name", "kernel_name", "op_name", "operation", "hlo_op", "op", "function")
-# Self time first: tables of nested entries (ops) are compared by what each entry itself spent.
-_TIME_COLUMNS = ("self_ns", "self_cpu_ns", "total_self_ns", "self_time_ns", "total_ns", "total_time_ns",
-                 "device_total_ns", "time_ns")
 _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 _EXACT_LIMIT = 20_000
 _DRAWS = 10_000
-_NESTED = ("cpu_op", "annotation", "step")
+_NESTED = ("cpu_op", "annotation", "step", "python")  # as the torch op table nests (formats.kineto)
 _LAUNCH = ("runtime",)
 
 
@@ -271,32 +272,31 @@ def _short_file(path: str) -> str:
     return "/".join(parts[-2:])
 
 
-def _columns(table: Table) -> tuple[str | None, str | None]:
-    cols = list(table.columns)
-    key = next((c for c in _KEY_COLUMNS if c in cols), None)
-    if key is None:
-        for i, c in enumerate(cols):
-            if table.rows and all(isinstance(r[i], str) for r in table.rows):
-                key = c
-                break
-    time_col = next((c for c in _TIME_COLUMNS if c in cols), None)
-    if time_col is None:
-        time_col = next((c for c in cols if c.endswith("_ns")), None)
-    return key, time_col
+def _columns(table: Table) -> tuple[tuple[str, ...] | None, str | None]:
+    """The key columns and the time column a table is compared by, from its declared columns."""
+    cols = table.columns
+    if table.name == "kernel_stats":
+        return (("kernel_name",), "total_ns") if {"kernel_name", "total_ns"} <= set(cols) else (None, None)
+    if opstats.is_op_table(table.name, cols):
+        return tuple(c for c in opstats.KEY_COLUMNS if c in cols), opstats.TIME_COLUMN
+    if "name" not in cols:
+        return None, None
+    time_col = opstats.TIME_COLUMN if opstats.TIME_COLUMN in cols else "total_ns" if "total_ns" in cols else None
+    return ("name",), time_col
 
 
 def _norm_key(name: str) -> str:
     return "ProfilerStep#*" if _STEP_NAME.match(name) else name
 
 
-def _table_times(table: Table, key: str, time_col: str) -> dict[str, int]:
-    ki, ti = table.columns.index(key), table.columns.index(time_col)
+def _table_times(table: Table, key: tuple[str, ...], time_col: str) -> dict[str, int]:
+    kis, ti = [table.columns.index(k) for k in key], table.columns.index(time_col)
     out: dict[str, int] = {}
     for r in table.rows:
         t = r[ti]
         if isinstance(t, bool) or not isinstance(t, (int, float)):
             continue
-        name = _norm_key(str(r[ki]))
+        name = "  ".join([_norm_key(str(r[kis[0]]))] + [str(r[i]) for i in kis[1:] if r[i] not in (None, "")])
         out[name] = out.get(name, 0) + int(t)
     return out
 
@@ -305,8 +305,8 @@ def _op_self_by_step(part: BackendResult) -> list[dict[str, int]]:
     """Self time per op/annotation name in each recorded step (``step`` spans), from the spans.
 
     Self time is the span's time minus its direct children's on the same track (the op table's
-    definition; folding a same-name only child into its parent, as the table does for calls, leaves
-    self time unchanged). A span belongs to the step its start falls in. Steps in which nothing
+    definition: a child is held whole by its parent, as in torch; folding a same-name only child
+    into its parent, as the table does for calls, leaves self time unchanged). A span belongs to the step its start falls in. Steps in which nothing
     but the step range itself was recorded (the one a last ``step()`` opens just before ``stop()``)
     are left out.
     """
@@ -333,7 +333,7 @@ def _op_self_by_step(part: BackendResult) -> list[dict[str, int]]:
                 stack[-1][2] += span.dur_ns
 
         for s in spans:
-            while stack and stack[-1][0] <= s.start_ns:
+            while stack and (stack[-1][0] <= s.start_ns or s.end_ns > stack[-1][0]):
                 close(stack.pop())
             stack.append([s.end_ns, s, 0])
         while stack:
@@ -365,11 +365,11 @@ class _Side:
     """One side's samples: per (backend, table) the time column and one {key: ns} per run."""
 
     def __init__(self) -> None:
-        self.tables: dict[tuple[str, str], tuple[str, str, list[dict[str, int]]]] = {}
+        self.tables: dict[tuple[str, str], tuple[tuple[str, ...], str, list[dict[str, int]]]] = {}
         self.backends: set[str] = set()
         self.incomparable: set[tuple[str, str]] = set()
 
-    def add(self, backend: str, name: str, key: str, time_col: str, samples: list[dict[str, int]]) -> None:
+    def add(self, backend: str, name: str, key: tuple[str, ...], time_col: str, samples: list[dict[str, int]]) -> None:
         have = self.tables.get((backend, name))
         if have is None:
             self.tables[(backend, name)] = (key, time_col, list(samples))
@@ -386,7 +386,7 @@ def _collect(results: Sequence[ProfileResult], repeats: str) -> _Side:
             side.backends.add(part.backend)
             f = _function_times(part)
             if f:
-                side.add(part.backend, "functions", "function", "self_ns", [f])
+                side.add(part.backend, "functions", ("function",), "self_ns", [f])
             for table in part.tables:
                 key, time_col = _columns(table)
                 if key is None or time_col is None:
@@ -394,7 +394,7 @@ def _collect(results: Sequence[ProfileResult], repeats: str) -> _Side:
                     continue
                 samples: list[dict[str, int]] = []
                 if repeats == "steps":
-                    if table.name == "op_stats" and time_col == "self_cpu_ns":
+                    if table.name == "op_stats" and any(s.category == "cpu_op" for s in part.spans):
                         samples = _op_self_by_step(part)
                     elif table.name == "kernel_stats":
                         samples = _kernels_by_step(part)
@@ -495,13 +495,13 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
             continue
         got = side_b.tables.get((backend, name))
         if got is None and (backend, name) in side_b.incomparable:
-            skipped.append(f"{backend}/{name}: no common name and time columns")
+            skipped.append(f"{backend}/{name}: no common key and time columns (name, self_ns / total_ns)")
             continue
         if got is None:
             skipped.append(f"{backend}/{name}: only in A")
             continue
         if (key, time_col) != got[:2] or (backend, name) in side_a.incomparable | side_b.incomparable:
-            skipped.append(f"{backend}/{name}: no common name and time columns")
+            skipped.append(f"{backend}/{name}: no common key and time columns (name, self_ns / total_ns)")
             continue
         sb = got[2]
         tables.append(TableDiff(name, backend, time_col, _compare(sa, sb, threshold_pct, min_share_pct, alpha),
@@ -516,7 +516,7 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
                          f"more runs (5 vs 5 reach p = 0.004)")
     for (backend, name) in side_a.incomparable - set(side_a.tables):
         if backend in side_b.backends:
-            skipped.append(f"{backend}/{name}: no common name and time columns")
+            skipped.append(f"{backend}/{name}: no common key and time columns (name, self_ns / total_ns)")
     for (backend, name) in side_b.tables.keys() | side_b.incomparable:
         if backend in side_a.backends and (backend, name) not in side_a.tables and \
                 (backend, name) not in side_a.incomparable:

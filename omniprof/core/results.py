@@ -453,6 +453,7 @@ class ProfileResult:
                 f"unsupported result schema_version {version!r}; this omniprof reads versions "
                 f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
+        data = _upgrade_tables(data)
         try:
             result = _structure(cls, data, version=int(version))
         except TraceReadError:
@@ -496,6 +497,33 @@ class ProfileResult:
             data = gzip.compress(data, compresslevel=6, mtime=0)
         atomic_write_bytes(path, data)
         return path
+
+
+def _upgrade_tables(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Op tables saved with an older column set get the vocabulary's names (core.opstats); the rest
+    is left as it is (malformed data is the structuring step's to report)."""
+    from omniprof.core.opstats import upgrade_columns
+
+    parts = data.get("parts")
+    if not isinstance(parts, list):
+        return data
+    new_parts = []
+    changed = False
+    for part in parts:
+        tables = part.get("tables") if isinstance(part, Mapping) else None
+        if isinstance(tables, list):
+            new_tables = []
+            for t in tables:
+                if isinstance(t, Mapping) and isinstance(t.get("name"), str) and isinstance(t.get("columns"), list) \
+                        and all(isinstance(c, str) for c in t["columns"]):
+                    cols = list(upgrade_columns(t["name"], t["columns"]))
+                    if cols != t["columns"]:
+                        t = {**t, "columns": cols}
+                        changed = True
+                new_tables.append(t)
+            part = {**part, "tables": new_tables}
+        new_parts.append(part)
+    return {**data, "parts": new_parts} if changed else data
 
 
 def load(path: str | os.PathLike[str]) -> ProfileResult:

@@ -32,12 +32,13 @@ import os
 import re
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import IO, Any
 
 from omniprof.analysis.kernels import add_kernel_stats
+from omniprof.core import opstats
 from omniprof.core.results import (
     Artifact,
     BackendResult,
@@ -53,9 +54,9 @@ from omniprof.core.results import (
     Track,
     json_safe,
 )
-from omniprof.errors import DataLossWarning, OmniprofWarning, TraceReadError
+from omniprof.errors import DataLossWarning, InvalidArgumentError, OmniprofWarning, TraceReadError
 
-__all__ = ["read_trace", "parse_trace", "op_stats_table", "op_table", "OP_STATS_COLUMNS", "CATEGORY_MAP", "LEGACY_CATEGORY_MAP",
+__all__ = ["read_trace", "parse_trace", "op_stats_table", "op_table", "call_stacks", "OP_STATS_COLUMNS", "CATEGORY_MAP", "LEGACY_CATEGORY_MAP",
            "FWDBWD_FLOW_BASE", "us_text_to_ns"]
 
 #: Kineto category -> our span category (docs/results.md). Others keep their Kineto name.
@@ -84,10 +85,6 @@ _DEVICE_WORK = frozenset({"kernel", "memcpy", "memset"})
 #: Forward/backward flow ids are shifted by this so they never collide with CUDA correlation ids.
 FWDBWD_FLOW_BASE = 1 << 40
 
-OP_STATS_COLUMNS = (
-    "name", "calls", "total_cpu_ns", "self_cpu_ns", "avg_cpu_ns", "total_device_ns", "self_device_ns", "flops",
-    "total_cpu_memory_bytes", "self_cpu_memory_bytes", "total_device_memory_bytes", "self_device_memory_bytes",
-)
 
 CHUNK_CHARS = 1 << 20
 _LOOKAHEAD = 1 << 16
@@ -106,6 +103,10 @@ class _Num(str):
 
 
 _DECODER = json.JSONDecoder(parse_float=_Num)
+#: torch's Python tracer now and then writes a frame name holding a raw control character (seen with
+#: torch 2.13: ``"torch/profiler/_cupti_monitor.py(0): \x07"``), which strict JSON forbids; such a
+#: value is read as written and counted (``metadata["values_with_control_characters"]``).
+_LENIENT = json.JSONDecoder(parse_float=_Num, strict=False)
 
 
 def us_text_to_ns(value: Any) -> int:
@@ -167,6 +168,7 @@ class _JsonStream:
         self.offset = 0      # absolute char offset of buf[0]
         self.line = 1        # line number of buf[0]
         self.line_start = 0  # absolute offset where that line starts
+        self.control_characters = 0  # values read leniently: raw control characters in strings
 
     def _read(self) -> bool:
         if self.eof:
@@ -232,6 +234,17 @@ class _JsonStream:
             try:
                 value, end = _DECODER.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as e:
+                if e.msg.startswith("Invalid control character"):
+                    try:
+                        value, end = _LENIENT.raw_decode(self.buf, self.pos)
+                    except json.JSONDecodeError as lenient:
+                        e = lenient  # another error (or the value goes on in the next chunk): handled below
+                    else:
+                        if end < len(self.buf) or not self._read():
+                            self.control_characters += 1
+                            self.pos = end
+                            return value
+                        continue
                 near_end = e.pos >= len(self.buf) - _LOOKAHEAD or e.msg.startswith("Unterminated string")
                 if near_end and self._read():
                     continue
@@ -287,6 +300,7 @@ class _Builder:
         self._strings: dict[str, str] = {}
         self._args_cache: dict[tuple, dict[str, Any]] = {}
         self._lists: dict[tuple, list] = {}
+        self._stacks: dict[str, list[str]] = {}
         self.host_corr: set[int] = set()
         self.device_corr: set[int] = set()
         self.corr_spans: list[int] = []         # indices of spans carrying a correlation id
@@ -410,9 +424,12 @@ class _Builder:
             on_device = False
             self.pids[pid] = self.pids.get(pid, 0) + 1
         corr = args.get("correlation")
+        cs = args.get("Call stack")  # torch's Python stack of the event (with_stack; torch 2.x: verbose only)
         if ours == "cpu_op" and cat != raw_cat and _STEP.match(name):
             ours = "step"  # PyTorch 1.8-1.9 wrote the step ranges as "Operator" events
             span_args = {"step_num": int(name[len("ProfilerStep#"):])}
+            if type(cs) is str:
+                span_args["call_stack"] = self._call_stack(cs)
         elif ours == "cpu_op":
             span_args = self._op_args(name, args)
         elif ours == "kernel":
@@ -426,11 +443,15 @@ class _Builder:
             if m and not on_device:
                 ours = "step"
                 span_args = {"step_num": int(m.group(1))}
+                if type(cs) is str:
+                    span_args["call_stack"] = self._call_stack(cs)
             else:
                 ext = args.get("External id")
-                span_args = {"external_id": ext} if type(ext) is int else _EMPTY
+                span_args = {k: v for k, v in (("external_id", ext if type(ext) is int else None),
+                                               ("call_stack", self._call_stack(cs) if type(cs) is str else None))
+                             if v is not None} or _EMPTY
         elif ours == "python":
-            span_args = _EMPTY
+            span_args = {"call_stack": self._call_stack(cs)} if type(cs) is str else _EMPTY
         elif ours == "sync":
             span_args = {k: v for k, v in (("kind", args.get("cuda_sync_kind")), ("device", args.get("device")),
                                            ("stream", args.get("stream")), ("correlation_id", corr)) if v is not None}
@@ -465,9 +486,20 @@ class _Builder:
             self._args_cache[key] = cached
         # Per-op ids (their own dict; the shapes part above is shared between ops of the same signature).
         ids = [(ours, v) for ours, theirs in _OP_IDS if type(v := args.get(theirs)) is int]
+        cs = args.get("Call stack")
+        if type(cs) is str:
+            ids.append(("call_stack", self._call_stack(cs)))
         if ids:
             return {**cached, **dict(ids)}
         return cached
+
+    def _call_stack(self, text: str) -> list[str]:
+        """torch's ``Call stack`` (frames joined by ``;``, innermost first) as a list, shared between
+        the spans of one call site."""
+        got = self._stacks.get(text)
+        if got is None:
+            got = self._stacks[text] = [self._s(f) for f in text.split(";") if f]
+        return got
 
     def _instant(self, ev: dict[str, Any], t: int) -> None:
         name = ev.get("name")
@@ -697,48 +729,152 @@ def _copy_args(name: str, a: dict[str, Any], shared_lists: dict[tuple, list]) ->
 
 
 # -- op statistics -----------------------------------------------------------------------------------
-_NESTED = ("cpu_op", "annotation", "step")
+#: Span categories that nest in the op table, as torch's FunctionEvents do on a thread: ops,
+#: annotations, steps and Python functions (torch's key_averages() has a row for each Python function
+#: when stacks were recorded, and an op's self time excludes the Python code run inside it).
+_NESTED = ("cpu_op", "annotation", "step", "python")
+#: Frames torch leaves out of an event's stack (``torch.autograd.profiler_util._filter_stack_entry``).
+_STACK_FILTER = (("autograd/__init__", "_make_grads"), ("autograd/__init__", "backward"), ("torch/tensor", "backward"),
+                 ("_internal/common_utils", "prof_callable"), ("_internal/common_utils", "prof_func_call"),
+                 ("_internal/common_utils", "prof_meth_call"))
+_EVALUATE = "autograd::engine::evaluate_function: "
+
+
+def _keep_frame(frame: str) -> bool:
+    return not any(a in frame and b in frame for a, b in _STACK_FILTER)
+
+
+def call_stacks(spans: Sequence[Span]) -> dict[int, tuple[str, ...]]:
+    """The Python stack of each op, annotation, step and Python span (by index in ``spans``),
+    innermost frame first, as torch's ``FunctionEvent.stack``.
+
+    Where the trace wrote stacks (``Call stack`` args, kept as ``call_stack``: torch 1.x with
+    ``with_stack``, torch 2.x with ``_ExperimentalConfig(verbose=True)``) they are used as written,
+    and a span without one has an empty stack. Otherwise (torch 2.x's default) the stack is rebuilt
+    from the ``python`` spans: the Python functions running on the span's thread when it started.
+    Then, as torch does: frames of autograd's own ``backward`` entry points are left out, and every
+    span inside a backward node (a ``cpu_op`` run by ``autograd::engine::evaluate_function: <its
+    name>``) takes the stack of the forward op that created the node (same ``sequence_number``,
+    found on the node's own thread first; a node without a forward thread id gets an empty stack).
+    """
+    per_track: dict[str, list[int]] = {}
+    written = False
+    for i, s in enumerate(spans):
+        if s.category in _NESTED:
+            per_track.setdefault(s.track, []).append(i)
+            written = written or "call_stack" in s.args
+    stacks: dict[int, tuple[str, ...]] = {}
+    parent: dict[int, int | None] = {}
+    order: list[int] = []
+    for idx in per_track.values():
+        # Parents first: by start, then the longer; a Python call before the op it makes at the same instant.
+        idx.sort(key=lambda i: (spans[i].start_ns, -spans[i].end_ns, spans[i].category != "python"))
+        py: list[int] = []      # the Python calls open at this instant
+        nest: list[int] = []    # torch's nesting: a parent holds the whole child
+        for i in idx:
+            s = spans[i]
+            while py and spans[py[-1]].end_ns <= s.start_ns:
+                py.pop()
+            while nest and (s.start_ns >= spans[nest[-1]].end_ns or s.end_ns > spans[nest[-1]].end_ns):
+                nest.pop()
+            parent[i] = nest[-1] if nest else None
+            nest.append(i)
+            order.append(i)
+            if written:
+                cs = s.args.get("call_stack")
+                frames = tuple(cs) if isinstance(cs, (list, tuple)) else ()
+            else:
+                frames = tuple(spans[j].name for j in reversed(py))
+            stacks[i] = tuple(f for f in frames if isinstance(f, str) and _keep_frame(f))
+            if s.category == "python":
+                py.append(i)
+    # Backward: the node's forward op's stack (torch's EventList._set_backward_stacktraces).
+    bw: dict[int, int | None] = {}
+    for i in order:  # parents come before their children within a track
+        s, p = spans[i], parent[i]
+        if s.category == "cpu_op" and p is not None and spans[p].name == _EVALUATE + s.name:
+            bw[i] = i
+        else:
+            bw[i] = bw[p] if p is not None else None
+    fwd: dict[tuple[Any, str], tuple[str, ...]] = {}
+    for i in sorted(order, key=lambda i: (spans[i].start_ns, -spans[i].end_ns)):
+        if bw[i] is None:
+            seq = spans[i].args.get("sequence_number", -1)
+            fwd.setdefault((seq if type(seq) is int else -1, spans[i].track), stacks[i])
+    tracks_of: dict[Any, list[str]] = {}
+    for seq, track in fwd:
+        tracks_of.setdefault(seq, []).append(track)
+    for i in order:
+        p = bw[i]
+        if p is None:
+            continue
+        node = spans[p]
+        seq = node.args.get("sequence_number", -1)
+        if not node.args.get("fwd_thread_id"):
+            stacks[i] = ()
+        elif (seq, node.track) in fwd:
+            stacks[i] = fwd[(seq, node.track)]
+        else:
+            found = tracks_of.get(seq, [])
+            stacks[i] = fwd[(seq, found[0])] if len(found) == 1 else ()
+    return stacks
+
+
+OP_STATS_COLUMNS = opstats.columns(
+    "name", "calls", "total_ns", "self_ns", "avg_ns", "device_total_ns", "device_self_ns", "flops",
+    "cpu_memory_total_bytes", "cpu_memory_self_bytes", "device_memory_total_bytes", "device_memory_self_bytes")
 
 
 def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, bool]] = (),
-                   *, has_memory: bool | None = None, group_by_input_shape: bool = False) -> Table | None:
-    """``op_stats`` like torch's ``key_averages().table()``: one row per op or annotation name.
+                   *, has_memory: bool | None = None, group_by_input_shape: bool = False,
+                   group_by_stack_n: int = 0) -> Table | None:
+    """``op_stats`` like torch's ``key_averages().table()``: one row per op, annotation or Python
+    function name (columns: :data:`OP_STATS_COLUMNS`, the vocabulary of :mod:`omniprof.core.opstats`).
 
     With ``group_by_input_shape`` (torch's ``key_averages(group_by_input_shape=True)``): one row per
     name and input shapes, in a table ``op_stats_by_input_shape`` with an ``input_shapes`` column
-    after the name.
+    after the name. With ``group_by_stack_n=N`` (torch's ``key_averages(group_by_stack_n=N)``): one
+    row per name and top ``N`` frames of its Python stack (:func:`call_stacks`), in a table
+    ``op_stats_by_stack`` with a ``stack`` column (JSON, innermost frame first); both together give
+    ``op_stats_by_input_shape_and_stack``.
 
-    Self CPU time is the span's time minus its direct children (ops and annotations nested on the
-    same thread). As in torch, an op whose only child has its own name (a dispatcher re-entry such
-    as ``aten::sum`` inside ``aten::sum``) counts once, its child folded into it. Device time is the time of the GPU work (kernels, memcpy, memset) whose launch
+    Spans nest per thread as torch's events do: a span is a child of the innermost open span that
+    holds it whole (one that starts inside a span but ends after it is its sibling, as in torch).
+    Self time is the span's time minus its direct children's. As in torch, an op whose only child has
+    its own name (a dispatcher re-entry such as ``aten::sum`` inside ``aten::sum``) counts once, its
+    child folded into it. Device time is the time of the GPU work (kernels, memcpy, memset) whose launch
     (a runtime call with its correlation id) ran inside the op; "self" counts launches made
     directly by the op, not by its children; None when the trace has no GPU work. Memory is the sum of the ``[memory]`` events' bytes
     inside the op (allocations minus frees), CPU and device apart.
 
     Returns None when there are no op or annotation spans.
     """
+    if isinstance(group_by_stack_n, bool) or not isinstance(group_by_stack_n, int) or group_by_stack_n < 0:
+        raise InvalidArgumentError(f"'group_by_stack_n' must be an integer >= 0, e.g. 5 (got {group_by_stack_n!r})")
     spans = list(spans)
+    stacks = call_stacks(spans) if group_by_stack_n else {}
     device_by_corr: dict[int, int] = {}
     for s in spans:
         if s.category in _DEVICE_WORK:
             c = s.args.get("correlation_id")
             if isinstance(c, int):
                 device_by_corr[c] = device_by_corr.get(c, 0) + s.dur_ns
-    per_track: dict[str, list[tuple[int, int, int, Span | None, int]]] = {}
+    per_track: dict[str, list[tuple[int, int, int, int, int]]] = {}
     # Entries sort by start, then longer first, so parents precede children that start together.
-    for s in spans:
+    # An entry: (start, -dur, kind, span index or -1, value); kind 0 span, 1 launch, 2 CPU memory, 3 device memory.
+    for i, s in enumerate(spans):
         if s.category in _NESTED:
-            per_track.setdefault(s.track, []).append((s.start_ns, -s.dur_ns, 0, s, 0))
+            per_track.setdefault(s.track, []).append((s.start_ns, -s.dur_ns, 0, i, 0))
         elif s.category == "runtime" and device_by_corr:
             c = s.args.get("correlation_id")
             d = device_by_corr.get(c, 0) if isinstance(c, int) else 0
             if d:
-                per_track.setdefault(s.track, []).append((s.start_ns, 0, 1, None, d))
+                per_track.setdefault(s.track, []).append((s.start_ns, 0, 1, -1, d))
     mem_seen = False
     for track, t, nbytes, on_device in memory:
         mem_seen = True
-        per_track.setdefault(track, []).append((t, 0, 2 if not on_device else 3, None, nbytes))
-    if not any(e[3] is not None for v in per_track.values() for e in v):
+        per_track.setdefault(track, []).append((t, 0, 2 if not on_device else 3, -1, nbytes))
+    if not any(e[2] == 0 and spans[e[3]].category != "python" for v in per_track.values() for e in v):
         return None
     if has_memory is None:
         has_memory = mem_seen
@@ -789,11 +925,18 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
             else:
                 add_row(item)
 
-        for start, _negdur, kind, span, value in entries:
-            while stack and stack[-1][0] <= start:
+        for start, negdur, kind, i, value in entries:
+            end = start - negdur
+            # torch's nesting: the open span must hold this entry whole (an instant: its time).
+            while stack and (stack[-1][0] <= start or end > stack[-1][0]):
                 close(stack.pop())
             if kind == 0:
-                key = (span.name, json.dumps(span.args.get("input_shapes", []))) if group_by_input_shape else span.name
+                span = spans[i]
+                key: Any = span.name
+                if group_by_input_shape or group_by_stack_n:
+                    key = (span.name,
+                           json.dumps(span.args.get("input_shapes", [])) if group_by_input_shape else None,
+                           json.dumps(list(stacks.get(i, ())[:group_by_stack_n])) if group_by_stack_n else None)
                 row = rows.get(key)
                 if row is None:
                     row = rows[key] = [span.name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
@@ -825,34 +968,48 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
                     tcm if has_memory else None, scm if has_memory else None,
                     tdm if has_memory else None, sdm if has_memory else None))
         rows_keys.append(key)
-    if group_by_input_shape:
-        out = [(r[0], key[1], *r[1:]) for r, key in zip(out, rows_keys)]
-        out.sort(key=lambda r: (-r[3], r[0], r[1]))
-        return Table("op_stats_by_input_shape", (OP_STATS_COLUMNS[0], "input_shapes", *OP_STATS_COLUMNS[1:]), out,
-                     title="Op statistics by input shape (torch key_averages(group_by_input_shape=True))")
+    if group_by_input_shape or group_by_stack_n:
+        extra = (("input_shapes",) if group_by_input_shape else ()) + (("stack",) if group_by_stack_n else ())
+        out = [(r[0], *(k for k in key[1:] if k is not None), *r[1:]) for r, key in zip(out, rows_keys)]
+        n = len(extra)
+        out.sort(key=lambda r: (-r[1 + n + 2], *r[: 1 + n]))  # by self time, then name and keys
+        suffix = "_and_".join("input_shape" if e == "input_shapes" else e for e in extra)
+        how = ", ".join(("group_by_input_shape=True",) * group_by_input_shape +
+                        ((f"group_by_stack_n={group_by_stack_n}",) if group_by_stack_n else ()))
+        return Table(f"op_stats_by_{suffix}", (OP_STATS_COLUMNS[0], *extra, *OP_STATS_COLUMNS[1:]), out,
+                     title=f"Op statistics by {suffix.replace('_', ' ')} (torch key_averages({how}))")
     out.sort(key=lambda r: (-r[2], r[0]))
     return Table("op_stats", OP_STATS_COLUMNS, out, title="Op statistics (torch key_averages)")
 
 
-def op_table(part: BackendResult, *, group_by_input_shape: bool = False) -> Table | None:
+def op_table(part: BackendResult, *, group_by_input_shape: bool = False, group_by_stack_n: int = 0) -> Table | None:
     """The op table of a torch part, rebuilt from its spans and ``[memory]`` events.
 
     ``op_table(part)`` equals the part's ``op_stats`` table; ``group_by_input_shape=True`` gives
     torch's ``key_averages(group_by_input_shape=True)``: one row per op name and input shapes
-    (shapes are recorded with ``record_shapes``, i.e. ``host_tracer_level=3``).
+    (shapes are recorded with ``record_shapes``, i.e. ``host_tracer_level=3``);
+    ``group_by_stack_n=N`` torch's ``key_averages(group_by_stack_n=N)``: one row per op name and top
+    ``N`` frames of its Python stack (stacks are recorded with ``with_stack``, i.e.
+    ``python_tracer_level=1``; without them every op has an empty stack).
 
     >>> from omniprof.core.results import Span
     >>> spans = [Span("aten::mm", "t", 0, 10, "cpu_op", {"input_shapes": [[2, 3], [3, 4]]}),
     ...          Span("aten::mm", "t", 20, 30, "cpu_op", {"input_shapes": [[8, 3], [3, 4]]})]
     >>> [r[:3] for r in op_table(BackendResult("torch", spans=spans), group_by_input_shape=True).rows]
     [('aten::mm', '[[8, 3], [3, 4]]', 1), ('aten::mm', '[[2, 3], [3, 4]]', 1)]
+    >>> spans = [Span("train.py(9): step", "t", 0, 100, "python"), Span("aten::mm", "t", 10, 20, "cpu_op"),
+    ...          Span("eval.py(3): check", "t", 200, 100, "python"), Span("aten::mm", "t", 210, 5, "cpu_op")]
+    >>> [r[:4] for r in op_table(BackendResult("torch", spans=spans), group_by_stack_n=1).rows
+    ...  if r[0] == "aten::mm"]
+    [('aten::mm', '["train.py(9): step"]', 1, 20), ('aten::mm', '["eval.py(3): check"]', 1, 5)]
     """
     memory = [(i.track, i.t_ns, i.args["bytes"], i.args.get("device_type", 0) not in (0, None))
               for i in part.instants if i.category == "memory" and isinstance(i.args.get("bytes"), int)]
     had = part.table("op_stats")
-    has_memory = bool(memory) or (had is not None and bool(had.rows) and
-                                  had.rows[0][OP_STATS_COLUMNS.index("self_cpu_memory_bytes")] is not None)
-    return op_stats_table(part.spans, memory, has_memory=has_memory, group_by_input_shape=group_by_input_shape)
+    has_memory = bool(memory) or (had is not None and bool(had.rows) and "cpu_memory_self_bytes" in had.columns and
+                                  had.rows[0][had.columns.index("cpu_memory_self_bytes")] is not None)
+    return op_stats_table(part.spans, memory, has_memory=has_memory, group_by_input_shape=group_by_input_shape,
+                          group_by_stack_n=group_by_stack_n)
 
 
 # -- entry points ----------------------------------------------------------------------------------
@@ -924,6 +1081,8 @@ def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping
         raise stream.error("invalid JSON: extra data after the trace")
 
     tracks, spans, flows, counters, losses, meta = builder.finish()
+    if stream.control_characters:
+        meta["values_with_control_characters"] = stream.control_characters
     table = op_stats_table(spans, builder.mem, has_memory=bool(builder.mem) or bool(top.get("profile_memory")))
     if builder.trace_bounds is not None:
         start_ns, end_ns = builder.trace_bounds

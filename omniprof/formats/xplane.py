@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 
 from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, kernel_stats_table
+from omniprof.core import opstats
 from omniprof.core.results import (
     Artifact,
     BackendResult,
@@ -47,9 +48,11 @@ __all__ = ["OMNIPROF_MARK", "XPlaneContent", "read_xspace", "op_stats_table", "t
 #: Stat key put on every annotation omniprof emits, so readers tell user ranges from XLA's own.
 OMNIPROF_MARK = "_omniprof"
 
-OP_STATS_COLUMNS = ("operation", "type", "host_or_device", "occurrences", "total_ns", "total_self_ns",
-                    "avg_self_ns", "device_pct", "memory_bw_bytes_per_s", "flop_rate_per_s", "bound_by",
-                    "hlo_module")
+#: The op table's columns, in the vocabulary of :mod:`omniprof.core.opstats` (XLA's names: operation,
+#: type, host_or_device, occurrences, total_self, device_pct, memory_bw, flop_rate).
+OP_STATS_COLUMNS = opstats.columns("name", "op_type", "runs_on", "hlo_module", "calls", "total_ns", "self_ns",
+                                   "avg_self_ns", "self_share_pct", "flops_per_s", "memory_bandwidth_bytes_per_s",
+                                   "bound_by")
 
 _DEVICE_PLANE = re.compile(r"^/device:(?P<kind>[A-Z]+):(?P<idx>\d+)")
 _STREAM_LINE = re.compile(r"^Stream #(\d+)")
@@ -325,30 +328,30 @@ def op_stats_rows(spans: Iterable[Span], costs: Mapping[str, Mapping[str, float]
         module = str(s.args.get("hlo_module", ""))
         g = groups.get((module, op))
         if g is None:
-            g = groups[(module, op)] = {"operation": op, "type": _op_type(op), "host_or_device": "Device",
-                                        "occurrences": 0, "total_ns": 0, "total_self_ns": 0, "hlo_module": module}
-        g["occurrences"] += 1
+            g = groups[(module, op)] = {"name": op, "op_type": _op_type(op), "runs_on": "Device",
+                                        "calls": 0, "total_ns": 0, "self_ns": 0, "hlo_module": module}
+        g["calls"] += 1
         g["total_ns"] += s.dur_ns
-        g["total_self_ns"] += self_ns[i]
-    all_self = sum(g["total_self_ns"] for g in groups.values()) or 1
+        g["self_ns"] += self_ns[i]
+    all_self = sum(g["self_ns"] for g in groups.values()) or 1
     rows = []
     for g in groups.values():
-        g["avg_self_ns"] = g["total_self_ns"] // g["occurrences"]
-        g["device_pct"] = round(100.0 * g["total_self_ns"] / all_self, 2)
-        cost = (costs or {}).get(g["operation"])
+        g["avg_self_ns"] = g["self_ns"] // g["calls"]
+        g["self_share_pct"] = round(100.0 * g["self_ns"] / all_self, 2)
+        cost = (costs or {}).get(g["name"])
         bw = rate = None
         bound = None
-        if cost and g["total_self_ns"] > 0:
-            secs = g["total_self_ns"] / 1e9
+        if cost and g["self_ns"] > 0:
+            secs = g["self_ns"] / 1e9
             if cost.get("bytes_accessed") is not None:
-                bw = cost["bytes_accessed"] * g["occurrences"] / secs
+                bw = cost["bytes_accessed"] * g["calls"] / secs
             if cost.get("flops") is not None:
-                rate = cost["flops"] * g["occurrences"] / secs
-        g["memory_bw_bytes_per_s"] = bw
-        g["flop_rate_per_s"] = rate
+                rate = cost["flops"] * g["calls"] / secs
+        g["memory_bandwidth_bytes_per_s"] = bw
+        g["flops_per_s"] = rate
         g["bound_by"] = bound
         rows.append({c: g[c] for c in OP_STATS_COLUMNS})
-    rows.sort(key=lambda r: (-r["total_self_ns"], r["operation"]))
+    rows.sort(key=lambda r: (-r["self_ns"], r["name"]))
     return rows
 
 
@@ -447,12 +450,12 @@ def op_rows_from_tool(data: Any) -> list[dict[str, Any]]:
         flop = _float(r.get("measured_flop_rate"))
         bw = _float(r.get("measured_memory_bw"))
         rows.append({
-            "operation": r.get("operation"), "type": r.get("type"), "host_or_device": r.get("host_or_device"),
-            "occurrences": occ, "total_ns": int(round((_float(r.get("total_time")) or 0.0) * 1000)),
-            "total_self_ns": total_self, "avg_self_ns": int(round((_float(r.get("avg_self_time")) or 0.0) * 1000)),
-            "device_pct": _float(r.get("device_total_self_time_percent")),
-            "memory_bw_bytes_per_s": bw * 1e9 if bw is not None else None,
-            "flop_rate_per_s": flop * 1e9 if flop is not None else None,
+            "name": r.get("operation"), "op_type": r.get("type"), "runs_on": r.get("host_or_device"),
+            "calls": occ, "total_ns": int(round((_float(r.get("total_time")) or 0.0) * 1000)),
+            "self_ns": total_self, "avg_self_ns": int(round((_float(r.get("avg_self_time")) or 0.0) * 1000)),
+            "self_share_pct": _float(r.get("device_total_self_time_percent")),
+            "memory_bandwidth_bytes_per_s": bw * 1e9 if bw is not None else None,
+            "flops_per_s": flop * 1e9 if flop is not None else None,
             "bound_by": r.get("bound_by"), "hlo_module": "",
         })
     return rows
@@ -503,8 +506,7 @@ def tool_tables(paths: Sequence[Path], spans: Sequence[Span], *, verbose: bool =
         rrows = [r for r in (_gviz_rows(roof[0]) if roof else [])
                  if r.get("category") != "Program" and (_float(r.get("total_self_time")) or 0) > 0]
         if rrows:
-            cols = ("operation", "category", "occurrences", "total_self_ns", "flop_rate_per_s",
-                    "memory_bw_bytes_per_s", "operational_intensity_flops_per_byte", "bound_by")
+            cols = opstats.ROOFLINE_COLUMNS  # the op-table vocabulary (xprof: operation, category, occurrences, ...)
 
             def scaled(r: Mapping[str, Any], key: str, factor: float) -> float | None:
                 x = _float(r.get(key))

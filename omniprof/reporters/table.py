@@ -52,6 +52,10 @@ class TableOptions:
             stated) or ``"show"`` (kept and marked ``[idle]``).
         counts: add a ``samples`` column (times and shares are always shown).
         own: keep omniprof's own frames (engine, CLI runner, ``runpy``); hidden by default.
+        group_by_input_shape: torch op tables one row per op and input shapes (torch's
+            ``key_averages(group_by_input_shape=True)``), in place of ``op_stats``.
+        group_by_stack_n: torch op tables one row per op and top N frames of its Python stack
+            (torch's ``key_averages(group_by_stack_n=N)``), in place of ``op_stats``; 0: off.
     """
 
     format: str = attrs.field(default="both", validator=v.one_of("both", "tree", "flat"))
@@ -68,6 +72,8 @@ class TableOptions:
     idle: str = attrs.field(default="hide", validator=v.one_of("hide", "show"))
     counts: bool = attrs.field(default=False, validator=v.is_bool)
     own: bool = attrs.field(default=False, validator=v.is_bool)
+    group_by_input_shape: bool = attrs.field(default=False, validator=v.is_bool)
+    group_by_stack_n: int = attrs.field(default=0, validator=v.int_in_range(0))
 
 
 def frame_label(frame: Frame) -> str:
@@ -325,7 +331,7 @@ class TableReporter(Reporter):
             self._samples(part, out)
         self._spans(part, out)
         for table in part.tables:
-            self._table(table, out)
+            self._table(self._grouped(part, table, out), out)
         for name, summary in part.summaries.items():
             if name == "overhead":
                 continue
@@ -337,6 +343,27 @@ class TableReporter(Reporter):
         self._instants(part, out)
         self._allocations(part, out)
         self._artifacts(part, out)
+
+    def _grouped(self, part: BackendResult, table: Table, out: _Out) -> Table:
+        """A torch part's ``op_stats`` grouped as the options ask (rebuilt from its spans)."""
+        o = self.options
+        if table.name != "op_stats" or not (o.group_by_input_shape or o.group_by_stack_n):
+            return table
+        if not any(s.category == "cpu_op" for s in part.spans):
+            out.line()
+            out.line(f"(op_stats of backend {part.backend} are not grouped: grouping by input shape or stack needs "
+                     f"torch ops)")
+            return table
+        from omniprof.formats.kineto import op_table
+
+        grouped = op_table(part, group_by_input_shape=o.group_by_input_shape, group_by_stack_n=o.group_by_stack_n)
+        if grouped is None:
+            return table
+        if o.group_by_stack_n and not any(s.category == "python" or "call_stack" in s.args for s in part.spans):
+            out.line()
+            out.line("(no Python stacks were recorded: every op's stack is empty; record them with "
+                     "python_tracer_level=1, torch's with_stack)")
+        return grouped
 
     def _table(self, table: Table, out: _Out) -> None:
         out.line()

@@ -490,10 +490,10 @@ def op_table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[l
     def rate(x: Any, unit: str) -> str:
         return "-" if x is None else f"{x / 1e9:.2f} {unit}"
 
-    cells = [[str(r["operation"]), str(r["type"]), str(r["host_or_device"]), str(r["occurrences"]),
-              _s(r["total_self_ns"]), _s(r["avg_self_ns"]),
-              "-" if r["device_pct"] is None else f"{r['device_pct']:.2f}%",
-              rate(r["memory_bw_bytes_per_s"], "GB/s"), rate(r["flop_rate_per_s"], "GFLOP/s"),
+    cells = [[str(r["name"]), str(r["op_type"]), str(r["runs_on"]), str(r["calls"]),
+              _s(r["self_ns"]), _s(r["avg_self_ns"]),
+              "-" if r["self_share_pct"] is None else f"{r['self_share_pct']:.2f}%",
+              rate(r["memory_bandwidth_bytes_per_s"], "GB/s"), rate(r["flops_per_s"], "GFLOP/s"),
               str(r["bound_by"] or "-")] for r in rows]
     return head, cells
 

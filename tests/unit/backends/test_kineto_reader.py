@@ -91,11 +91,11 @@ def test_alexnet_kernel_and_op_tables():
     assert sum(ks.column("occurrences")) == 79
     ops = {r["name"]: r for r in part.table("op_stats").records()}
     assert ops["aten::addmm"]["calls"] == 6
-    assert ops["aten::addmm"]["self_device_ns"] > 0
-    assert ops["aten::linear"]["total_device_ns"] == ops["aten::addmm"]["total_device_ns"]
-    assert ops["aten::linear"]["self_device_ns"] == 0
+    assert ops["aten::addmm"]["device_self_ns"] > 0
+    assert ops["aten::linear"]["device_total_ns"] == ops["aten::addmm"]["device_total_ns"]
+    assert ops["aten::linear"]["device_self_ns"] == 0
     kernel_ns = sum(s.dur_ns for s in part.spans if s.category in ("kernel", "memcpy", "memset"))
-    assert ops["[param|cuda]"]["total_device_ns"] <= kernel_ns
+    assert ops["[param|cuda]"]["device_total_ns"] <= kernel_ns
 
 
 @needs_data
@@ -207,12 +207,12 @@ def test_op_stats_self_total_device_and_memory(tmp_path):
     ]
     part = read_trace(_write(tmp_path, events)).parts[0]
     ops = {r["name"]: r for r in part.table("op_stats").records()}
-    assert ops["parent"]["total_cpu_ns"] == 100_000 and ops["parent"]["self_cpu_ns"] == 60_000
-    assert ops["child"]["calls"] == 2 and ops["child"]["total_cpu_ns"] == 40_000
-    assert ops["child"]["self_device_ns"] == 40_000 and ops["parent"]["self_device_ns"] == 0
-    assert ops["parent"]["total_device_ns"] == 40_000
-    assert ops["child"]["self_cpu_memory_bytes"] == 4096
-    assert ops["parent"]["self_cpu_memory_bytes"] == 1024 and ops["parent"]["total_cpu_memory_bytes"] == 5120
+    assert ops["parent"]["total_ns"] == 100_000 and ops["parent"]["self_ns"] == 60_000
+    assert ops["child"]["calls"] == 2 and ops["child"]["total_ns"] == 40_000
+    assert ops["child"]["device_self_ns"] == 40_000 and ops["parent"]["device_self_ns"] == 0
+    assert ops["parent"]["device_total_ns"] == 40_000
+    assert ops["child"]["cpu_memory_self_bytes"] == 4096
+    assert ops["parent"]["cpu_memory_self_bytes"] == 1024 and ops["parent"]["cpu_memory_total_bytes"] == 5120
     mem = next(c for c in part.counters if c.name == "memory_allocated (cpu)")
     assert mem.unit == "bytes" and mem.values == (4096.0, 5120.0) and mem.t_ns == (20_000, 70_000)
     assert part.summaries["memory"]["peak_memory_allocated_cpu_bytes"] == 5120
@@ -351,3 +351,31 @@ def test_ids_beyond_64_bits_stay_in_track_names_only(tmp_path):
     assert (tracks["stream"].device, tracks["stream"].stream) == (None, None)
     assert str(10**20) in tracks["stream"].id
     assert omniprof.load(result.save(tmp_path / "r.json")) == result
+
+
+@pytest.mark.parametrize("chunk_chars", [None, 7])
+def test_raw_control_characters_in_strings_are_read_and_counted(tmp_path, monkeypatch, chunk_chars):
+    """torch 2.13's Python tracer now and then writes a raw control character into a string (seen in a
+    real with_stack trace: ``"Call stack": "torch/profiler/_cupti_monitor.py(0): \\x07;..."``), which
+    strict JSON forbids: json.load rejects the file, and the whole torch result was lost. Such values
+    are read as written and counted; the rest of the trace reads as without them."""
+    data = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+    events = data["traceEvents"][:60] if chunk_chars else data["traceEvents"]
+    op = next(e for e in events if e.get("cat") == "cpu_op")
+    op["name"] += "\x07"
+    text = json.dumps({**data, "traceEvents": events}, ensure_ascii=False)
+    text = text.replace("\\u0007", "\x07")  # raw, as torch wrote it
+    assert "\x07" in text
+    with pytest.raises(json.JSONDecodeError, match="Invalid control character"):
+        json.loads(text)
+    reference = json.loads(text, strict=False)["traceEvents"]
+    path = tmp_path / "ctl.pt.trace.json"
+    path.write_text(text, encoding="utf-8")
+    if chunk_chars:
+        monkeypatch.setattr(kineto, "CHUNK_CHARS", chunk_chars)
+    part = read_trace(path).parts[0]
+    assert part.metadata["values_with_control_characters"] == 1
+    assert [s.name for s in part.spans if "\x07" in s.name] == [op["name"]]
+    ops = [e for e in reference if e.get("cat") == "cpu_op"]
+    assert len([s for s in part.spans if s.category == "cpu_op"]) == len(ops)
+    assert op["name"] in part.table("op_stats").column("name")

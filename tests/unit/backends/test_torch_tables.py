@@ -106,9 +106,9 @@ def test_group_by_input_shape_matches_torch(tmp_path):
     for key, e in theirs.items():
         row = ours[key]
         assert row["calls"] == e.count, key
-        assert abs(row["total_cpu_ns"] / 1000 - e.cpu_time_total) <= 2, key   # torch keeps microseconds
-        assert abs(row["self_cpu_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
-        assert row["self_cpu_memory_bytes"] == e.self_cpu_memory_usage, key
+        assert abs(row["total_ns"] / 1000 - e.cpu_time_total) <= 2, key   # torch keeps microseconds
+        assert abs(row["self_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
+        assert row["cpu_memory_self_bytes"] == e.self_cpu_memory_usage, key
     plain = op_table(part)  # without grouping: the part's own op table
     assert plain.rows == part.table("op_stats").rows
 
@@ -140,3 +140,173 @@ def test_memory_timeline_by_category_against_ground_truth():
     # on the part's own clock: inside the recorded ops' time range
     ops = [s for s in part.spans if s.category == "cpu_op"]
     assert min(s.start_ns for s in ops) - 1_000_000 <= grad.t_ns[0] <= max(s.end_ns for s in ops)
+
+
+def _stack_run(tmp_path):
+    """A real torch CPU run with Python stacks (torch 2.x writes and keeps them only with verbose=True),
+    exported; and the same trace with the ``Call stack`` args removed (torch's default trace form)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    config = torch._C._profiler._ExperimentalConfig(verbose=True)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, record_shapes=True, profile_memory=True,
+                 experimental_config=config) as p:
+        for batch in (8, 8, 24):
+            with record_function("step"):
+                model(torch.randn(batch, 16)).sum().backward()
+                opt.step()
+    written = tmp_path / "stacks.pt.trace.json"
+    p.export_chrome_trace(str(written))
+    data = json.loads(written.read_text())
+    assert sum("Call stack" in (e.get("args") or {}) for e in data["traceEvents"]) > 100
+    for e in data["traceEvents"]:
+        (e.get("args") or {}).pop("Call stack", None)
+    rebuilt = tmp_path / "nostacks.pt.trace.json"
+    rebuilt.write_text(json.dumps(data))
+    return p, written, rebuilt
+
+
+def _assert_same_as_torch(ours, theirs, other_threads=frozenset()):
+    """Same keys, calls, CPU times; memory too, except for rows of threads other than the workload's
+    (``other_threads``: torch charges an event with every allocation made during it on any thread, we
+    with those of its own thread; a pytest helper thread's Python frames differ by that alone)."""
+    assert set(ours) == set(theirs), (sorted(set(ours) - set(theirs))[:5], sorted(set(theirs) - set(ours))[:5])
+    for key, e in theirs.items():
+        row = ours[key]
+        assert row["calls"] == e.count, key
+        assert abs(row["total_ns"] / 1000 - e.cpu_time_total) <= 2, key   # torch keeps microseconds
+        assert abs(row["self_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
+        if key[0] not in other_threads:
+            assert row["cpu_memory_self_bytes"] == e.self_cpu_memory_usage, key
+            assert row["cpu_memory_total_bytes"] == e.cpu_memory_usage, key
+
+
+def _other_thread_names(p):
+    main = next(e.thread for e in p.events() if e.name == "step")
+    return frozenset(e.name for e in p.events() if e.thread != main)
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_group_by_stack_n_matches_torch(tmp_path, n):
+    """op_table(group_by_stack_n=N) equals torch's key_averages(group_by_stack_n=N) on the same run:
+    the same (name, top-N frames) groups, calls, self/total CPU time and memory, whether the trace
+    wrote the stacks (``Call stack``) or they are rebuilt from its Python function events."""
+    from omniprof.formats.kineto import op_table, read_trace
+
+    p, written, rebuilt = _stack_run(tmp_path)
+    theirs = {(e.key, json.dumps(e.stack[:n])): e for e in p.key_averages(group_by_stack_n=n)}
+    # not vacuous: ops under different stacks are different groups (two Linear layers, fwd and bwd)
+    assert len([k for k in theirs if k[0] == "aten::addmm"]) >= (2 if n == 5 else 1)
+    assert any(k[1] != "[]" for k in theirs)
+    for path in (written, rebuilt):
+        table = op_table(read_trace(path).parts[0], group_by_stack_n=n)
+        assert table.name == "op_stats_by_stack" and table.columns[:3] == ("name", "stack", "calls")
+        _assert_same_as_torch({(r["name"], r["stack"]): r for r in table.records()}, theirs, _other_thread_names(p))
+
+
+def test_backward_ops_take_their_forward_ops_stack(tmp_path):
+    """As in torch, an op run by autograd's backward is grouped under the Python stack of the forward
+    op that created its node: AddmmBackward0 sits where the Linear layer's forward was called."""
+    from omniprof.formats.kineto import op_table, read_trace
+
+    _, _, rebuilt = _stack_run(tmp_path)
+    rows = op_table(read_trace(rebuilt).parts[0], group_by_stack_n=5).records()
+    fwd = {r["stack"] for r in rows if r["name"] == "aten::linear"}
+    bwd = {r["stack"] for r in rows if r["name"] == "AddmmBackward0"}
+    assert len(fwd) == 2 and bwd == fwd
+    assert all("torch/nn/modules/linear.py" in s for s in fwd)
+
+
+def test_op_stats_with_stacks_match_torch_key_averages(tmp_path):
+    """With stacks recorded torch's key_averages() has a row per Python function and an annotation's
+    self time excludes the Python code run inside it; the part's op_stats does the same."""
+    from omniprof.formats.kineto import read_trace
+
+    p, _, rebuilt = _stack_run(tmp_path)
+    theirs = {e.key: e for e in p.key_averages()}
+    part = read_trace(rebuilt).parts[0]
+    ours = {r["name"]: r for r in part.table("op_stats").records()}
+    _assert_same_as_torch({(k,): r for k, r in ours.items()}, {(k,): e for k, e in theirs.items()},
+                          _other_thread_names(p))
+    step = ours["step"]
+    assert step["self_ns"] < step["total_ns"] / 4  # the Python calls inside the range are its children
+
+
+def test_group_by_input_shape_and_stack_together(tmp_path):
+    """Both keys at once, as torch's key_averages(group_by_input_shape=True, group_by_stack_n=N)."""
+    from omniprof.formats.kineto import op_table, read_trace
+
+    p, _, rebuilt = _stack_run(tmp_path)
+    theirs = {(e.key, str(e.input_shapes), json.dumps(e.stack[:3])): e
+              for e in p.key_averages(group_by_input_shape=True, group_by_stack_n=3)}
+    table = op_table(read_trace(rebuilt).parts[0], group_by_input_shape=True, group_by_stack_n=3)
+    assert table.name == "op_stats_by_input_shape_and_stack"
+    ours = {(r["name"], str(json.loads(r["input_shapes"])), r["stack"]): r for r in table.records()}
+    _assert_same_as_torch(ours, theirs, _other_thread_names(p))
+
+
+def test_group_by_stack_n_from_the_torch_backend_and_the_cli(tmp_path, capsys):
+    """python_tracer_level=1 records the stacks; ``omniprof report -R table.group_by_stack_n=N`` shows
+    the grouped table in place of op_stats, the same rows op_table() gives."""
+    from omniprof.cli import main
+    from omniprof.formats.kineto import op_table
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opts = omniprof.ProfileOptions(python_tracer_level=1, device_tracer_level=0)
+    with omniprof.Profiler(backend="torch", options=opts) as prof:
+        model(torch.randn(8, 16)).sum().backward()
+    part = prof.result.part("torch")
+    table = op_table(part, group_by_stack_n=4)
+    addmm = [r for r in table.records() if r["name"] == "aten::addmm"]
+    assert len(addmm) == 2 and all("nn.Module: Linear_" in r["stack"] for r in addmm)
+    path = prof.result.save(tmp_path / "r.json")
+    assert main(["report", str(path), "-R", "table.group_by_stack_n=4", "-R", "table.width=400"]) == 0
+    out = capsys.readouterr().out
+    assert "Op statistics by stack (torch key_averages(group_by_stack_n=4))" in out
+    assert "Op statistics (torch key_averages)" not in out
+    assert main(["report", str(path), "-R", "table.group_by_stack_n=-1"]) != 0
+    assert "group_by_stack_n" in capsys.readouterr().err
+
+
+def test_group_by_stack_n_rejects_a_bad_n():
+    from omniprof.core.results import BackendResult
+    from omniprof.formats.kineto import op_table
+
+    with pytest.raises(omniprof.InvalidArgumentError, match="group_by_stack_n"):
+        op_table(BackendResult("torch"), group_by_stack_n=-2)
+
+
+def test_group_by_stack_n_with_step_ranges_matches_torch(tmp_path):
+    """Steps (``ProfilerStep#N``, which torch merges as ``ProfilerStep*``) keep the stack torch wrote for
+    them; summed over N they equal torch's row."""
+    import re
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from omniprof.formats.kineto import op_table, read_trace
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    config = torch._C._profiler._ExperimentalConfig(verbose=True)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, experimental_config=config,
+                 schedule=schedule(wait=0, warmup=1, active=3, repeat=1)) as p:
+        for _ in range(6):
+            model(torch.randn(4, 16)).sum().backward()
+            p.step()
+    trace = tmp_path / "steps.pt.trace.json"
+    p.export_chrome_trace(str(trace))
+    theirs = {(e.key, json.dumps(e.stack[:3])): e for e in p.key_averages(group_by_stack_n=3)}
+    ours: dict = {}
+    for r in op_table(read_trace(trace).parts[0], group_by_stack_n=3).records():
+        key = (re.sub(r"^ProfilerStep#\d+$", "ProfilerStep*", r["name"]), r["stack"])
+        got = ours.setdefault(key, {"calls": 0, "self_ns": 0, "total_ns": 0})
+        for k in got:
+            got[k] += r[k]
+    assert set(ours) == set(theirs)
+    step = next(k for k in theirs if k[0] == "ProfilerStep*")
+    assert step[1] != "[]" and ours[step]["calls"] == theirs[step].count == 3
+    for key, e in theirs.items():
+        assert ours[key]["calls"] == e.count, key
+        assert abs(ours[key]["self_ns"] / 1000 - e.self_cpu_time_total) <= 2, key

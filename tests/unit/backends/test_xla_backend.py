@@ -216,8 +216,8 @@ def test_op_table_computed_from_ops_on_cpu():
     table = part.table("op_stats")
     assert table is not None and table.rows
     ops = {s.args["hlo_op"] for s in part.spans if s.category == "xla_op"}
-    assert set(table.column("operation")) == ops
-    assert abs(sum(table.column("device_pct")) - 100.0) < 0.5
+    assert set(table.column("name")) == ops
+    assert abs(sum(table.column("self_share_pct")) - 100.0) < 0.5
     assert part.summaries["xprof_run_environment"]["device_type"] == "CPU"
 
 

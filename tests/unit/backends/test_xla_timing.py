@@ -107,9 +107,9 @@ def test_profile_prints_op_table_and_summary():
     run = omniprof.profile(lambda a: (a @ a).sum(), _matmul_args(32), file=out)
     text = out.getvalue()
     assert "FRAMEWORK OP STATISTICS" in text and "SUMMARY" in text and "KERNEL STATISTICS" not in text
-    assert run.op_rows and {"operation", "device_pct", "total_self_ns"} <= set(run.op_rows[0])
+    assert run.op_rows and {"name", "self_share_pct", "self_ns"} <= set(run.op_rows[0])
     for r in run.op_rows:
-        assert r["operation"] in text
+        assert r["name"] in text
     assert run.result.part("xla").table("op_stats") is not None
     assert float(run.value) == 32 * 32 * 32
 

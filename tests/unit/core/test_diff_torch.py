@@ -75,7 +75,7 @@ def test_op_tables_compare_self_time_and_total_is_the_recorded_time(tmp_path):
                                        for o in spans)]
     recorded_ns = round(sum(float(e["dur"]) for e in top) * 1000)
     rows = _rows(d)
-    assert next(t for t in d.tables if t.name == "op_stats").time_column == "self_cpu_ns"
+    assert next(t for t in d.tables if t.name == "op_stats").time_column == "self_ns"
     assert abs(rows[TOTAL_KEY].a_ns - recorded_ns) <= len(spans)  # ns rounding of each event at most
     # outer's row is its self time: its span minus its direct children, counted here from the spans
     part = a.parts[0]
