@@ -210,6 +210,7 @@ def test_straggler_and_all_reduce_distribution(job: dict) -> None:
         assert (got.count, got.max_ns, got.total_ns) == (len(durs), max(durs), sum(durs))
         assert got.median_ns == round((durs[0] + durs[1]) / 2)  # two recorded steps
     assert row.fastest_rank == SLOW and row.slowest_rank != SLOW
+    assert crossrank.analyze(merged).durations() == rep.durations()  # the merged result says the same
     assert "Op duration by rank" in rep.to_text() and "all-reduce" in rep.to_text()
 
 
