@@ -297,7 +297,7 @@ class JaxCollectives:
         try:
             return fn(*args)
         except Exception as e:  # jax raises its runtime errors (DEADLINE_EXCEPTED, UNAVAILABLE) as one type
-            who = f" from rank {peer}" if peer is not None else ""
+            who = "" if peer is None else f" {'to' if what == 'sending' else 'for'} rank {peer}"
             raise DistributedError(
                 f"rank {self.rank}: {what}{who} over jax's key-value store failed: {type(e).__name__}: "
                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}. Every rank must start, step and stop "

@@ -271,3 +271,21 @@ def test_op_duration_distribution_equals_each_ranks_kineto_trace(job: dict, caps
     assert "Op duration by rank" in out
     top = rep.durations(top=1)[0]
     assert top.name in out and top.total_ns == max(r.total_ns for r in rows.values())
+
+
+def test_torch_job_with_the_xla_backend_puts_every_xplane_in_rank0s_run(tmp_path: Path) -> None:
+    """A torch.distributed job that also runs jax, profiled with the torch and xla backends, each
+    rank in its own logdir: each rank's xplane is `<host>_rank<N>.xplane.pb` in its run, and rank 0's
+    run holds rank 1's too (sent over the process group), byte for byte."""
+    pytest.importorskip("jax")
+    ddp_job.spawn(2, _free_port(), str(tmp_path / "host{rank}"), backends=("torch", "xla"))
+    host = socket.gethostname()
+    (run0,) = (tmp_path / "host0" / "plugins" / "profile").iterdir()
+    (run1,) = (tmp_path / "host1" / "plugins" / "profile").iterdir()
+    assert sorted(p.name for p in run0.glob("*.xplane.pb")) == [f"{host}_rank0.xplane.pb", f"{host}_rank1.xplane.pb"]
+    assert sorted(p.name for p in run1.glob("*.xplane.pb")) == [f"{host}_rank1.xplane.pb"]
+    assert (run0 / f"{host}_rank1.xplane.pb").read_bytes() == (run1 / f"{host}_rank1.xplane.pb").read_bytes()
+    merged = omniprof.load(run0 / "omniprof.result.json")
+    paths = {p.metadata["rank"]: [a.path for a in p.artifacts if a.kind == "xplane"] for p in merged.parts
+             if p.backend == "xla"}
+    assert paths == {r: [str(run0 / f"{host}_rank{r}.xplane.pb")] for r in (0, 1)}
