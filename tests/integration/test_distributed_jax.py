@@ -260,3 +260,26 @@ def test_profiler_without_a_job_says_how_to_start_one() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=QUIET_ENV, cwd=ROOT,
                          timeout=120, check=True).stdout
     assert "jax.distributed.initialize" in out and "init_process_group" in out and "running False" in out
+
+
+def test_merged_timeline_has_one_process_per_rank_with_both_backends(job: dict, tmp_path: Path) -> None:
+    """Chrome JSON of the merged result: one process `host / rank N` per rank, holding that rank's
+    xla events and its cpu backend's annotation spans, as many slices as its parts have spans."""
+    from omniprof.reporters.perfetto import ChromeTraceOptions, write_chrome_json
+
+    merged = omniprof.load(job["run"] / "omniprof.result.json")
+    out = tmp_path / "t.json.gz"
+    with open(out, "wb") as fh:
+        write_chrome_json(merged, fh, ChromeTraceOptions(include_samples=False))
+    with gzip.open(out, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    want = {f"{job['host']} / rank {r}" for r in range(WORLD)}
+    assert want <= set(procs.values())
+    for r in range(WORLD):
+        (pid,) = [p for p, n in procs.items() if n == f"{job['host']} / rank {r}"]
+        names = [e["name"] for e in events if e.get("pid") == pid and e.get("ph") == "X"]
+        spans = [s.name for p in merged.parts if p.metadata["rank"] == r for s in p.spans]
+        assert sorted(names) == sorted(spans)
+        assert names.count("all-reduce") == jax_job.STEPS - 2
+        assert {p.backend for p in merged.parts if p.metadata["rank"] == r} == {"xla", "cpu"}
