@@ -81,9 +81,11 @@ class Profiler:
         registry: plugin registry (default: the process-wide one).
         label: free text stored in the result's metadata.
         verbose: let native profiler libraries log to the terminal.
-        distributed: every rank of a ``torch.distributed`` job profiles the same steps into one run
-            directory (``<logdir>/plugins/profile/<run>/rank<N>/``), with clock offsets to rank 0
-            measured over the process group; rank 0 gathers the ranks' results and writes the merged
+        distributed: every rank of a ``torch.distributed`` job (or of a JAX job after
+            ``jax.distributed.initialize``) profiles the same steps into one run directory
+            (``<logdir>/plugins/profile/<run>/rank<N>/``, each rank's xplane as
+            ``<run>/<host>_rank<N>.xplane.pb``), with clock offsets to rank 0 measured over the
+            job's own communication layer; rank 0 gathers the ranks' results and writes the merged
             one (:attr:`merged_result`). Every rank must construct, start, step and stop its
             Profiler alike. See docs/distributed.md.
 
