@@ -2,15 +2,19 @@
 
 ``Profiler(..., distributed=True)`` inside a job launched by ``torchrun`` / ``torch.distributed``
 (env:// rendezvous; SLURM and Open MPI launchers too, once the job has called
-``torch.distributed.init_process_group``) coordinates the ranks through the job's own process
-group, so no shared filesystem is needed:
+``torch.distributed.init_process_group``), or a JAX job once every process called
+``jax.distributed.initialize``, coordinates the ranks through the job's own communication layer
+(:func:`job_collectives`: the torch process group, else the key-value store of jax's distributed
+runtime, :class:`JaxCollectives`), so no shared filesystem is needed:
 
 * **One schedule.** At ``start()`` the ranks compare their schedule and backends
   (``all_gather_object``); a mismatch raises :class:`~omniprof.errors.DistributedError` on every
   rank. Each recording session starts at the same step number on every rank (checked again).
 * **One run directory.** Rank 0 names ``<logdir>/plugins/profile/<run>/`` once and tells the
   others (the same collective); rank ``N`` writes its part to ``<run>/rank<N>/`` (its
-  ``omniprof.result.json`` and its native artifacts such as the Kineto trace).
+  ``omniprof.result.json`` and its native artifacts such as the Kineto trace), and its xplane to
+  ``<run>/<host>_rank<N>.xplane.pb`` (:func:`place_xplanes`: XProf's multi-host layout, one host
+  per rank).
 * **Clock offsets.** After the backends stop, each rank exchanges timestamps with rank 0 over the
   process group (NTP-style, :data:`CLOCK_ROUNDS` rounds of point-to-point messages) and keeps the
   round with the least delay: ``offset = ((t2 - t1) + (t3 - t4)) / 2`` maps the rank's reference
@@ -18,10 +22,11 @@ group, so no shared filesystem is needed:
   ``metadata.distributed``.
 * **One result.** Rank 0 gathers every rank's result (``gather_object``), writes the parts it
   lacks under ``rank<N>/`` and the merged result (:func:`merge_ranks`) as ``<run>/omniprof.result.json``.
+  The xplanes rank 0 cannot see (no shared filesystem) are sent to it next, over the same layer.
 
-torch is imported only when a distributed session starts. A process group whose default backend
-is not gloo (NCCL) gets a gloo group of its own for this coordination (``new_group``), created
-once, at the first ``start()``, by every rank together.
+torch (or jax) is used only when a distributed session starts, and only if the job imported it.
+A process group whose default backend is not gloo (NCCL) gets a gloo group of its own for this
+coordination (``new_group``), created once, at the first ``start()``, by every rank together.
 
 .. versionadded:: 0.2
 """
