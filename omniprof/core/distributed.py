@@ -321,14 +321,12 @@ class JaxCollectives:
                                    self._timeout_ms) for i in range(n))
 
     def _exchange(self, obj: Any, readers: Sequence[int]) -> list[Any] | None:
-        import pickle
-
         self._seq += 1
         base = f"{self._prefix}/{self._seq}"
-        self._put(f"{base}/{self.rank}", pickle.dumps(obj))
+        self._put(f"{base}/{self.rank}", encode_object(obj))
         if self.rank not in readers:
             return None
-        out = [pickle.loads(self._get(f"{base}/{r}", r)) for r in range(self.world_size)]
+        out = [decode_object(self._get(f"{base}/{r}", r)) for r in range(self.world_size)]
         # The last reader removes the exchange's keys (the coordinator keeps them otherwise).
         if self._call("counting", None, self._client.key_value_increment, f"{base}/read", 1) == len(readers):
             self._call("cleaning up", None, self._client.key_value_delete, base)
@@ -358,6 +356,64 @@ class JaxCollectives:
         if len(values) != count:
             raise DistributedError(f"rank {self.rank}: expected {count} integers from rank {peer}, got {len(values)}")
         return values
+
+
+_BYTES_KEY, _ITEMS_KEY = "__omniprof_bytes__", "__omniprof_items__"
+
+
+def _to_json(obj: Any) -> Any:
+    if isinstance(obj, (bytes, bytearray)):
+        import base64
+
+        return {_BYTES_KEY: base64.b64encode(obj).decode("ascii")}
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj) and not {_BYTES_KEY, _ITEMS_KEY} & set(obj):
+            return {k: _to_json(v) for k, v in obj.items()}
+        return {_ITEMS_KEY: [[_to_json(k), _to_json(v)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return [_to_json(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise InvalidArgumentError(f"cannot send a {type(obj).__name__} between ranks (JSON data, bytes and "
+                               f"dicts with any keys only)")
+
+
+def _from_json(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if set(obj) == {_BYTES_KEY}:
+            import base64
+
+            return base64.b64decode(obj[_BYTES_KEY])
+        if set(obj) == {_ITEMS_KEY}:
+            return {_hashable(_from_json(k)): _from_json(v) for k, v in obj[_ITEMS_KEY]}
+        return {k: _from_json(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_from_json(v) for v in obj]
+    return obj
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+
+
+def encode_object(obj: Any) -> bytes:
+    """What the ranks exchange over jax's key-value store, as JSON (never pickle: a peer's bytes are
+    data, not code). Bytes travel as base64, dicts with non-string keys as key/value pairs; tuples
+    come back as lists.
+
+    >>> decode_object(encode_object({"a": (1, None), 3: b"\\x00\\xff"}))
+    {'a': [1, None], 3: b'\\x00\\xff'}
+    """
+    import json
+
+    return json.dumps(_to_json(obj), separators=(",", ":")).encode()
+
+
+def decode_object(data: bytes) -> Any:
+    """The inverse of :func:`encode_object`."""
+    import json
+
+    return _from_json(json.loads(data))
 
 
 def job_collectives() -> Collectives:
