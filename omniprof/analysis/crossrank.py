@@ -170,6 +170,8 @@ class RankSummary:
     #: communication, memcpy/memset) or op (CPU ranks: CPU and XLA ops, communication spans) the
     #: breakdown classified, over the whole trace (see :func:`duration_stats`).
     durations: dict[str, tuple[int, int, int, int, int]] = attrs.field(factory=dict)
+    #: names left out of ``durations`` (those with the least total time past :data:`MAX_DURATION_NAMES`).
+    durations_left_out: int = 0
 
     @property
     def overlap_pct(self) -> float:
@@ -282,12 +284,17 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
     for dur, name in [(o[1], o[2]) for o in ops] + [(c[2], c[3]) for c in coll] + memops:
         per_name.setdefault(name, []).append(dur)
     durations = {name: duration_stats(ds) for name, ds in per_name.items()}
+    left_out = 0
+    if len(durations) > MAX_DURATION_NAMES:  # a summary stays small: the names with the least time go
+        kept = sorted(durations.items(), key=lambda kv: (-kv[1][4], kv[0]))[:MAX_DURATION_NAMES]
+        left_out = len(durations) - len(kept)
+        durations = dict(kept)
     return RankSummary(rank=rank, host=host, source="gpu" if has_gpu else "cpu", window_ns=window,
                        compute_ns=_length(C), communication_ns=_length(M), memory_ns=_length(X), overlap_ns=overlap,
                        exposed_communication_ns=exposed_comm, exposed_memory_ns=exposed_mem, idle_ns=idle,
                        idle_causes=causes, steps=tuple(rows), collectives=collectives,
                        clock_offset_ns=clock_offset_ns, clock_uncertainty_ns=clock_uncertainty_ns, label=label,
-                       durations=durations)
+                       durations=durations, durations_left_out=left_out)
 
 
 def _step_marks(parts: Sequence[BackendResult], clock_offset_ns: int) -> dict[int, tuple[int, int]]:
@@ -786,6 +793,8 @@ def duration_rows(ranks: Sequence[RankSummary], top: int | None = None) -> list[
 
 
 _TOP_KERNELS = 10
+#: per rank, the duration distribution keeps this many kernel/op names (those with the most time).
+MAX_DURATION_NAMES = 5000
 _NAME_WIDTH = 60
 
 
@@ -817,4 +826,8 @@ def _duration_blocks(rep: CrossRankReport) -> list[tuple[Any, ...]]:
                                                          f"{what}s with the most total time{note}; * = its slowest "
                                                          f"rank (highest median); spread = slowest median / fastest")]
     out.append(("grid", [what, "rank", "count", "median", "p90", "max", "total ms", "spread"], grid, "lrrrrrrr"))
+    for r in rep.ranks:
+        if r.durations_left_out:
+            out.append(("line", f"note: rank {r.rank} ran more than {MAX_DURATION_NAMES} distinct {what} names; "
+                                f"the {r.durations_left_out} with the least total time are left out of the distribution"))
     return out

@@ -301,3 +301,13 @@ def test_slowest_rank_spread_and_text() -> None:
     start = next(i for i, ln in enumerate(lines) if ln.startswith("kernel "))
     listed = [next(t for t in ln.split() if t.rstrip("*").isdigit()) for ln in lines[start + 1:] if ln.strip()]
     assert listed == ["0", "10", "11*"]  # in rank order
+
+
+def test_distribution_keeps_the_names_with_most_time_and_says_how_many_went(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_DURATION_NAMES distinct names on a rank, those with the least total time are left
+    out, counted, and the text says so."""
+    monkeypatch.setattr(cr, "MAX_DURATION_NAMES", 3)
+    s = _rank_with(0, {f"k{i}": [100 * (i + 1)] for i in range(5)})
+    assert sorted(s.durations) == ["k2", "k3", "k4"] and s.durations_left_out == 2
+    text = cr.combine([s]).to_text()
+    assert "note: rank 0 ran more than 3 distinct kernel names; the 2 with the least total time are left out" in text
