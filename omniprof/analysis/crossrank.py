@@ -53,12 +53,13 @@ from omniprof.errors import InvalidArgumentError, TraceReadError
 __all__ = [
     "RankSummary", "StepRow", "Straggler", "CrossRankReport", "reduce_rank", "combine", "analyze",
     "analyze_result", "analyze_dir", "is_comm", "union", "COMM_PATTERN", "text_blocks", "load_kineto_dir",
+    "DurationRow", "RankDurations", "duration_stats", "duration_rows",
 ]
 
 #: names of communication spans (kernels, annotations, ops), matched case-insensitively.
 COMM_PATTERN = re.compile(
-    r"nccl|rccl|^gloo:|^c10d::|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
-    r"^ncclDevKernel|sendrecv|broadcast_", re.IGNORECASE)
+    r"nccl|rccl|^gloo:|^c10d::|record_param_comms|all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all|"
+    r"^ncclDevKernel|sendrecv|broadcast_|^collective-permute", re.IGNORECASE)
 _STEP_NUM = re.compile(r"(\d+)\s*$")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _DEVICE_CATS = frozenset({"kernel", "memcpy", "memset"})
@@ -165,6 +166,12 @@ class RankSummary:
     clock_offset_ns: int = 0
     clock_uncertainty_ns: int = 0
     label: str = ""
+    #: name -> ``(count, median_ns, p90_ns, max_ns, total_ns)`` of every kernel (GPU ranks: compute,
+    #: communication, memcpy/memset) or op (CPU ranks: CPU and XLA ops, communication spans) the
+    #: breakdown classified, over the whole trace (see :func:`duration_stats`).
+    durations: dict[str, tuple[int, int, int, int, int]] = attrs.field(factory=dict)
+    #: names left out of ``durations`` (those with the least total time past :data:`MAX_DURATION_NAMES`).
+    durations_left_out: int = 0
 
     @property
     def overlap_pct(self) -> float:
@@ -198,6 +205,7 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
     step_marks = _step_marks(parts, clock_offset_ns)
     coll: list[tuple[str, int, int, int]] = []  # (priority, start, dur, name) gathered then filtered
     ops: list[tuple[int, int, str]] = []
+    memops: list[tuple[int, str]] = []
     kernels: list[tuple[int, int, tuple[int, ...]]] = []
     bounds: list[tuple[int, int]] = []
     for p in parts:
@@ -221,15 +229,16 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
                 else:
                     mem.append((a, b))
                     kernels.append((a, b, s.flow_ids))
+                    memops.append((s.dur_ns, s.name))
             elif s.flow_ids and cat in ("runtime", "cuda_runtime", "cuda_driver", "cpu_op"):
                 for f in s.flow_ids:
                     flow_start.setdefault(f, []).append(a)
             continue
-        if is_comm(s.name):
+        if is_comm(s.name) and cat != "runtime":  # not XLA's runtime marks ("end: all-reduce")
             comm.append((a, b))
             low = s.name.lower()
-            coll.append((1 if low.startswith(("gloo:", "nccl:")) else 2, a, s.dur_ns, s.name))
-        elif cat == "cpu_op":
+            coll.append((1 if cat == "xla_op" or low.startswith(("gloo:", "nccl:")) else 2, a, s.dur_ns, s.name))
+        elif cat in ("cpu_op", "xla_op"):
             comp.append((a, b))
             ops.append((a, s.dur_ns, s.name))
     classified = comp + comm + mem
@@ -271,11 +280,21 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
         best_ops = sorted(top.items(), key=lambda kv: (-kv[1], kv[0]))[:_TOP_OPS]
         rows.append(StepRow(num, a, b - a, _length(_intersect(C, w)), _length(_intersect(M, w)),
                             (b - a) - _length(_intersect(busy, w)), best_ops))
+    per_name: dict[str, list[int]] = {}
+    for dur, name in [(o[1], o[2]) for o in ops] + [(c[2], c[3]) for c in coll] + memops:
+        per_name.setdefault(name, []).append(dur)
+    durations = {name: duration_stats(ds) for name, ds in per_name.items()}
+    left_out = 0
+    if len(durations) > MAX_DURATION_NAMES:  # a summary stays small: the names with the least time go
+        kept = sorted(durations.items(), key=lambda kv: (-kv[1][4], kv[0]))[:MAX_DURATION_NAMES]
+        left_out = len(durations) - len(kept)
+        durations = dict(kept)
     return RankSummary(rank=rank, host=host, source="gpu" if has_gpu else "cpu", window_ns=window,
                        compute_ns=_length(C), communication_ns=_length(M), memory_ns=_length(X), overlap_ns=overlap,
                        exposed_communication_ns=exposed_comm, exposed_memory_ns=exposed_mem, idle_ns=idle,
                        idle_causes=causes, steps=tuple(rows), collectives=collectives,
-                       clock_offset_ns=clock_offset_ns, clock_uncertainty_ns=clock_uncertainty_ns, label=label)
+                       clock_offset_ns=clock_offset_ns, clock_uncertainty_ns=clock_uncertainty_ns, label=label,
+                       durations=durations, durations_left_out=left_out)
 
 
 def _step_marks(parts: Sequence[BackendResult], clock_offset_ns: int) -> dict[int, tuple[int, int]]:
@@ -391,6 +410,11 @@ class CrossRankReport:
 
     def to_text(self) -> str:
         return _format(self)
+
+    def durations(self, top: int | None = None) -> list[DurationRow]:
+        """Each kernel's (GPU ranks) or op's (CPU ranks) duration distribution across ranks, the
+        kernels with the most total time (all ranks) first; ``top`` keeps that many."""
+        return duration_rows(self.ranks, top)
 
 
 def combine(summaries: Iterable[RankSummary], *, threshold: float = 0.2, min_excess_ns: int = 1_000_000) -> CrossRankReport:
@@ -665,6 +689,7 @@ def text_blocks(rep: CrossRankReport) -> list[tuple[Any, ...]]:
             causes[k] = causes.get(k, 0) + v
     if any(causes.values()):
         out.append(("line", "Idle time by cause, all ranks: " + ", ".join(f"{k} {_ms(v)} ms" for k, v in causes.items())))
+    out += _duration_blocks(rep)
     for n in rep.notes:
         out.append(("line", f"note: {n}"))
     return out
@@ -685,3 +710,124 @@ def _format(rep: CrossRankReport, width: int = 110) -> str:
             lines.append("  ".join(c.rjust(w) if a == "r" else c.ljust(w)
                                    for c, w, a in zip(cells, widths, align)).rstrip())
     return "\n".join(lines) + "\n"
+
+
+# -- duration distribution across ranks -------------------------------------------------------------
+def duration_stats(durations_ns: Sequence[int]) -> tuple[int, int, int, int, int]:
+    """``(count, median_ns, p90_ns, max_ns, total_ns)``; the median and the 90th percentile
+    interpolate linearly between the two nearest values (numpy's default method), rounded to
+    the ns.
+
+    >>> duration_stats([10, 20, 30, 40])
+    (4, 25, 37, 40, 100)
+    """
+    xs = sorted(durations_ns)
+    n = len(xs)
+    if not n:
+        return (0, 0, 0, 0, 0)
+
+    def q(frac: float) -> int:
+        pos = frac * (n - 1)
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        return round(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+    return (n, q(0.5), q(0.9), xs[-1], sum(xs))
+
+
+@attrs.frozen
+class RankDurations:
+    """One kernel on one rank: ``count`` runs, their ``median_ns``, ``p90_ns``, ``max_ns``, ``total_ns``."""
+
+    rank: int
+    count: int
+    median_ns: int
+    p90_ns: int
+    max_ns: int
+    total_ns: int
+
+
+@attrs.frozen
+class DurationRow:
+    """One kernel (or op) across ranks: ``per_rank`` (ranks that ran it, by rank), ``total_ns`` on
+    all ranks, ``slowest_rank`` (the highest median; ties: higher p90, then lower rank),
+    ``fastest_rank`` (the lowest median), and ``missing_ranks`` (ranks of the run that never ran it).
+    ``spread`` is the slowest rank's median over the fastest's (1.0: every rank alike)."""
+
+    name: str
+    per_rank: tuple[RankDurations, ...]
+    total_ns: int
+    slowest_rank: int
+    fastest_rank: int
+    missing_ranks: tuple[int, ...] = ()
+
+    @property
+    def spread(self) -> float:
+        by = {r.rank: r for r in self.per_rank}
+        fast = by[self.fastest_rank].median_ns
+        return by[self.slowest_rank].median_ns / fast if fast else float("inf")
+
+    def rank(self, rank: int) -> RankDurations:
+        for r in self.per_rank:
+            if r.rank == rank:
+                return r
+        raise KeyError(f"{self.name!r} did not run on rank {rank} (ranks: {[r.rank for r in self.per_rank]})")
+
+
+def duration_rows(ranks: Sequence[RankSummary], top: int | None = None) -> list[DurationRow]:
+    """:meth:`CrossRankReport.durations` over rank summaries."""
+    names: dict[str, list[RankDurations]] = {}
+    for r in ranks:
+        for name, (count, med, p90, mx, total) in r.durations.items():
+            names.setdefault(name, []).append(RankDurations(r.rank, count, med, p90, mx, total))
+    all_ranks = {r.rank for r in ranks}
+    rows = []
+    for name, per in names.items():
+        per.sort(key=lambda x: x.rank)
+        slow = max(per, key=lambda x: (x.median_ns, x.p90_ns, -x.rank))
+        fast = min(per, key=lambda x: (x.median_ns, x.p90_ns, x.rank))
+        rows.append(DurationRow(name, tuple(per), sum(x.total_ns for x in per), slow.rank, fast.rank,
+                                tuple(sorted(all_ranks - {x.rank for x in per}))))
+    rows.sort(key=lambda x: (-x.total_ns, x.name))
+    return rows if top is None else rows[:top]
+
+
+_TOP_KERNELS = 10
+#: per rank, the duration distribution keeps this many kernel/op names (those with the most time).
+MAX_DURATION_NAMES = 5000
+_NAME_WIDTH = 60
+
+
+def _us(ns: int) -> str:
+    return f"{ns / 1e3:,.1f}"
+
+
+def _duration_blocks(rep: CrossRankReport) -> list[tuple[Any, ...]]:
+    rows = rep.durations(_TOP_KERNELS)
+    if not rows:
+        return []
+    src = {r.source for r in rep.ranks}
+    what = "kernel" if src == {"gpu"} else "op" if src == {"cpu"} else "kernel/op"
+    many = len(rep.ranks) > _FULL_STEP_RANKS
+    note = " (per kernel: its 2 slowest ranks and its fastest)" if many else ""
+    grid = []
+    for row in rows:
+        per = list(row.per_rank)
+        if many:
+            by_med = sorted(per, key=lambda x: (-x.median_ns, -x.p90_ns, x.rank))
+            keep = {x.rank for x in by_med[:2]} | {row.fastest_rank}
+            per = [x for x in per if x.rank in keep]
+        name = row.name if len(row.name) <= _NAME_WIDTH else row.name[:_NAME_WIDTH - 1] + "…"
+        for i, x in enumerate(per):
+            mark = "*" if x.rank == row.slowest_rank and len(row.per_rank) > 1 else ""
+            grid.append([name if i == 0 else "", f"{x.rank}{mark}", str(x.count), _us(x.median_ns), _us(x.p90_ns),
+                         _us(x.max_ns), _ms(x.total_ns), f"{row.spread:.2f}" if i == 0 else ""])
+    out: list[tuple[Any, ...]] = [("line", ""), ("line", f"{what.capitalize()} duration by rank, µs: the {len(rows)} "
+                                                         f"{what}s with the most total time{note}; * = its slowest "
+                                                         f"rank (highest median); spread = slowest median / fastest")]
+    out.append(("grid", [what, "rank", "count", "median", "p90", "max", "total ms", "spread"], grid, "lrrrrrrr"))
+    for r in rep.ranks:
+        if r.durations_left_out:
+            out.append(("line", f"note: rank {r.rank} ran more than {MAX_DURATION_NAMES} distinct {what} names; "
+                                f"the {r.durations_left_out} with the least total time are left out of the distribution"))
+    return out

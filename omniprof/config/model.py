@@ -39,7 +39,7 @@ TOP_KEYS: dict[str, str] = {
     "outdir": "directory for file reports",
     "label": "free text stored in the result",
     "verbose": "let native profiler libraries log",
-    "distributed": "every rank of a torch.distributed job profiles the same steps into one run (docs/distributed.md)",
+    "distributed": "every rank of a torch.distributed or jax.distributed job profiles the same steps into one run (docs/distributed.md)",
     "plugins": "a plugins.toml to use",
     "no_plugin": "plugin names to switch off",
     "profiles": "named profiles: [profiles.NAME] with any of the keys above",
@@ -205,7 +205,7 @@ class RunConfig:
         reporters: reporters in order.
         env: environment variables set for the run.
         logdir, outdir, label, verbose, plugins, no_plugin: as the CLI flags of the same names.
-        distributed: ``Profiler(distributed=...)``: coordinate the ranks of a torch.distributed job.
+        distributed: ``Profiler(distributed=...)``: coordinate the ranks of a torch.distributed or jax.distributed job.
         source: the config file, profile: the selected profile name.
     """
 

@@ -2,15 +2,19 @@
 
 ``Profiler(..., distributed=True)`` inside a job launched by ``torchrun`` / ``torch.distributed``
 (env:// rendezvous; SLURM and Open MPI launchers too, once the job has called
-``torch.distributed.init_process_group``) coordinates the ranks through the job's own process
-group, so no shared filesystem is needed:
+``torch.distributed.init_process_group``), or a JAX job once every process called
+``jax.distributed.initialize``, coordinates the ranks through the job's own communication layer
+(:func:`job_collectives`: the torch process group, else the key-value store of jax's distributed
+runtime, :class:`JaxCollectives`), so no shared filesystem is needed:
 
 * **One schedule.** At ``start()`` the ranks compare their schedule and backends
   (``all_gather_object``); a mismatch raises :class:`~omniprof.errors.DistributedError` on every
   rank. Each recording session starts at the same step number on every rank (checked again).
 * **One run directory.** Rank 0 names ``<logdir>/plugins/profile/<run>/`` once and tells the
   others (the same collective); rank ``N`` writes its part to ``<run>/rank<N>/`` (its
-  ``omniprof.result.json`` and its native artifacts such as the Kineto trace).
+  ``omniprof.result.json`` and its native artifacts such as the Kineto trace), and its xplane to
+  ``<run>/<host>_rank<N>.xplane.pb`` (:func:`place_xplanes`: XProf's multi-host layout, one host
+  per rank).
 * **Clock offsets.** After the backends stop, each rank exchanges timestamps with rank 0 over the
   process group (NTP-style, :data:`CLOCK_ROUNDS` rounds of point-to-point messages) and keeps the
   round with the least delay: ``offset = ((t2 - t1) + (t3 - t4)) / 2`` maps the rank's reference
@@ -18,10 +22,11 @@ group, so no shared filesystem is needed:
   ``metadata.distributed``.
 * **One result.** Rank 0 gathers every rank's result (``gather_object``), writes the parts it
   lacks under ``rank<N>/`` and the merged result (:func:`merge_ranks`) as ``<run>/omniprof.result.json``.
+  The xplanes rank 0 cannot see (no shared filesystem) are sent to it next, over the same layer.
 
-torch is imported only when a distributed session starts. A process group whose default backend
-is not gloo (NCCL) gets a gloo group of its own for this coordination (``new_group``), created
-once, at the first ``start()``, by every rank together.
+torch (or jax) is used only when a distributed session starts, and only if the job imported it.
+A process group whose default backend is not gloo (NCCL) gets a gloo group of its own for this
+coordination (``new_group``), created once, at the first ``start()``, by every rank together.
 
 .. versionadded:: 0.2
 """
@@ -35,12 +40,13 @@ from typing import Any, Protocol
 
 import attrs
 
-from omniprof.core.results import ClockInfo, ErrorRecord, ProfileResult, RunMetadata
+from omniprof.core.results import BackendResult, ClockInfo, ErrorRecord, ProfileResult, RunMetadata
 from omniprof.errors import DistributedError, InvalidArgumentError
 
 __all__ = [
     "RankInfo", "ClockSync", "Collectives", "TorchCollectives", "detect_environment", "estimate_offset",
     "sync_clock", "merge_ranks", "rank_dir", "RANK_DIR_PREFIX", "CLOCK_ROUNDS", "load_run", "find_rank_results",
+    "JaxCollectives", "job_collectives", "xplane_host_name", "place_xplanes", "XPLANE_SUFFIX",
 ]
 
 #: rank N's part of a run lives in ``<run>/rank<N>/``.
@@ -247,10 +253,272 @@ class TorchCollectives:
         return [int(x) for x in buf.tolist()]
 
 
+#: how long a rank waits for the others in one coordination step over jax's key-value store.
+JAX_TIMEOUT_S = 600
+#: payloads over jax's key-value store go in pieces of at most this many bytes.
+JAX_CHUNK_BYTES = 4 << 20
+_jax_instances = 0
+
+
+class JaxCollectives:
+    """:class:`Collectives` over the key-value store of jax's distributed runtime: the coordination
+    service ``jax.distributed.initialize`` started (on the coordinator, rank 0's process). No device
+    computation runs, so nothing of the coordination lands in a trace, and no CPU collectives
+    implementation is needed for it.
+
+    Keys live under ``omniprof/<n>/`` (``n`` counts the instances made in this process; every rank
+    makes its instances in the same order, as ``Profiler.start()`` does) and are deleted once read.
+    A rank that does not arrive within :data:`JAX_TIMEOUT_S` fails the waiting ranks with a
+    :class:`~omniprof.errors.DistributedError` naming it.
+    """
+
+    def __init__(self, timeout_s: float = JAX_TIMEOUT_S) -> None:
+        global _jax_instances
+        import sys
+
+        jax = sys.modules.get("jax")
+        if jax is None or not jax.distributed.is_initialized():
+            raise DistributedError("distributed=True over jax needs jax.distributed.initialize(...) called first")
+        try:
+            from jax._src import distributed as jd
+
+            client = jd.global_state.client
+            self.rank, self.world_size = int(jd.global_state.process_id), int(jd.global_state.num_processes)
+        except (ImportError, AttributeError) as e:  # a jax whose runtime moved: say what is missing
+            raise DistributedError(f"this jax ({getattr(jax, '__version__', '?')}) does not expose its distributed "
+                                   f"runtime's key-value store (jax._src.distributed.global_state.client): {e}") from e
+        if client is None:
+            raise DistributedError("jax.distributed is initialised but has no coordination client")
+        self._client = client
+        self._timeout_ms = int(timeout_s * 1000)
+        self._prefix = f"omniprof/{_jax_instances}"
+        _jax_instances += 1
+        self._seq = 0
+        self._sent: dict[int, int] = {}
+        self._received: dict[int, int] = {}
+        self.backend = "jax.distributed"
+
+    def _call(self, what: str, peer: int | None, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as e:  # jax raises its runtime errors (DEADLINE_EXCEPTED, UNAVAILABLE) as one type
+            who = "" if peer is None else f" {'to' if what == 'sending' else 'for'} rank {peer}"
+            raise DistributedError(
+                f"rank {self.rank}: {what}{who} over jax's key-value store failed: {type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}. Every rank must start, step and stop "
+                f"its Profiler alike; a rank that died or lags more than {self._timeout_ms // 1000} s leaves the "
+                f"others here") from e
+
+    def _put(self, key: str, data: bytes) -> None:
+        chunks = [data[i:i + JAX_CHUNK_BYTES] for i in range(0, len(data), JAX_CHUNK_BYTES)] or [b""]
+        for i, c in enumerate(chunks):
+            self._call("sending", None, self._client.key_value_set_bytes, f"{key}/{i}", c)
+        self._call("sending", None, self._client.key_value_set, f"{key}/n", str(len(chunks)))
+
+    def _get(self, key: str, peer: int) -> bytes:
+        n = int(self._call("waiting", peer, self._client.blocking_key_value_get, f"{key}/n", self._timeout_ms))
+        return b"".join(self._call("waiting", peer, self._client.blocking_key_value_get_bytes, f"{key}/{i}",
+                                   self._timeout_ms) for i in range(n))
+
+    def _exchange(self, obj: Any, readers: Sequence[int]) -> list[Any] | None:
+        self._seq += 1
+        base = f"{self._prefix}/{self._seq}"
+        self._put(f"{base}/{self.rank}", encode_object(obj))
+        if self.rank not in readers:
+            return None
+        out = [decode_object(self._get(f"{base}/{r}", r)) for r in range(self.world_size)]
+        # The last reader removes the exchange's keys (the coordinator keeps them otherwise).
+        if self._call("counting", None, self._client.key_value_increment, f"{base}/read", 1) == len(readers):
+            self._call("cleaning up", None, self._client.key_value_delete, base)
+        return out
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out = self._exchange(obj, range(self.world_size))
+        assert out is not None  # every rank reads
+        return out
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        return self._exchange(obj, (dst,))
+
+    def send_ints(self, values: Sequence[int], peer: int) -> None:
+        n = self._sent.get(peer, 0)
+        self._sent[peer] = n + 1
+        self._call("sending", peer, self._client.key_value_set, f"{self._prefix}/p2p/{self.rank}-{peer}/{n}",
+                   ",".join(str(int(v)) for v in values))
+
+    def recv_ints(self, count: int, peer: int) -> list[int]:
+        n = self._received.get(peer, 0)
+        self._received[peer] = n + 1
+        key = f"{self._prefix}/p2p/{peer}-{self.rank}/{n}"
+        raw = self._call("waiting", peer, self._client.blocking_key_value_get, key, self._timeout_ms)
+        self._call("cleaning up", None, self._client.key_value_delete, key)
+        values = [int(x) for x in raw.split(",")]
+        if len(values) != count:
+            raise DistributedError(f"rank {self.rank}: expected {count} integers from rank {peer}, got {len(values)}")
+        return values
+
+
+_BYTES_KEY, _ITEMS_KEY = "__omniprof_bytes__", "__omniprof_items__"
+
+
+def _to_json(obj: Any) -> Any:
+    if isinstance(obj, (bytes, bytearray)):
+        import base64
+
+        return {_BYTES_KEY: base64.b64encode(obj).decode("ascii")}
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj) and not {_BYTES_KEY, _ITEMS_KEY} & set(obj):
+            return {k: _to_json(v) for k, v in obj.items()}
+        return {_ITEMS_KEY: [[_to_json(k), _to_json(v)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return [_to_json(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise InvalidArgumentError(f"cannot send a {type(obj).__name__} between ranks (JSON data, bytes and "
+                               f"dicts with any keys only)")
+
+
+def _from_json(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if set(obj) == {_BYTES_KEY}:
+            import base64
+
+            return base64.b64decode(obj[_BYTES_KEY])
+        if set(obj) == {_ITEMS_KEY}:
+            return {_hashable(_from_json(k)): _from_json(v) for k, v in obj[_ITEMS_KEY]}
+        return {k: _from_json(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_from_json(v) for v in obj]
+    return obj
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+
+
+def encode_object(obj: Any) -> bytes:
+    """What the ranks exchange over jax's key-value store, as JSON (never pickle: a peer's bytes are
+    data, not code). Bytes travel as base64, dicts with non-string keys as key/value pairs; tuples
+    come back as lists.
+
+    >>> decode_object(encode_object({"a": (1, None), 3: b"\\x00\\xff"}))
+    {'a': [1, None], 3: b'\\x00\\xff'}
+    """
+    import json
+
+    return json.dumps(_to_json(obj), separators=(",", ":")).encode()
+
+
+def decode_object(data: bytes) -> Any:
+    """The inverse of :func:`encode_object`."""
+    import json
+
+    return _from_json(json.loads(data))
+
+
+def job_collectives() -> Collectives:
+    """The job's communication layer: ``torch.distributed`` when a process group is initialised
+    here, else jax's distributed runtime when ``jax.distributed.initialize`` was called (torch wins
+    when both are; neither module is imported by this check)."""
+    import sys
+
+    tdist = sys.modules.get("torch.distributed")
+    if tdist is not None and tdist.is_available() and tdist.is_initialized():
+        return TorchCollectives()
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.distributed.is_initialized():
+        return JaxCollectives()
+    env = detect_environment()
+    where = f" The environment says this is rank {env.rank} of {env.world_size} ({env.launcher})." if env else ""
+    raise DistributedError(
+        "distributed=True needs the job's communication layer, and there is none: call "
+        "torch.distributed.init_process_group(...) (e.g. backend='gloo' or 'nccl', init_method='env://' under "
+        "torchrun) or jax.distributed.initialize(...) before starting the Profiler, or leave distributed=False to profile this process alone." + where)
+
+
 # -- the run directory and the merged result -------------------------------------------------------
 def rank_dir(run_dir: str | os.PathLike[str], rank: int) -> Path:
     """``<run>/rank<N>``: where rank ``N``'s part of a distributed run lives."""
     return Path(run_dir) / f"{RANK_DIR_PREFIX}{rank}"
+
+
+#: XProf reads ``<run>/<host>.xplane.pb`` as one host of a multi-host run.
+XPLANE_SUFFIX = ".xplane.pb"
+
+
+def xplane_host_name(host: str, rank: int) -> str:
+    """The host name rank ``N``'s xplane goes by in the run: ``<host>_rank<N>``, so ranks sharing a
+    machine stay apart in XProf's host list, and each host's entry says its rank.
+
+    >>> xplane_host_name("node7", 3)
+    'node7_rank3'
+    """
+    return f"{host or 'localhost'}_{RANK_DIR_PREFIX}{rank}"
+
+
+def place_xplanes(parts: Sequence[BackendResult], run_dir: Path, host: str, rank: int) -> list[BackendResult]:
+    """Move this rank's xplanes from its ``rank<N>/`` directory to ``<run>/<host>_rank<N>.xplane.pb``
+    (the XProf multi-host layout: one run, one file per host) and point the parts' artifacts there.
+    A second xplane of the rank gets ``_1``, ``_2``... A file that cannot be moved stays where it
+    is, with a warning."""
+    import warnings
+
+    from omniprof.errors import OmniprofWarning
+
+    out = []
+    k = 0
+    for p in parts:
+        arts = []
+        for a in p.artifacts:
+            src = Path(a.path)
+            if a.kind != "xplane" or not src.is_file() or src.parent == run_dir:
+                arts.append(a)
+                continue
+            stem = xplane_host_name(host, rank) + (f"_{k}" if k else "")
+            k += 1
+            dst = run_dir / f"{stem}{XPLANE_SUFFIX}"
+            try:
+                os.replace(src, dst)
+            except OSError as e:
+                warnings.warn(f"rank {rank}: the xplane {src} could not be moved to {dst} ({e}); XProf will not list "
+                              f"it as a host of the run", OmniprofWarning, stacklevel=2)
+                arts.append(a)
+                continue
+            arts.append(attrs.evolve(a, path=str(dst)))
+        out.append(attrs.evolve(p, artifacts=arts) if arts != list(p.artifacts) else p)
+    return out
+
+
+def xplanes_missing(run_dir: Path, results: Sequence[ProfileResult]) -> dict[int, list[str]]:
+    """Rank -> names of its xplanes that are not in ``run_dir`` here (no shared filesystem)."""
+    out: dict[int, list[str]] = {}
+    for r in results:
+        for p in r.parts:
+            for a in p.artifacts:
+                name = Path(a.path).name
+                if a.kind == "xplane" and name.endswith(XPLANE_SUFFIX) and not (run_dir / name).is_file():
+                    out.setdefault(int(r.metadata.distributed.get("rank", 0)), []).append(name)
+    return out
+
+
+def xplane_bytes(parts: Sequence[BackendResult], names: Sequence[str]) -> dict[str, bytes]:
+    """The named xplanes of this rank's parts, read for sending to rank 0."""
+    wanted = set(names)
+    out: dict[str, bytes] = {}
+    for p in parts:
+        for a in p.artifacts:
+            if a.kind == "xplane" and Path(a.path).name in wanted:
+                out[Path(a.path).name] = Path(a.path).read_bytes()
+    return out
+
+
+def repoint_artifacts(result: ProfileResult, run_dir: Path, names: Sequence[str]) -> ProfileResult:
+    """``result`` with its artifacts called ``names`` pointing into ``run_dir`` (rank 0's copies)."""
+    wanted = set(names)
+    parts = [attrs.evolve(p, artifacts=[attrs.evolve(a, path=str(run_dir / Path(a.path).name))
+                                        if Path(a.path).name in wanted else a for a in p.artifacts])
+             for p in result.parts]
+    return attrs.evolve(result, parts=tuple(parts))
 
 
 def merge_ranks(results: Sequence[ProfileResult]) -> ProfileResult:

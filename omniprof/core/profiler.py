@@ -19,7 +19,7 @@ from typing import Any
 from omniprof.core.backend import Backend, BackendContext
 from omniprof.core import annotations
 from omniprof.core.clock import DEFAULT_CLOCK, Clock
-from omniprof.core.fileio import unique_run_dir
+from omniprof.core.fileio import atomic_write_bytes, unique_run_dir
 from omniprof.core.forks import deferred_signals, on_fork_child
 from omniprof.core.options import ProfileOptions
 from omniprof.core.registry import Registry, get_registry, options_for
@@ -81,9 +81,11 @@ class Profiler:
         registry: plugin registry (default: the process-wide one).
         label: free text stored in the result's metadata.
         verbose: let native profiler libraries log to the terminal.
-        distributed: every rank of a ``torch.distributed`` job profiles the same steps into one run
-            directory (``<logdir>/plugins/profile/<run>/rank<N>/``), with clock offsets to rank 0
-            measured over the process group; rank 0 gathers the ranks' results and writes the merged
+        distributed: every rank of a ``torch.distributed`` job (or of a JAX job after
+            ``jax.distributed.initialize``) profiles the same steps into one run directory
+            (``<logdir>/plugins/profile/<run>/rank<N>/``, each rank's xplane as
+            ``<run>/<host>_rank<N>.xplane.pb``), with clock offsets to rank 0 measured over the
+            job's own communication layer; rank 0 gathers the ranks' results and writes the merged
             one (:attr:`merged_result`). Every rank must construct, start, step and stop its
             Profiler alike. See docs/distributed.md.
 
@@ -328,11 +330,12 @@ class Profiler:
         from omniprof.core import distributed as dist
 
         if self._coll is None:
-            self._coll = dist.TorchCollectives()
+            self._coll = dist.job_collectives()
             env = dist.detect_environment()
+            layer = "jax.distributed" if isinstance(self._coll, dist.JaxCollectives) else "torch.distributed"
             self._rank = {"rank": self._coll.rank, "world_size": self._coll.world_size,
                           "local_rank": env.local_rank if env is not None else None,
-                          "launcher": env.launcher if env is not None else "torch.distributed",
+                          "launcher": env.launcher if env is not None else layer,
                           "process_group_backend": self._coll.backend}
         dist.check_agreement(self._coll, self.backend_names, self.schedule)
 
@@ -572,6 +575,11 @@ class Profiler:
     def _publish(self, metadata: RunMetadata, parts: list[BackendResult], errors: list[ErrorRecord],
                  session_dir: Path | None, failures: list[tuple[str, BaseException]],
                  views: list[dict[str, Any]]) -> None:
+        run_dir = session_dir.parent if self.distributed and session_dir is not None else None
+        if run_dir is not None:
+            from omniprof.core.distributed import place_xplanes
+
+            parts = place_xplanes(parts, run_dir, metadata.host, int(metadata.distributed.get("rank", 0)))
         result = ProfileResult(
             metadata=metadata,
             parts=tuple(parts),
@@ -589,7 +597,7 @@ class Profiler:
                     source="omniprof", phase="save", type=type(e).__name__, message=_one_line(e))))
         self._results.append(result)
         if self.distributed:
-            self._gather(result)
+            self._gather(result, run_dir)
         if self.on_result is not None:
             self.on_result(result)
         if views:  # only now: the trace and the result are saved, so no viewer, port or Ctrl-C loses them
@@ -609,22 +617,35 @@ class Profiler:
         if save_error is not None:
             raise save_error
 
-    def _gather(self, result: ProfileResult) -> None:
+    def _gather(self, result: ProfileResult, run_dir: Path | None) -> None:
         """Every rank's result to rank 0 over the process group; rank 0 writes the merged one."""
         from omniprof.core import distributed as dist
 
         everyone = self._coll.gather_object(result.to_dict())
+        results = [ProfileResult.from_dict(d) for d in everyone] if everyone is not None else []
+        # The xplanes rank 0 cannot see (no shared filesystem) travel to it too: rank 0 says which.
+        missing = dist.xplanes_missing(run_dir, results) if results and run_dir is not None else {}
+        missing = self._coll.all_gather_object(missing)[0]
+        if missing:
+            mine = missing.get(self._coll.rank)
+            files = self._coll.gather_object(dist.xplane_bytes(result.parts, mine) if mine else {})
+            if files is not None and run_dir is not None:
+                for rank, got in enumerate(files):
+                    for name, data in (got or {}).items():
+                        atomic_write_bytes(run_dir / name, data)
+                    if got:
+                        results = [dist.repoint_artifacts(r, run_dir, list(got))
+                                   if int(r.metadata.distributed.get("rank", 0)) == rank else r for r in results]
         if self._coll.rank != 0 or everyone is None:
             return
-        results = [ProfileResult.from_dict(d) for d in everyone]
         merged = dist.merge_ranks(results)
-        if self.run_dir is not None:
+        if run_dir is not None:
             for r in results:
-                path = dist.rank_dir(self.run_dir, int(r.metadata.distributed["rank"])) / RESULT_FILENAME
+                path = dist.rank_dir(run_dir, int(r.metadata.distributed["rank"])) / RESULT_FILENAME
                 if not path.exists():  # no shared filesystem: rank 0 keeps a copy of every part
                     path.parent.mkdir(parents=True, exist_ok=True)
                     r.save(path)
-            merged.save(self.run_dir / RESULT_FILENAME)
+            merged.save(run_dir / RESULT_FILENAME)
         self.merged_result = merged
 
     def _close_all(self) -> None:

@@ -36,8 +36,17 @@ def run_rank(rank: int, world: int, port: int, logdir: str, slow_rank: int, skew
                                  logdir=logdir.format(rank=rank),
                                  distributed=True, clock=clock, schedule=omniprof.schedule(wait=1, active=STEPS - 1,
                                                                                           repeat=1))
+        jax_step = None
+        if "xla" in backends:  # a job that runs jax beside torch: the xla backend records its XSpace
+            import jax
+            import jax.numpy as jnp
+
+            jax_step = jax.jit(lambda a: jnp.tanh(a @ a))
+            jax_step(jnp.ones((8, 8))).block_until_ready()
         with prof:
             for _ in range(STEPS + 1):
+                if jax_step is not None:
+                    jax_step(jnp.ones((8, 8))).block_until_ready()
                 if rank == slow_rank:
                     t0 = time.perf_counter_ns()
                     time.sleep(SLEEP_S)

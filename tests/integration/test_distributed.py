@@ -236,3 +236,56 @@ def test_no_shared_filesystem_rank0_holds_every_part(tmp_path: Path) -> None:
     assert not list((run0 / "rank1").glob("*.pt.trace.json"))  # native artifacts stay on their host
     merged = omniprof.load(run0 / "omniprof.result.json")
     assert sorted(p.metadata["rank"] for p in merged.parts) == [0, 1]
+
+
+def test_op_duration_distribution_equals_each_ranks_kineto_trace(job: dict, capsys) -> None:
+    """Per op and rank: count, median, p90, max and total equal numpy's over the `dur` of that
+    rank's own Kineto trace (read with the json module): every aten op and the gloo all-reduce
+    annotations. The report's table section lists them, slowest rank marked."""
+    import numpy as np
+
+    from omniprof.cli import main
+
+    (run,) = job["runs"]
+    rep = crossrank.analyze(run, workers=1)
+    rows = {r.name: r for r in rep.durations()}
+    checked = 0
+    for r in range(WORLD):
+        by: dict[str, list[float]] = {}
+        for e in _kineto_events(run / f"rank{r}"):
+            if e.get("ph") == "X" and (e.get("cat") == "cpu_op" or e.get("name", "").startswith("gloo:")):
+                by.setdefault(e["name"], []).append(float(e["dur"]) * 1000)
+        assert "gloo:all_reduce" in by and "aten::addmm" in by
+        assert {n for n, row in rows.items() if any(x.rank == r for x in row.per_rank)} == set(by)
+        for name, durs in by.items():
+            a = np.array(durs)
+            got = rows[name].rank(r)
+            assert got.count == len(a), name
+            ref = (np.median(a), np.percentile(a, 90), a.max(), a.sum())
+            for ours, theirs in zip((got.median_ns, got.p90_ns, got.max_ns, got.total_ns), ref):
+                assert abs(ours - theirs) <= 0.5 + 1e-9 * theirs, (name, r, got, ref)
+            checked += 1
+    assert checked >= 4 * 20
+    assert main(["report", str(run), "-r", "table", "-R", "table.include_rank_parts=false", "-j", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Op duration by rank" in out
+    top = rep.durations(top=1)[0]
+    assert top.name in out and top.total_ns == max(r.total_ns for r in rows.values())
+
+
+def test_torch_job_with_the_xla_backend_puts_every_xplane_in_rank0s_run(tmp_path: Path) -> None:
+    """A torch.distributed job that also runs jax, profiled with the torch and xla backends, each
+    rank in its own logdir: each rank's xplane is `<host>_rank<N>.xplane.pb` in its run, and rank 0's
+    run holds rank 1's too (sent over the process group), byte for byte."""
+    pytest.importorskip("jax")
+    ddp_job.spawn(2, _free_port(), str(tmp_path / "host{rank}"), backends=("torch", "xla"))
+    host = socket.gethostname()
+    (run0,) = (tmp_path / "host0" / "plugins" / "profile").iterdir()
+    (run1,) = (tmp_path / "host1" / "plugins" / "profile").iterdir()
+    assert sorted(p.name for p in run0.glob("*.xplane.pb")) == [f"{host}_rank0.xplane.pb", f"{host}_rank1.xplane.pb"]
+    assert sorted(p.name for p in run1.glob("*.xplane.pb")) == [f"{host}_rank1.xplane.pb"]
+    assert (run0 / f"{host}_rank1.xplane.pb").read_bytes() == (run1 / f"{host}_rank1.xplane.pb").read_bytes()
+    merged = omniprof.load(run0 / "omniprof.result.json")
+    paths = {p.metadata["rank"]: [a.path for a in p.artifacts if a.kind == "xplane"] for p in merged.parts
+             if p.backend == "xla"}
+    assert paths == {r: [str(run0 / f"{host}_rank{r}.xplane.pb")] for r in (0, 1)}

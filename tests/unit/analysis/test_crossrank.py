@@ -214,3 +214,100 @@ def test_steps_marked_by_two_backends_come_from_the_framework() -> None:
         s = cr.reduce_rank(parts, rank=0)
         assert [(r.step, r.start_ns, r.dur_ns) for r in s.steps] == [(3, 10, 80)]
         assert s.window_ns == 80 and s.idle_ns == 70
+
+
+# -- duration distribution across ranks -------------------------------------------------------------
+def _numpy_stats(durs_ns: list[float]) -> tuple[float, ...]:
+    import numpy as np
+
+    a = np.array(durs_ns, dtype=float)
+    return (len(a), float(np.median(a)), float(np.percentile(a, 90)), float(a.max()), float(a.sum()))
+
+
+def test_duration_stats_agree_with_numpy_on_random_samples() -> None:
+    """Median and p90 interpolate as numpy's default method does (to the rounding ns)."""
+    rng = random.Random(7)
+    for n in (1, 2, 3, 9, 10, 11, 100, 1001):
+        xs = [rng.randrange(1, 10_000_000) for _ in range(n)]
+        ours = cr.duration_stats(xs)
+        ref = _numpy_stats(xs)
+        assert ours[0] == ref[0] and ours[3] == ref[3] and ours[4] == ref[4]
+        assert abs(ours[1] - ref[1]) <= 0.5 and abs(ours[2] - ref[2]) <= 0.5, (n, ours, ref)
+    assert cr.duration_stats([]) == (0, 0, 0, 0, 0)
+
+
+def test_kernel_distribution_equals_numpy_over_the_raw_kineto_json(tmp_path: Path) -> None:
+    """Two real GPU traces as two ranks (alexnet: distributedInfo.rank 0; triton: rank 1 from its
+    file name): every kernel, memcpy and memset's count, median, p90, max and total per rank equal
+    numpy's over the `dur` of the trace's own events, read with the json module."""
+    import shutil
+
+    shutil.copy(KINETO / "alexnet_cuda_trace.json.gz", tmp_path / "alexnet.json.gz")
+    shutil.copy(KINETO / "triton_cuda_trace.json.gz", tmp_path / "triton_rank1.json.gz")
+    rep = cr.analyze(tmp_path, workers=1)
+    rows = {r.name: r for r in rep.durations()}
+    checked = 0
+    for file, rank in (("alexnet.json.gz", 0), ("triton_rank1.json.gz", 1)):
+        with gzip.open(tmp_path / file, "rt") as fh:
+            events = json.load(fh)["traceEvents"]
+        by: dict[str, list[float]] = {}
+        for e in events:
+            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+                by.setdefault(e["name"], []).append(float(e["dur"]) * 1000)
+        assert by
+        assert {n for n, r in rows.items() if any(x.rank == rank for x in r.per_rank)} == set(by)
+        for name, durs in by.items():
+            got = rows[name].rank(rank)
+            ref = _numpy_stats(durs)
+            assert got.count == ref[0], name
+            for ours, theirs in zip((got.median_ns, got.p90_ns, got.max_ns, got.total_ns), ref[1:]):
+                assert abs(ours - theirs) <= 0.5 + 1e-9 * theirs, (name, got, ref)
+            checked += 1
+    assert checked == 19
+    # Sorted by total time on all ranks; kernels only rank 0 ran name rank 1 as missing.
+    totals = [r.total_ns for r in rep.durations()]
+    assert totals == sorted(totals, reverse=True)
+    assert rows["ampere_sgemm_32x32_sliced1x4_tn"].missing_ranks == (1,)
+    assert len(rep.durations(top=3)) == 3
+
+
+def _rank_with(rank: int, durs: dict[str, list[int]]) -> cr.RankSummary:
+    spans, t = [], 0
+    for name, ds in durs.items():
+        for d in ds:
+            spans.append(Span(name, "s", t, d, "kernel"))
+            t += d + 10
+    part = BackendResult("torch", tracks=[Track("s", "stream 7", kind="gpu")], spans=spans)
+    return cr.reduce_rank([part], rank=rank)
+
+
+def test_slowest_rank_spread_and_text() -> None:
+    """The slowest rank is the one with the highest median (not the highest max); the text marks it;
+    with more than 8 ranks only each kernel's 2 slowest ranks and its fastest are listed."""
+    ranks = [_rank_with(0, {"gemm": [100, 100, 100, 5000]}), _rank_with(1, {"gemm": [300, 300, 300]}),
+             _rank_with(2, {"gemm": [200, 200], "copy": [50]})]
+    rep = cr.combine(ranks)
+    gemm = next(r for r in rep.durations() if r.name == "gemm")
+    assert (gemm.slowest_rank, gemm.fastest_rank, gemm.spread) == (1, 0, 3.0)
+    assert gemm.rank(0).max_ns == 5000 and gemm.rank(0).p90_ns == round(100 + 0.7 * 4900)
+    copy = next(r for r in rep.durations() if r.name == "copy")
+    assert copy.missing_ranks == (0, 1)
+    text = rep.to_text()
+    assert "Kernel duration by rank" in text
+    assert [ln.split()[:2] for ln in text.splitlines() if ln.startswith("gemm")] == [["gemm", "0"]]
+    assert any(ln.split()[:1] == ["1*"] for ln in text.splitlines())
+    many = cr.combine([_rank_with(r, {"gemm": [100 + r] * 3}) for r in range(12)])
+    lines = many.to_text().split("Kernel duration by rank")[1].splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("kernel "))
+    listed = [next(t for t in ln.split() if t.rstrip("*").isdigit()) for ln in lines[start + 1:] if ln.strip()]
+    assert listed == ["0", "10", "11*"]  # in rank order
+
+
+def test_distribution_keeps_the_names_with_most_time_and_says_how_many_went(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_DURATION_NAMES distinct names on a rank, those with the least total time are left
+    out, counted, and the text says so."""
+    monkeypatch.setattr(cr, "MAX_DURATION_NAMES", 3)
+    s = _rank_with(0, {f"k{i}": [100 * (i + 1)] for i in range(5)})
+    assert sorted(s.durations) == ["k2", "k3", "k4"] and s.durations_left_out == 2
+    text = cr.combine([s]).to_text()
+    assert "note: rank 0 ran more than 3 distinct kernel names; the 2 with the least total time are left out" in text

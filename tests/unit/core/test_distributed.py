@@ -7,6 +7,7 @@ import queue
 import random
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -159,3 +160,73 @@ def test_ranks_must_agree_on_schedule_backends_and_step() -> None:
     assert dist.agree_session(_Everyone([(3, None)]), 3, "run") == "run"
     with pytest.raises(DistributedError, match="different step"):
         dist.agree_session(_Everyone([(4, None)]), 3, "run")
+
+
+JAX_ONE_PROCESS = '''
+import socket, sys
+import jax
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=1, process_id=0)
+from omniprof.core import distributed as dist
+from omniprof.errors import DistributedError
+coll = dist.job_collectives()
+print("kind", type(coll).__name__, coll.rank, coll.world_size)
+big = bytes(range(256)) * 40_000                     # 10 MB: three 4 MiB pieces
+print("roundtrip", coll.all_gather_object(big) == [big], coll.gather_object({"a": 1}) == [{"a": 1}])
+coll.send_ints([5, -7], 0)
+print("p2p", coll.recv_ints(2, 0))
+client = jax._src.distributed.global_state.client
+print("left", len(client.key_value_dir_get("omniprof/")))
+slow = dist.JaxCollectives(timeout_s=1)
+try:
+    slow.recv_ints(2, 1)
+except DistributedError as e:
+    print("error", e)
+jax.distributed.shutdown()
+'''
+
+
+def test_jax_collectives_round_trip_clean_up_and_time_out(tmp_path: Path) -> None:
+    """Over a real jax coordination service (one process): a 10 MB object in pieces comes back
+    whole, integers go point to point, no key is left behind, and a rank that never answers is a
+    DistributedError naming it after the timeout."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", JAX_ONE_PROCESS], capture_output=True, text=True, env=env,
+                         timeout=180, cwd=tmp_path).stdout.splitlines()
+    assert out[:4] == ["kind JaxCollectives 0 1", "roundtrip True True", "p2p [5, -7]", "left 0"], out
+    assert out[4].startswith("error rank 0: waiting for rank 1 over jax's key-value store failed"), out
+    assert "lags more than 1 s" in out[4]
+
+
+def test_xplanes_move_to_the_run_dir_under_their_rank_name(tmp_path: Path) -> None:
+    """place_xplanes moves rank<N>/<host>.xplane.pb to <run>/<host>_rank<N>.xplane.pb and points
+    the artifact there; other artifacts stay; what rank 0 lacks is named and repointed."""
+    from omniprof.core.results import Artifact
+
+    run = tmp_path / "run"
+    (run / "rank3").mkdir(parents=True)
+    (run / "rank3" / "h.xplane.pb").write_bytes(b"x1")
+    (run / "rank3" / "t.json").write_text("{}")
+    part = BackendResult(backend="xla", artifacts=[Artifact("xplane", str(run / "rank3" / "h.xplane.pb")),
+                                                   Artifact("trace_json", str(run / "rank3" / "t.json"))])
+    (moved,) = dist.place_xplanes([part], run, "h", 3)
+    assert [a.path for a in moved.artifacts] == [str(run / "h_rank3.xplane.pb"), str(run / "rank3" / "t.json")]
+    assert (run / "h_rank3.xplane.pb").read_bytes() == b"x1" and not (run / "rank3" / "h.xplane.pb").exists()
+    res = ProfileResult(metadata=RunMetadata(distributed={"rank": 3}), parts=(moved,))
+    elsewhere = tmp_path / "rank0s_run"
+    elsewhere.mkdir()
+    assert dist.xplanes_missing(run, [res]) == {}
+    assert dist.xplanes_missing(elsewhere, [res]) == {3: ["h_rank3.xplane.pb"]}
+    assert dist.xplane_bytes(res.parts, ["h_rank3.xplane.pb"]) == {"h_rank3.xplane.pb": b"x1"}
+    again = dist.repoint_artifacts(res, elsewhere, ["h_rank3.xplane.pb"])
+    assert [a.path for a in again.parts[0].artifacts] == [str(elsewhere / "h_rank3.xplane.pb"),
+                                                          str(run / "rank3" / "t.json")]
