@@ -63,3 +63,34 @@ def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for var in [*cfgmod.ENV_KEYS, cfgmod.CONFIG_ENV, cfgmod.PROFILE_ENV]:
         monkeypatch.delenv(var, raising=False)
     return tmp_path
+
+
+def cpython_interpreters() -> list[tuple[str, str]]:
+    """(version, executable) of every CPython 3.10-3.13 this machine has (pyenv's), and this one."""
+    import glob
+    import sys
+
+    found: dict[str, str] = {}
+    for exe in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-3].*/bin/python"))):
+        found.setdefault(Path(exe).parts[-3].rsplit(".", 1)[0], exe)
+    found.setdefault(f"{sys.version_info[0]}.{sys.version_info[1]}", sys.executable)
+    return sorted(found.items())
+
+
+def build_extension(exe: str, source: Path, out_dir: Path) -> Path:
+    """Compile one C extension source for the interpreter ``exe``, with that interpreter's own
+    headers (as its setuptools would), into ``out_dir``; fails the test with the compiler's errors."""
+    import subprocess
+    import sysconfig
+
+    info = subprocess.run([exe, "-c", "import sysconfig; print(sysconfig.get_paths()['include']); "
+                                      "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    inc, suffix = info[0], info[1]
+    cc = sysconfig.get_config_var("CC") or "cc"
+    out = out_dir / f"{source.stem}{suffix}"
+    build = subprocess.run([*cc.split()[:1], "-shared", "-fPIC", "-O2", "-Wall", f"-I{inc}", str(source), "-o", str(out)],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-2000:]
+    assert "warning" not in build.stderr, build.stderr[-2000:]
+    return out

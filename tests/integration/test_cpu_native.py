@@ -6,13 +6,11 @@ Tolerances are wide for a loaded 2-core machine; benchmarks/cpu_accuracy.py prin
 from __future__ import annotations
 
 import asyncio
-import glob
 import hashlib
 import os
 import random
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import threading
 import time
@@ -23,6 +21,7 @@ import pytest
 import omniprof
 from omniprof.backends.cpu import api
 from omniprof.backends.cpu.native import native_available
+from tests.tools import build_extension, cpython_interpreters
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timing
@@ -56,31 +55,14 @@ def test_native_is_the_default_here():
 
 
 # -- every CPython here --------------------------------------------------------------------------
-def _interpreters():
-    found = {}
-    for exe in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-3].*/bin/python"))):
-        found.setdefault(Path(exe).parts[-3].rsplit(".", 1)[0], exe)
-    found.setdefault(f"{sys.version_info[0]}.{sys.version_info[1]}", sys.executable)
-    return sorted(found.items())
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("version,exe", _interpreters(), ids=[v for v, _ in _interpreters()])
+@pytest.mark.parametrize("version,exe", cpython_interpreters(), ids=[v for v, _ in cpython_interpreters()])
 def test_engine_on_every_cpython(version, exe, tmp_path):
     """Builds the engine with that interpreter's own headers and runs tests/tools/native_engine_check.py
     under it: heavy vs tiny against each timed alone, the hot line, 3 busy threads at >= 40% of the
     rate, 400-deep recursion, 5 kHz sampling through constant thread churn without a crash, and the
     wall / cpu / gil modes."""
-    info = subprocess.run([exe, "-c", "import sysconfig; print(sysconfig.get_paths()['include']); "
-                                      "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
-                          capture_output=True, text=True, check=True).stdout.split()
-    inc, suffix = info[0], info[1]
-    cc = sysconfig.get_config_var("CC") or "cc"
-    out = tmp_path / f"_nativesampler{suffix}"
-    build = subprocess.run([*cc.split()[:1], "-shared", "-fPIC", "-O2", f"-I{inc}",
-                            str(ROOT / "omniprof/backends/cpu/_nativesampler.c"), "-o", str(out)],
-                           capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr[-2000:]
+    build_extension(exe, ROOT / "omniprof/backends/cpu/_nativesampler.c", tmp_path)
     run = subprocess.run([exe, str(ROOT / "tests/tools/native_engine_check.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, f"{version}:\n{run.stdout}\n{run.stderr[-3000:]}"

@@ -11,17 +11,23 @@
  * Python by take(). Code objects in recorded stacks hold a reference until taken.
  */
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <frameobject.h>
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
-/* 3.11 and 3.12: walk the interpreter's own frames. The public API would materialise a frame
- * object for every level (allocating inside the allocator hook); this reads them in place. */
-#define OMNIPROF_INTERNAL_FRAMES 1
+#include <patchlevel.h>
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+/* 3.11-3.13: the interpreter's own frames and instance layouts are read in place (the public API
+ * would materialise a frame object for every level, allocating inside the allocator hook, and
+ * reading __dict__ builds the dict an instance kept lazily). The internal headers need
+ * Py_BUILD_CORE before Python.h, as CPython's own modules have it. */
+#define OMNIPROF_INTERNALS 1
 #ifndef Py_BUILD_CORE
 #define Py_BUILD_CORE 1
 #endif
+#endif
+#include <Python.h>
+#include <frameobject.h>
+#ifdef OMNIPROF_INTERNALS
 #include <internal/pycore_frame.h>
 #include <internal/pycore_dict.h>
+#include <internal/pycore_object.h>
 #endif
 #include <math.h>
 #include <stdint.h>
@@ -274,16 +280,25 @@ static void record(void *ptr, size_t size, uint8_t domain) {
     r->freed = 0;
     r->sure = 0;
     r->type_cand[0] = r->type_cand[1] = r->type_cand[2] = 0;
-#ifdef OMNIPROF_INTERNAL_FRAMES
+#ifdef OMNIPROF_INTERNALS
+#if PY_VERSION_HEX >= 0x030D0000
+    _PyInterpreterFrame *f = ts ? ts->current_frame : NULL;
+#else
     _PyInterpreterFrame *f = ts ? ts->cframe->current_frame : NULL;
+#endif
     while (f && r->nframes < max_frames) {
+#if PY_VERSION_HEX >= 0x030D0000
+        if (f->owner != FRAME_OWNED_BY_CSTACK && PyCode_Check(f->f_executable) && !_PyFrame_IsIncomplete(f)) {
+            PyCodeObject *co = (PyCodeObject *)f->f_executable;
+#else
         if (!_PyFrame_IsIncomplete(f)
 #if PY_VERSION_HEX >= 0x030C0000
             && f->owner != FRAME_OWNED_BY_CSTACK
 #endif
         ) {
-            FrameRec *fr = &frames[nframes_total++];
             PyCodeObject *co = f->f_code;
+#endif
+            FrameRec *fr = &frames[nframes_total++];
             Py_INCREF(co);
             fr->code = (PyObject *)co;
             fr->addr = _PyInterpreterFrame_LASTI(f) * (int)sizeof(_Py_CODEUNIT);
@@ -463,46 +478,89 @@ static PyObject *py_take(PyObject *self, PyObject *types) {
 }
 
 /* instance_state(obj) -> (attrs, dict, values_bytes) without materialising anything.
- * CPython 3.11+ keeps an instance's attributes in a values array beside the object until someone
- * asks for __dict__; reading __dict__ (or vars(), dir(), __getstate__) builds the dict for good.
+ * CPython 3.11+ keeps an instance's attributes in a values array until someone asks for __dict__
+ * (3.11/3.12: a separate block the object points to; 3.13: inline, right after the object);
+ * reading __dict__ (or vars(), dir(), __getstate__) builds the dict for good.
  * attrs: ((name, value), ...) read from that array and the type's shared keys, or None when the
- * object keeps no such array; dict: the instance dict when it exists (None otherwise);
- * values_bytes: the array's size (part of the instance, not counted by sys.getsizeof). */
+ * object keeps no such array (or it is no longer the attributes' home); dict: the instance dict
+ * when it exists (None otherwise); values_bytes: the array's size in bytes (a separate block on
+ * 3.11/3.12, or memory of the instance on 3.13: not counted by sys.getsizeof either way). */
+#ifdef OMNIPROF_INTERNALS
+/* The values array's bytes. 3.11/3.12: a prefix (insertion order and its size, rounded up to
+ * a pointer; its size is byte [-1]) and one slot per usable key, as many as the type's shared keys
+ * had when the object was made; they only shrink afterwards (each new instance takes one), so the
+ * keys now give a lower bound, and the prefix (round_up(slots + 2, 8)) bounds it both ways: exact
+ * once the type has settled, at most 7 slots short for the first instances of a class.
+ * 3.13: the header, capacity slots and the insertion order after them. */
+static Py_ssize_t values_size(PyDictValues *values, PyDictKeysObject *keys) {
+    const Py_ssize_t w = (Py_ssize_t)sizeof(PyObject *);
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_ssize_t cap = values->capacity;
+    (void)keys;
+    return (cap + 1) * w + ((cap + w - 1) / w) * w;
+#else
+    Py_ssize_t prefix = ((uint8_t *)values)[-1];
+    Py_ssize_t slots = keys->dk_nentries + keys->dk_usable;
+    if (slots < prefix - w - 1) slots = prefix - w - 1;
+    if (slots > prefix - 2) slots = prefix - 2;
+    if (slots < 0) slots = 0;
+    return prefix + slots * w;
+#endif
+}
+#endif
+
 static PyObject *py_instance_state(PyObject *self, PyObject *obj) {
     PyTypeObject *tp = Py_TYPE(obj);
     PyObject *dict = NULL;
     PyObject *attrs = NULL;
     Py_ssize_t values_bytes = 0;
-#ifdef OMNIPROF_INTERNAL_FRAMES
+#ifdef OMNIPROF_INTERNALS
     if (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
-        /* The layout of pycore_object.h (not included: it clashes with the public headers). */
-#if PY_VERSION_HEX >= 0x030C0000
-        uintptr_t dv = ((uintptr_t *)obj)[-3]; /* values pointer tagged with 1, or the dict */
-        PyDictValues *values = (dv & 1) ? (PyDictValues *)(dv - 1) : NULL;
-        if (!values) dict = (PyObject *)dv;
+        PyDictValues *values = NULL;
+        Py_ssize_t nslots = 0; /* how many of values' slots hold attributes by key index */
+#if PY_VERSION_HEX >= 0x030D0000
+        dict = (PyObject *)_PyObject_ManagedDictPointer(obj)->dict;
+        if (tp->tp_flags & Py_TPFLAGS_INLINE_VALUES) {
+            PyDictValues *inl = _PyObject_InlineValues(obj);
+            values_bytes = values_size(inl, NULL); /* part of the instance, valid or not */
+            /* valid: the attributes live here (a dict built from them shares this array);
+             * not valid: they moved to the dict */
+            if (inl->valid) { values = inl; nslots = inl->capacity; }
+        }
+#elif PY_VERSION_HEX >= 0x030C0000
+        PyDictOrValues dorv = *_PyObject_DictOrValuesPointer(obj);
+        if (_PyDictOrValues_IsValues(dorv)) values = _PyDictOrValues_GetValues(dorv);
+        else dict = _PyDictOrValues_GetDict(dorv);
 #else
-        PyDictValues *values = ((PyDictValues **)obj)[-4];
-        if (!values) dict = ((PyObject **)obj)[-3];
+        values = *_PyObject_ValuesPointer(obj);
+        if (!values) dict = *_PyObject_ManagedDictPointer(obj);
 #endif
-        PyDictKeysObject *keys = ((PyHeapTypeObject *)tp)->ht_cached_keys;
+        PyDictKeysObject *keys = (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) ? ((PyHeapTypeObject *)tp)->ht_cached_keys : NULL;
         if (values && keys && DK_IS_UNICODE(keys)) {
             PyDictUnicodeEntry *ents = DK_UNICODE_ENTRIES(keys);
+            Py_ssize_t n = keys->dk_nentries;
+#if PY_VERSION_HEX < 0x030D0000
+            values_bytes = values_size(values, keys);
+            nslots = n; /* every key index is below this object's slot count (see values_size) */
+#endif
+            if (n > nslots) n = nslots;
             attrs = PyList_New(0);
             if (!attrs) return NULL;
-            for (Py_ssize_t i = 0; i < keys->dk_nentries; i++) {
+            for (Py_ssize_t i = 0; i < n; i++) {
                 PyObject *v = values->values[i];
                 if (!v || !ents[i].me_key) continue;
                 PyObject *pair = PyTuple_Pack(2, ents[i].me_key, v);
                 if (!pair || PyList_Append(attrs, pair) < 0) { Py_XDECREF(pair); Py_DECREF(attrs); return NULL; }
                 Py_DECREF(pair);
             }
-            values_bytes = (Py_ssize_t)((uint8_t *)values)[-1] +
-                           (keys->dk_nentries + keys->dk_usable) * (Py_ssize_t)sizeof(PyObject *);
         }
     } else
 #endif
-    if (tp->tp_dictoffset > 0) {
-        dict = *(PyObject **)((char *)obj + tp->tp_dictoffset);
+    if (tp->tp_dictoffset != 0) {
+        /* a dict slot inside the object (negative offsets count from the end of a variable-size
+         * one): reading the slot builds nothing */
+        PyObject **slot = _PyObject_GetDictPtr(obj);
+        if (slot) dict = *slot;
     }
     return Py_BuildValue("(NOn)", attrs ? attrs : Py_NewRef(Py_None), dict ? dict : Py_None, values_bytes);
 }

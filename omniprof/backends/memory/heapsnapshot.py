@@ -153,10 +153,15 @@ def _edges(obj: Any, state: Any) -> tuple[list[tuple[int, Any, Any]], int]:
             named[rid] -= 1  # the same reference, already named
         elif d is not None and r is d:
             out.append((E_INTERNAL, "__dict__", r))
+            d = None
         elif r is cls:
             out.append((E_INTERNAL, "__class__", r))
         else:
             out.append((E_HIDDEN, i, r))
+    if d is not None:
+        # CPython 3.13 visits the attributes, not the dict built from them while they still live in
+        # the object: the object owns that dict all the same
+        out.append((E_INTERNAL, "__dict__", d))
     return out, values_bytes
 
 
