@@ -8,7 +8,11 @@
    allocated bytes against the sampler's own exact count, with the reported standard error.
 3. Heap snapshot of ~10^6 live objects: time and peak extra memory, in memory and streaming.
 
-Run: python benchmarks/memory.py [--quick]
+Run: python benchmarks/memory.py [--quick] [--only overhead|accuracy|snapshot] [--against REV]
+
+``--against REV`` (with the overhead section) builds the sampler's C source as it was at git
+revision REV and as it is in the working tree, both with the same compiler flags, and times them
+side by side, interleaved, at rate 0.01: the before/after of a change to the allocation hook.
 """
 
 from __future__ import annotations
@@ -107,32 +111,79 @@ def run_memray(fn, n) -> float | None:
             return timed(fn, n)
 
 
-def overhead(repeats: int, scale: float) -> None:
+def build_sampler(rev: str | None, into: str) -> object:
+    """The sampler's C source at git revision ``rev`` (None: the working tree), compiled with this
+    interpreter's flags under a module name of its own, and imported."""
+    import importlib.util
+    import sysconfig
+
+    tag = "wt" if rev is None else "rev"
+    src = os.path.join(into, f"_allocsampler_{tag}.c")
+    rel = "omniprof/backends/memory/_allocsampler.c"
+    if rev is None:
+        text = (ROOT / rel).read_text()
+    else:
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{rel}"], capture_output=True, text=True,
+                              check=True).stdout
+    Path(src).write_text(text)
+    out = os.path.join(into, f"_allocsampler_{tag}{sysconfig.get_config_var('EXT_SUFFIX')}")
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    flags = (sysconfig.get_config_var("CFLAGS") or "").split() + (sysconfig.get_config_var("CCSHARED") or "").split()
+    subprocess.run([*cc, *flags, "-O2", "-shared", f"-I{sysconfig.get_paths()['include']}",
+                    f"-DPyInit__allocsampler=PyInit__allocsampler_{tag}", src, "-o", out], check=True)
+    spec = importlib.util.spec_from_file_location(f"_allocsampler_{tag}", out)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_sampler(mod, fn, n, rate: float = 0.01) -> float:
+    """The sampler module alone, started as the memory backend starts it (seed from the OS)."""
+    mod.start(rate, 1_000_000, 128, int.from_bytes(os.urandom(8), "little") >> 1, False, 65_536)
+    try:
+        return timed(fn, n)
+    finally:
+        mod.stop()
+        mod.take(None)
+
+
+def overhead(repeats: int, scale: float, against: str | None = None) -> None:
     print(f"== allocation sampling overhead (CPU time, median of {repeats} interleaved runs; ratio = profiled / unprofiled)")
-    print(f"{'workload':10} {'base_s':>8} {'omniprof@0.01':>14} {'omniprof@0.1':>13} {'tracemalloc':>12} {'memray':>8}")
-    keys = ("om", "om1", "tm", "mr")
-    ratios: dict[str, list[float]] = {k: [] for k in keys}
+    variants = {"om": ("omniprof@0.01", lambda fn, n: run_omniprof(fn, n, 0.01)),
+                "om1": ("omniprof@0.1", lambda fn, n: run_omniprof(fn, n, 0.1)),
+                "tm": ("tracemalloc", run_tracemalloc), "mr": ("memray", run_memray)}
+    tmp = None
+    if against:
+        tmp = tempfile.TemporaryDirectory()
+        before, after = build_sampler(against, tmp.name), build_sampler(None, tmp.name)
+        variants["ab0"] = (f"{against[:10]}@0.01", lambda fn, n: run_sampler(before, fn, n))
+        variants["ab1"] = ("worktree@0.01", lambda fn, n: run_sampler(after, fn, n))
+        print(f"(last two columns: the sampler's C source at {against} and in the working tree, each built "
+              f"alike and run alone)")
+    widths = {k: max(len(label), 8) for k, (label, _) in variants.items()}
+    print(f"{'workload':10} {'base_s':>8} " + " ".join(f"{label:>{widths[k]}}" for k, (label, _) in variants.items()))
+    ratios: dict[str, list[float]] = {k: [] for k in variants}
     for name, (fn, n) in WORKLOADS.items():
         n = int(n * scale)
-        runs: dict[str, list] = {"base": [], "om": [], "om1": [], "tm": [], "mr": []}
+        runs: dict[str, list] = {"base": [], **{k: [] for k in variants}}
         for _ in range(repeats):  # interleaved, so load changes hit every variant alike
             runs["base"].append(timed(fn, n))
-            runs["om"].append(run_omniprof(fn, n, 0.01))
-            runs["om1"].append(run_omniprof(fn, n, 0.1))
-            runs["tm"].append(run_tracemalloc(fn, n))
-            runs["mr"].append(run_memray(fn, n))
+            for k, (_, run) in variants.items():
+                runs[k].append(run(fn, n))
         base = statistics.median(runs["base"])
         row = {}
-        for k in keys:
+        for k in variants:
             if None in runs[k]:
                 row[k] = float("nan")
                 continue
             row[k] = statistics.median(runs[k]) / base
             ratios[k].append(row[k])
-        print(f"{name:10} {base:8.3f} {row['om']:14.3f} {row['om1']:13.3f} {row['tm']:12.3f} {row['mr']:8.3f}")
+        print(f"{name:10} {base:8.3f} " + " ".join(f"{row[k]:{widths[k]}.3f}" for k in variants))
     med = {k: statistics.median(v) if v else float("nan") for k, v in ratios.items()}
-    print(f"{'median':10} {'':8} {med['om']:14.3f} {med['om1']:13.3f} {med['tm']:12.3f} {med['mr']:8.3f}"
-          f"   (goal: omniprof@0.01 <= 1.15)")
+    print(f"{'median':10} {'':8} " + " ".join(f"{med[k]:{widths[k]}.3f}" for k in variants)
+          + "   (goal: omniprof@0.01 <= 1.15)")
+    if tmp is not None:
+        tmp.cleanup()
 
 
 def w_kept(n: int) -> list:
@@ -236,10 +287,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     ap.add_argument("--only", choices=["overhead", "accuracy", "snapshot"], help="one section only")
+    ap.add_argument("--against", metavar="REV", help="overhead: also time the sampler as built from git REV and "
+                                                     "from the working tree, side by side")
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (shared with other work)")
     if args.only in (None, "overhead"):
-        overhead(repeats=3 if args.quick else 5, scale=0.25 if args.quick else 1.0)
+        overhead(repeats=3 if args.quick else 5, scale=0.25 if args.quick else 1.0, against=args.against)
     if args.only in (None, "accuracy"):
         accuracy(100_000, 10)
     if args.only in (None, "snapshot"):

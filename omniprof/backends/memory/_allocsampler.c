@@ -70,6 +70,7 @@ typedef struct {
 static PyMemAllocatorEx orig_raw, orig_mem, orig_obj;
 static int active = 0;
 static double sample_rate = 0.01;
+static double inv_log1m_rate = 0.0; /* 1 / log(1 - sample_rate), drawn into every skip count */
 static uint64_t always_bytes = UINT64_MAX; /* allocations at least this large are always recorded */
 static uint64_t max_records = 1000000;
 static uint32_t max_frames = 128;
@@ -88,27 +89,34 @@ static TimePoint timeline[MAX_TIMELINE];
 static uint64_t ntimeline = 0, timeline_next_ns = 0, timeline_dropped = 0;
 static uint64_t last_t_ns = 0; /* time of the latest recorded allocation */
 
-/* exact counters */
-static uint64_t allocs_seen = 0, bytes_seen = 0, dropped = 0, frees_of_sampled = 0;
+/* exact counters. The countdown runs down once per allocation below always_bytes, so the hot path
+ * keeps no count of its own: allocations = (skip counts drawn) - countdown + large allocations. */
+static uint64_t drawn = 1, large_seen = 0, bytes_seen = 0, dropped = 0, frees_of_sampled = 0;
+static inline uint64_t allocs_seen(void) { return drawn - countdown + large_seen; }
 
 /* open-addressing map: sampled live pointer -> record index + 1 (0 = empty, tombstone = UINT64_MAX) */
 static uintptr_t *map_keys = NULL;
 static uint64_t *map_vals = NULL;
 static uint64_t map_cap = 0, map_used = 0;
 
-/* A bit filter in front of the map: nearly every free is of a pointer never sampled, and probing
- * a large map for each costs a cache miss. The filter is 32 KiB (stays in L1): a clear bit proves
- * "not sampled". Bits are only set; it is rebuilt from the live entries once enough pops have
- * happened, so false positives stay near live_entries / 2^18. */
-#define FILTER_BITS 18
-static uint64_t filter[(1u << FILTER_BITS) / 64];
-static uint64_t pops_since_rebuild = 0, live_entries = 0;
-#define FILTER_SLOT(h) (((h) >> 20) & ((1u << FILTER_BITS) - 1))
-#define FILTER_TEST(slot) (filter[(slot) >> 6] & (1ULL << ((slot) & 63)))
-#define FILTER_SET(slot) (filter[(slot) >> 6] |= (1ULL << ((slot) & 63)))
+/* Live sampled blocks counted by address, in front of the map: nearly every free is of a block
+ * never sampled and must learn so in a few instructions. The slot is bits 4-21 of the address
+ * (blocks are 16-byte aligned), not a hash: frees close in address (pymalloc's pools, whose blocks
+ * are reused last-in first-out) touch the same few cache lines. A zero count proves "not sampled";
+ * the count drops when its block is freed, so an address sampled once and reused since costs no
+ * probe (a bit filter cannot unset a bit: the hot, reused blocks of a loop kept their bits, and
+ * nearly every free probed the map -- 78 instructions a free instead of 6). Blocks 4 MiB apart
+ * share a slot: a free probes the map with probability about live sampled blocks / 2^18. A count
+ * that reaches 255 stays there (always probe) until take() clears them all. */
+#define LIVE_BITS 18
+static uint8_t live_count[1u << LIVE_BITS];
+static uint64_t live_entries = 0;
+#define LIVE_SLOT(p) ((((uintptr_t)(p)) >> 4) & ((1u << LIVE_BITS) - 1))
 
-/* Set while we record or take: allocations made by the tracer itself are not traced. MEM and OBJ
- * hooks run with the GIL held (RAW is not hooked), so one global flag serves every thread. */
+/* Set while we record: an allocation the tracer itself made then would not be recorded (it makes
+ * none: frames are read in place, buffers come from the RAW allocator, which is not hooked, and
+ * take() refuses to run while the hooks are in). MEM and OBJ hooks run with the GIL held, so one
+ * global flag serves every thread. */
 static int in_hook = 0;
 
 static void *raw_malloc(size_t n) { return orig_raw.malloc(orig_raw.ctx, n); }
@@ -144,7 +152,7 @@ static uint64_t draw_countdown(void) {
     if (sample_rate >= 1.0) return 1;
     if (sample_rate <= 0.0) return UINT64_MAX; /* sample_rate=0: count, record nothing */
     double u = ((rng_next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0,1) */
-    double k = floor(log(u) / log1p(-sample_rate));
+    double k = floor(log(u) * inv_log1m_rate);
     if (k > 1e18) k = 1e18;
     return (uint64_t)k + 1;
 }
@@ -158,7 +166,9 @@ static uint64_t hash_ptr(uintptr_t p) {
 }
 
 static int map_grow(void) {
-    uint64_t ncap = map_cap ? map_cap * 2 : 1024;
+    /* tombstones only (frees of sampled blocks) are swept at the same size; it doubles when live
+     * entries fill a quarter of it */
+    uint64_t ncap = !map_cap ? 1024 : (live_entries + 1) * 4 > map_cap ? map_cap * 2 : map_cap;
     uintptr_t *nk = raw_malloc(ncap * sizeof(uintptr_t));
     uint64_t *nv = raw_malloc(ncap * sizeof(uint64_t));
     if (!nk || !nv) { if (nk) raw_free(nk); if (nv) raw_free(nv); return -1; }
@@ -182,36 +192,29 @@ static int map_grow(void) {
 
 static void map_put(uintptr_t key, uint64_t val) {
     if ((map_used + 1) * 2 > map_cap && map_grow() < 0) return;
-    uint64_t hv = hash_ptr(key);
-    FILTER_SET(FILTER_SLOT(hv));
-    live_entries++;
-    uint64_t h = hv & (map_cap - 1);
+    uint64_t h = hash_ptr(key) & (map_cap - 1);
     while (map_keys[h] && map_keys[h] != key) h = (h + 1) & (map_cap - 1);
     if (!map_keys[h]) map_used++;
+    if (map_keys[h] != key || !map_vals[h] || map_vals[h] == UINT64_MAX) {
+        uint8_t *c = &live_count[LIVE_SLOT(key)];
+        if (*c < 255) (*c)++;
+        live_entries++;
+    }
     map_keys[h] = key;
     map_vals[h] = val;
-}
-
-static void filter_rebuild(void) {
-    memset(filter, 0, sizeof(filter));
-    live_entries = pops_since_rebuild = 0;
-    for (uint64_t i = 0; i < map_cap; i++)
-        if (map_keys[i] && map_vals[i] && map_vals[i] != UINT64_MAX) FILTER_SET(FILTER_SLOT(hash_ptr(map_keys[i])));
-    pops_since_rebuild = 0;
 }
 
 /* remove key; returns record index + 1 or 0 */
 static uint64_t map_pop(uintptr_t key) {
     if (!map_cap) return 0;
-    uint64_t hv = hash_ptr(key);
-    if (!FILTER_TEST(FILTER_SLOT(hv))) return 0;
-    uint64_t h = hv & (map_cap - 1);
+    uint64_t h = hash_ptr(key) & (map_cap - 1);
     while (map_keys[h]) {
         if (map_keys[h] == key && map_vals[h] != UINT64_MAX) {
             uint64_t v = map_vals[h];
             map_vals[h] = UINT64_MAX; /* tombstone keeps probe chains intact */
+            uint8_t *c = &live_count[LIVE_SLOT(key)];
+            if (*c < 255) (*c)--;
             live_entries--;
-            if (++pops_since_rebuild > 2 * live_entries + 4096) filter_rebuild();
             return v;
         }
         h = (h + 1) & (map_cap - 1);
@@ -221,8 +224,7 @@ static uint64_t map_pop(uintptr_t key) {
 
 /* readable: the block is still allocated (a free hook, before the real free); a realloc has
  * already moved or resized it, so its candidates are not read (the type stays unknown). */
-static void note_free(void *ptr, int readable) {
-    if (!ptr || !map_cap) return;
+static void note_sampled_free(void *ptr, int readable) {
     uint64_t v = map_pop((uintptr_t)ptr);
     if (v) {
         records[v - 1].freed = 1;
@@ -233,6 +235,12 @@ static void note_free(void *ptr, int readable) {
         if (readable) read_type_candidates(&records[v - 1]);
         frees_of_sampled++;
     }
+}
+
+/* every free: one load of the block's live count, nearly always zero (RAW frees without the GIL
+ * are not looked up: the map is the GIL's) */
+static inline int maybe_sampled(void *ptr, int domain) {
+    return __builtin_expect(live_count[LIVE_SLOT(ptr)] != 0, 0) && ptr && (domain != 0 || PyGILState_Check());
 }
 
 static int ensure_capacity(uint32_t want_frames) {
@@ -264,7 +272,7 @@ static void record(void *ptr, size_t size, uint8_t domain) {
     if (ntimeline < MAX_TIMELINE && r->t_ns >= timeline_next_ns) {
         /* exact running totals, at most one point a millisecond (taken only when sampling) */
         timeline[ntimeline].t_ns = r->t_ns;
-        timeline[ntimeline].allocations = allocs_seen;
+        timeline[ntimeline].allocations = allocs_seen();
         timeline[ntimeline].bytes = bytes_seen;
         ntimeline++;
         timeline_next_ns = r->t_ns + 1000000ULL;
@@ -324,25 +332,32 @@ static void record(void *ptr, size_t size, uint8_t domain) {
     in_hook = 0;
 }
 
-static inline void on_alloc(void *ptr, size_t size, uint8_t domain) {
-    if (!ptr || in_hook) return;
-    allocs_seen++;
-    bytes_seen += size;
-    if (__builtin_expect(size >= always_bytes, 0)) {
-        /* Large allocations are all recorded (a stratum sampled at rate 1): the estimate of bytes
-         * does not hinge on catching the few that weigh most (a list's growth, a big buffer). */
-        if (domain == 0 && !PyGILState_Check()) return;
-        record(ptr, size, domain);
-        if (nrecords && records[nrecords - 1].ptr == (uintptr_t)ptr) records[nrecords - 1].sure = 1;
-        return;
-    }
-    if (__builtin_expect(--countdown == 0, 0)) {
-        countdown = draw_countdown();
-        if (domain == 0 && !PyGILState_Check()) return; /* RAW without the GIL: no stack to take */
-        record(ptr, size, domain);
-    }
+/* Large allocations are all recorded (a stratum sampled at rate 1): the estimate of bytes does not
+ * hinge on catching the few that weigh most (a list's growth, a big buffer). */
+static __attribute__((noinline)) void on_large(void *ptr, size_t size, uint8_t domain) {
+    large_seen++;
+    if (in_hook || (domain == 0 && !PyGILState_Check())) return;
+    record(ptr, size, domain);
+    if (nrecords && records[nrecords - 1].ptr == (uintptr_t)ptr) records[nrecords - 1].sure = 1;
 }
 
+/* the countdown reached zero: this allocation is sampled */
+static __attribute__((noinline)) void on_sampled(void *ptr, size_t size, uint8_t domain) {
+    countdown = draw_countdown();
+    drawn += countdown;
+    if (in_hook || (domain == 0 && !PyGILState_Check())) return; /* RAW without the GIL: no stack to take */
+    record(ptr, size, domain);
+}
+
+/* every allocation: add its bytes, run the countdown down */
+static inline void on_alloc(void *ptr, size_t size, uint8_t domain) {
+    if (__builtin_expect(!ptr, 0)) return;
+    bytes_seen += size;
+    if (__builtin_expect(size >= always_bytes, 0)) on_large(ptr, size, domain);
+    else if (__builtin_expect(--countdown == 0, 0)) on_sampled(ptr, size, domain);
+}
+
+/* The free hook's common path is a load, a test and a tail call of the real free. */
 #define HOOKS(NAME, ORIG, DOMAIN)                                                            \
     static void *NAME##_malloc(void *ctx, size_t n) {                                       \
         void *p = ORIG.malloc(ORIG.ctx, n);                                                 \
@@ -356,12 +371,19 @@ static inline void on_alloc(void *ptr, size_t size, uint8_t domain) {
     }                                                                                       \
     static void *NAME##_realloc(void *ctx, void *old, size_t n) {                           \
         void *p = ORIG.realloc(ORIG.ctx, old, n);                                           \
-        if (p) { if (DOMAIN != 0 || PyGILState_Check()) note_free(old, 0); on_alloc(p, n, DOMAIN); } \
+        if (p) {                                                                            \
+            if (maybe_sampled(old, DOMAIN)) note_sampled_free(old, 0);                      \
+            on_alloc(p, n, DOMAIN);                                                         \
+        }                                                                                   \
         return p;                                                                           \
     }                                                                                       \
-    static void NAME##_free(void *ctx, void *p) {                                           \
-        if (DOMAIN != 0 || PyGILState_Check()) note_free(p, 1);                             \
+    static __attribute__((noinline)) void NAME##_free_sampled(void *p) {                    \
+        note_sampled_free(p, 1);                                                            \
         ORIG.free(ORIG.ctx, p);                                                             \
+    }                                                                                       \
+    static void NAME##_free(void *ctx, void *p) {                                           \
+        if (maybe_sampled(p, DOMAIN)) NAME##_free_sampled(p);                               \
+        else ORIG.free(ORIG.ctx, p);                                                        \
     }
 
 HOOKS(hraw, orig_raw, 0)
@@ -389,9 +411,12 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
     always_bytes = (always && rate > 0.0) ? (uint64_t)always : UINT64_MAX;
     max_records = maxrec ? maxrec : 1;
     max_frames = maxfr ? maxfr : 1;
+    inv_log1m_rate = (rate > 0.0 && rate < 1.0) ? 1.0 / log1p(-rate) : 0.0;
     rng_state = splitmix64(seed);
     if (!rng_state) rng_state = 0x9E3779B97F4A7C15ULL;
+    uint64_t carried = drawn - countdown; /* allocations counted before a stop() not yet taken */
     countdown = draw_countdown();
+    drawn = countdown + carried;
     PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &orig_raw);
     PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &orig_mem);
     PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &orig_obj);
@@ -420,46 +445,45 @@ static PyObject *py_stop(PyObject *self, PyObject *noargs) {
  * ({id(type): name}), or None. */
 static PyObject *py_take(PyObject *self, PyObject *types) {
     if (types != Py_None && !PyDict_Check(types)) { PyErr_SetString(PyExc_TypeError, "take(types): a dict or None"); return NULL; }
-    int was_active = active;
-    if (was_active) { in_hook = 1; }
+    if (active) { PyErr_SetString(PyExc_RuntimeError, "take(): stop() the sampler first"); return NULL; }
     PyObject *out = PyList_New((Py_ssize_t)nrecords);
-    if (!out) { in_hook = 0; return NULL; }
+    if (!out) return NULL;
     for (uint64_t i = 0; i < nrecords; i++) {
         Record *r = &records[i];
         PyObject *stack = PyTuple_New(r->nframes);
-        if (!stack) { Py_DECREF(out); in_hook = 0; return NULL; }
+        if (!stack) { Py_DECREF(out); return NULL; }
         for (uint32_t j = 0; j < r->nframes; j++) {
             FrameRec *fr = &frames[r->frame_start + j];
             int line = fr->addr < 0 ? -1 - fr->addr : PyCode_Addr2Line((PyCodeObject *)fr->code, fr->addr);
             PyObject *pair = Py_BuildValue("(Oi)", fr->code, line);
-            if (!pair) { Py_DECREF(stack); Py_DECREF(out); in_hook = 0; return NULL; }
+            if (!pair) { Py_DECREF(stack); Py_DECREF(out); return NULL; }
             PyTuple_SET_ITEM(stack, j, pair);
         }
         PyObject *tname = Py_None;
         for (int k = 0; k < 3 && types != Py_None && tname == Py_None; k++) {
             if (!r->type_cand[k]) continue;
             PyObject *key = PyLong_FromVoidPtr((void *)r->type_cand[k]);
-            if (!key) { Py_DECREF(stack); Py_DECREF(out); in_hook = 0; return NULL; }
+            if (!key) { Py_DECREF(stack); Py_DECREF(out); return NULL; }
             PyObject *hit = PyDict_GetItemWithError(types, key); /* borrowed */
             Py_DECREF(key);
             if (hit) tname = hit;
-            else if (PyErr_Occurred()) { Py_DECREF(stack); Py_DECREF(out); in_hook = 0; return NULL; }
+            else if (PyErr_Occurred()) { Py_DECREF(stack); Py_DECREF(out); return NULL; }
         }
         PyObject *item = Py_BuildValue("(KKKiiNOKi)", (unsigned long long)r->t_ns, (unsigned long long)r->size,
                                        (unsigned long long)r->thread_id, (int)r->freed, (int)r->domain, stack, tname,
                                        (unsigned long long)r->t_free_ns, (int)r->sure);
-        if (!item) { Py_DECREF(out); in_hook = 0; return NULL; }
+        if (!item) { Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, (Py_ssize_t)i, item);
     }
     PyObject *tl = PyList_New((Py_ssize_t)ntimeline);
-    if (!tl) { Py_DECREF(out); in_hook = 0; return NULL; }
+    if (!tl) { Py_DECREF(out); return NULL; }
     for (uint64_t i = 0; i < ntimeline; i++) {
         PyObject *pt = Py_BuildValue("(KKK)", (unsigned long long)timeline[i].t_ns,
                                      (unsigned long long)timeline[i].allocations, (unsigned long long)timeline[i].bytes);
-        if (!pt) { Py_DECREF(tl); Py_DECREF(out); in_hook = 0; return NULL; }
+        if (!pt) { Py_DECREF(tl); Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(tl, (Py_ssize_t)i, pt);
     }
-    PyObject *stats = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:N,s:K}", "allocations", (unsigned long long)allocs_seen,
+    PyObject *stats = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:N,s:K}", "allocations", (unsigned long long)allocs_seen(),
                                     "allocated_bytes", (unsigned long long)bytes_seen, "sampled",
                                     (unsigned long long)nrecords, "dropped", (unsigned long long)dropped,
                                     "frees_of_sampled", (unsigned long long)frees_of_sampled,
@@ -467,11 +491,12 @@ static PyObject *py_take(PyObject *self, PyObject *types) {
     release_frames(0, nframes_total);
     nrecords = 0;
     nframes_total = 0;
-    allocs_seen = bytes_seen = dropped = frees_of_sampled = 0;
+    drawn = countdown;
+    large_seen = bytes_seen = dropped = frees_of_sampled = 0;
     ntimeline = timeline_next_ns = timeline_dropped = 0;
     if (map_cap) { memset(map_keys, 0, map_cap * sizeof(uintptr_t)); memset(map_vals, 0, map_cap * sizeof(uint64_t)); map_used = 0; }
-    memset(filter, 0, sizeof(filter));
-    live_entries = pops_since_rebuild = 0;
+    memset(live_count, 0, sizeof(live_count));
+    live_entries = 0;
     in_hook = 0;
     if (!stats) { Py_DECREF(out); return NULL; }
     return Py_BuildValue("(NN)", out, stats);
