@@ -86,19 +86,11 @@ def run_tracemalloc(fn, n) -> float:
 
 
 def _import_memray():
+    """memray, from the ``bench`` extra (``pip install 'omniprof[bench]'``), or None."""
     try:
         import memray
     except ImportError:
-        # memray installed apart (not in the project's venv): OMNIPROF_BENCH_EXTRA_SITE=<its site-packages>,
-        # appended last so it shadows nothing of the project's own
-        extra = os.environ.get("OMNIPROF_BENCH_EXTRA_SITE")
-        if not extra or extra in sys.path:
-            return None
-        sys.path.append(extra)
-        try:
-            import memray
-        except ImportError:
-            return None
+        return None
     return memray
 
 
@@ -147,6 +139,10 @@ def run_sampler(mod, fn, n, rate: float = 0.01) -> float:
         mod.take(None)
 
 
+def _cell(ratio: float, width: int) -> str:
+    return f"{'n/a':>{width}}" if ratio != ratio else f"{ratio:{width}.3f}"
+
+
 def overhead(repeats: int, scale: float, against: str | None = None) -> None:
     print(f"== allocation sampling overhead (CPU time, median of {repeats} interleaved runs; ratio = profiled / unprofiled)")
     variants = {"om": ("omniprof@0.01", lambda fn, n: run_omniprof(fn, n, 0.01)),
@@ -160,6 +156,8 @@ def overhead(repeats: int, scale: float, against: str | None = None) -> None:
         variants["ab1"] = ("worktree@0.01", lambda fn, n: run_sampler(after, fn, n))
         print(f"(last two columns: the sampler's C source at {against} and in the working tree, each built "
               f"alike and run alone)")
+    if _import_memray() is None:
+        print("(memray: not installed here -- pip install 'omniprof[bench]'; its column reads n/a)")
     widths = {k: max(len(label), 8) for k, (label, _) in variants.items()}
     print(f"{'workload':10} {'base_s':>8} " + " ".join(f"{label:>{widths[k]}}" for k, (label, _) in variants.items()))
     ratios: dict[str, list[float]] = {k: [] for k in variants}
@@ -178,9 +176,9 @@ def overhead(repeats: int, scale: float, against: str | None = None) -> None:
                 continue
             row[k] = statistics.median(runs[k]) / base
             ratios[k].append(row[k])
-        print(f"{name:10} {base:8.3f} " + " ".join(f"{row[k]:{widths[k]}.3f}" for k in variants))
+        print(f"{name:10} {base:8.3f} " + " ".join(_cell(row[k], widths[k]) for k in variants))
     med = {k: statistics.median(v) if v else float("nan") for k, v in ratios.items()}
-    print(f"{'median':10} {'':8} " + " ".join(f"{med[k]:{widths[k]}.3f}" for k in variants)
+    print(f"{'median':10} {'':8} " + " ".join(_cell(med[k], widths[k]) for k in variants)
           + "   (goal: omniprof@0.01 <= 1.15)")
     if tmp is not None:
         tmp.cleanup()
