@@ -581,7 +581,11 @@ static PyObject *py_instance_state(PyObject *self, PyObject *obj) {
         }
     } else
 #endif
-    if (tp->tp_dictoffset != 0) {
+    if (tp->tp_dictoffset != 0
+#ifdef Py_TPFLAGS_MANAGED_DICT
+        && !(tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) /* a CPython newer than this reader: asking builds it */
+#endif
+    ) {
         /* a dict slot inside the object (negative offsets count from the end of a variable-size
          * one): reading the slot builds nothing */
         PyObject **slot = _PyObject_GetDictPtr(obj);
