@@ -8,11 +8,20 @@ Ground truths are measured independently: each function timed alone, lines taken
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import struct
 import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
+
+# the shared workloads, loaded by path: this script runs under interpreters without omniprof's dependencies
+_spec = importlib.util.spec_from_file_location("cpu_workloads", Path(__file__).with_name("cpu_workloads.py"))
+wl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(wl)
+heavy, tiny, hot_loop, spin = wl.heavy, wl.tiny, wl.hot_loop, wl.spin
 
 ns = None  # the extension, imported by main() from the directory given
 FAILS = []
@@ -22,42 +31,6 @@ def check(name, ok, detail=""):
     print(("OK  " if ok else "FAIL") + f" {name} {detail}", flush=True)
     if not ok:
         FAILS.append(name)
-
-
-def heavy(x):
-    a = x * 3 + 1
-    b = a * a - x
-    c = b // 7 + a
-    d = c * c % 1000003
-    e = d + b - a
-    f = e * 2
-    g = f ^ 12345
-    h = g + d
-    i = h * 3
-    j = i - 99
-    k = j * j % 77
-    m = k + 1
-    n = m * 5
-    o = n - j
-    p = o * o % 997
-    q = p + a
-    r = q * 2
-    s = r ^ 99
-    t = s + 1
-    return t
-
-
-def tiny(x):
-    return x + 1
-
-
-def hot_loop(n):
-    s = 0
-    for i in range(n):
-        a = i + 1
-        x = (a ** 3 ** 2) ** 2 % 1000003  # HOT
-        s += a + x
-    return s
 
 
 def deep(n, f):
@@ -103,32 +76,15 @@ def main():
         sys.exit(1)
 
     # 1. heavy vs tiny: truth = each timed alone
-    n = 200_000
-    t = time.perf_counter()
-    for i in range(n):
-        heavy(i)
-    th = time.perf_counter() - t
-    t = time.perf_counter()
-    for i in range(n):
-        tiny(i)
-    tt = time.perf_counter() - t
-    truth = th / (th + tt)
-
-    def both():
-        end = time.perf_counter() + 1.0
-        while time.perf_counter() < end:
-            for i in range(500):
-                heavy(i)
-                tiny(i)
-
-    smp, stats, _ = session(both)
+    truth = wl.truth_heavy_tiny()
+    smp, stats, _ = session(lambda: wl.w_heavy_tiny(1.0))
     c = Counter(fr[4][0][0].co_name for fr in smp if fr[4] and fr[4][0][0] is not None)
     share = c["heavy"] / max(c["heavy"] + c["tiny"], 1)
     check("heavy_vs_tiny", abs(share - truth) < 0.15, f"heavy share {share:.3f} truth {truth:.3f} ({c})")
     check("no_torn_majority", stats["torn"] < 0.05 * max(stats["ticks"], 1), str(stats))
 
     # 2. the hot line of a loop gets most of the function's samples
-    hot_line = next(i + 1 for i, ln in enumerate(open(__file__).read().splitlines()) if ln.rstrip().endswith("# HOT"))
+    hot_line = wl.tagged_lines("HOT")[0]
     smp, stats, _ = session(lambda: [hot_loop(20_000) for _ in range(15)])
     lines = Counter(line_of(fr[4][0][0], fr[4][0][1]) for fr in smp
                     if fr[4] and fr[4][0][0] is not None and fr[4][0][0].co_name == "hot_loop")
@@ -136,11 +92,6 @@ def main():
     check("hot_line", hot >= 0.6, f"hot line share {hot:.3f} ({dict(lines)})")
 
     # 3. busy threads: each sampled at most ticks, at a good share of the requested rate
-    def spin(sec):
-        end = time.perf_counter() + sec
-        while time.perf_counter() < end:
-            pass
-
     def threads():
         ts = [threading.Thread(target=spin, args=(0.8,), name=f"w{i}") for i in range(3)]
         for x in ts:
@@ -195,6 +146,46 @@ def main():
     smp, _, _ = session(threads, mode=ns.MODE_GIL)
     by_t = Counter(s[0] for s in smp)
     check("gil_mode_one_holder", len(smp) > 50 and max(by_t.values()) == 1, f"samples {len(smp)}")
+
+    # 7. generators resumed by C (sum over a generator expression) and by a for loop, sampled at 5 kHz:
+    #    a generator's frame is always shown under its caller (a generator met after it yielded has
+    #    no caller link: such a read is torn and read again, never reported as a root frame)
+    smp, stats, _ = session(lambda: wl.w_generators(1.0), interval_ns=200_000)
+    gen_flag = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+    in_gen = [s for s in smp if any(f[0] is not None and f[0].co_flags & gen_flag for f in s[4])]
+    rooted = [s for s in in_gen if s[4][-1][0] is not None and s[4][-1][0].co_flags & gen_flag]
+    check("generator_frames_under_callers", len(in_gen) > 500 and not rooted,
+          f"{len(rooted)} of {len(in_gen)} generator samples without callers; torn {stats['torn']} "
+          f"retried {stats.get('retries', 0)}")
+
+    # 8. fork while the engine runs: the child starts an engine of its own and samples its own work
+    #    (the parent's engine thread does not exist in the child; its lock may have been held)
+    def fork_and_profile():
+        spin(0.1)
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                smp_c, stats_c, _ = session(lambda: spin(0.4))
+                mine = sum(1 for x in smp_c if any(f[0] is not None and f[0].co_name == "spin" for f in x[4]))
+                code = 0 if mine >= 100 else 4
+            finally:
+                os._exit(code)
+        spin(0.1)
+        deadline = time.perf_counter() + 30
+        while time.perf_counter() < deadline:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return st
+            time.sleep(0.05)
+        os.kill(pid, 9)  # a child stuck on a lock the parent's engine held at the fork
+        os.waitpid(pid, 0)
+        return "hung"
+
+    status = []
+    smp, stats, _ = session(lambda: status.append(fork_and_profile()))
+    check("fork_child_profiles", status == [0] and len(smp) > 100,
+          f"child exit status {status}, parent samples {len(smp)}")
 
     sys.exit(1 if FAILS else 0)
 

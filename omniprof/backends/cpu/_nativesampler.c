@@ -95,6 +95,11 @@ typedef struct {
 static offsets_t O;
 
 #define MAXOF(a, b) ((a) > (b) ? (a) : (b))
+#if PY_VERSION_HEX >= 0x030B0000
+#define OWNED_BY_GENERATOR FRAME_OWNED_BY_GENERATOR
+#else
+#define OWNED_BY_GENERATOR 1
+#endif
 
 static int init_offsets(PyInterpreterState *interp) {
     memset(&O, 0, sizeof O);
@@ -274,7 +279,7 @@ static struct {
     uint64_t exclude[MAX_EXCLUDE]; int n_exclude;
     uint64_t native_map[MAX_EXCLUDE * 4][2]; int n_native_map;  /* 3.10: thread id -> native id */
     /* stats */
-    int64_t ticks, samples_total, torn, dropped, idle_samples, thread_reads;
+    int64_t ticks, samples_total, torn, dropped, idle_samples, thread_reads, retries;
     int64_t engine_cpu_ns, max_lag_ns;
     uint64_t rng;
     int64_t deadline_ns;   /* 0: none; else stop by itself at this time (peek) */
@@ -500,14 +505,25 @@ static int64_t walk_thread(const char *ts, uint64_t *w, uint64_t *gen) {
         uintptr_t code, prev;
         memcpy(&code, buf + O.fr_code, 8);
         memcpy(&prev, buf + O.fr_previous, 8);
+        /* A generator's or coroutine's frame links to its caller only while it runs: the interpreter
+         * sets `previous` (3.10: f_back) when the generator is resumed and clears it when it yields
+         * or returns. One met with no caller was therefore read after it had yielded (its thread
+         * moved on between our reads of the thread state and of this frame): a torn sample, which
+         * would otherwise show the generator as a root frame without its callers. */
         if (O.legacy) {
             uintptr_t g;
             memcpy(&g, buf + O.fr_gen, 8);
-            if (g) *gen = g;  /* the root-most is a task's coroutine */
+            if (g) {
+                if (!prev) return -1;
+                *gen = g;  /* the root-most is a task's coroutine */
+            }
         } else {
             char owner = buf[O.fr_owner];
             if (O.owner_cstack >= 0 && owner == O.owner_cstack) { frame = prev; continue; }
-            if (owner == 1) *gen = frame;  /* FRAME_OWNED_BY_GENERATOR: the root-most is a task's coroutine */
+            if (owner == OWNED_BY_GENERATOR) {
+                if (!prev) return -1;
+                *gen = frame;  /* the root-most is a task's coroutine */
+            }
         }
         int64_t code_bytes = 0;
         code_t *c = check_code(code, &code_bytes);
@@ -589,7 +605,21 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
         uint64_t gen;
         copy_chunk(ts);
         int64_t n = walk_thread(ts, w, &gen);
-        if (n < 0) { E.torn++; continue; }
+        if (n < 0) {
+            /* torn: the thread changed its stack while we read it; read it once more, now */
+            uint64_t tid2 = 0;
+            uintptr_t interp2 = 0;
+            if (safe_read(ts, cur, O.ts_size) == 0) {
+                memcpy(&tid2, ts + O.ts_thread_id, sizeof tid2);
+                memcpy(&interp2, ts + O.ts_interp, 8);
+            }
+            if (tid2 == tid && interp2 == (uintptr_t)E.interp) {
+                E.retries++;
+                copy_chunk(ts);
+                n = walk_thread(ts, w, &gen);
+            }
+            if (n < 0) { E.torn++; continue; }
+        }
         if (E.n_samples >= E.max_pending) { E.dropped++; continue; }
         int64_t sid = intern_stack(w, 2 * n);
         if (sid < 0 || grow((void **)&E.samples, &E.cap_samples, E.n_samples + 1, sizeof(sample_t)) < 0) {
@@ -662,7 +692,7 @@ static void reset_session(void) {
     E.n_new_codes = 0;
     close_thread_fds();
     E.n_threads = 0;
-    E.ticks = E.samples_total = E.torn = E.dropped = E.idle_samples = E.thread_reads = 0;
+    E.ticks = E.samples_total = E.torn = E.dropped = E.idle_samples = E.thread_reads = E.retries = 0;
     E.engine_cpu_ns = E.max_lag_ns = 0;
     E.t_prev = 0;
 }
@@ -740,6 +770,32 @@ static void start_engine_locked(int64_t interval_ns, int mode, int max_depth, in
 /* ---------------------------------------------------------------------------------------------
  * Python API
  */
+#ifdef OMNIPROF_NATIVE
+/* In a forked child only the forking thread exists: the engine's and the peek's threads are the
+ * parent's. The child starts with no engine running (a new session starts a thread of its own), a
+ * fresh lock (the engine may have held it at the fork), its own pid for the reads, and no peek. */
+static void atfork_child(void) {
+    E.running = 0;
+    E.stop_req = 0;
+    joinable = 0;
+    if (started_once) pthread_mutex_init(&E.lock, NULL);
+    /* the pipe is shared with the parent (never read the parent's copies), the stat files name the
+     * parent's threads: the child's copies are closed, made again when needed */
+    for (int k = 0; k < 2; k++) if (pipe_fd[k] >= 0) { close(pipe_fd[k]); pipe_fd[k] = -1; }
+    use_pipe = 0;
+    self_pid = getpid();
+    close_thread_fds();
+    E.n_threads = 0;
+    if (peek_armed) {
+        /* the signal keeps the C handler (it only posts a semaphore nobody waits on): restore the
+         * previous disposition, the Python side re-arms peek in the child if it wants it */
+        sigaction(peek_signum, &peek_old, NULL);
+        peek_armed = 0;
+        peek_pending = 0;
+    }
+}
+#endif
+
 static PyObject *py_available(PyObject *self, PyObject *noargs) {
 #ifdef OMNIPROF_NATIVE
     char why[200] = "";
@@ -887,8 +943,8 @@ static PyObject *py_drain(PyObject *self, PyObject *noargs) {
         Py_DECREF(v);
     }
     E.n_new_codes = 0;
-    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
-                          "torn", (long long)E.torn, "dropped", (long long)E.dropped,
+    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
+                          "torn", (long long)E.torn, "retries", (long long)E.retries, "dropped", (long long)E.dropped,
                           "idle_samples", (long long)E.idle_samples, "thread_reads", (long long)E.thread_reads,
                           "engine_cpu_ns", (long long)E.engine_cpu_ns, "max_lag_ns", (long long)E.max_lag_ns,
                           "t_start_ns", (long long)E.t_start, "running", (int)E.running);
@@ -1061,6 +1117,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nativesampler", NUL
 PyMODINIT_FUNC PyInit__nativesampler(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+#ifdef OMNIPROF_NATIVE
+    pthread_atfork(NULL, NULL, atfork_child);
+#endif
     PyModule_AddIntConstant(m, "MODE_WALL", MODE_WALL);
     PyModule_AddIntConstant(m, "MODE_CPU", MODE_CPU);
     PyModule_AddIntConstant(m, "MODE_GIL", MODE_GIL);
