@@ -1,162 +1,67 @@
 """Accuracy of the cpu sampler's engines beside py-spy and pyinstrument, on workloads whose truth is
 measured independently (each piece timed alone). Printed side by side in one run.
 
-    python benchmarks/cpu_accuracy.py            # ~1-2 minutes
-    python benchmarks/cpu_accuracy.py --seconds 1
+    python benchmarks/cpu_accuracy.py            # ~2-3 minutes
+    python benchmarks/cpu_accuracy.py --seconds 1 --only generators,deep
 
-Workloads (run in a child process per profiler, so each starts clean):
+The workloads and their truths live in ``tests/tools/cpu_workloads.py`` (shared with the tests):
   heavy/tiny   heavy() (20 statements) and tiny() (return x + 1) called alternately; truth: each
                timed alone; figure: heavy's share of their self time.
   hot line     a loop whose one line computes a chain of ``**``; figure: that line's share of the
                function's samples (truth: nearly all its time; target >= 80%).
   C calls      sorted() of 600k floats + sha256 of 40 MB + a Python loop; truth: each timed alone;
                figure: each line's share by count and by time.
-  threads      3 busy threads for 1.5 s while main joins; figure: samples per second per thread.
-py-spy runs outside (``py-spy record --rate 1000 --format raw``, needs ptrace); pyinstrument in
-process at 1 ms. Others share this machine: read the figures with the load average printed first.
+  threads      3 busy threads for the run while main joins; figure: samples per second per thread.
+  late thread  a thread started 40% into the run, alive 20% of it; truth: its life as it measured it;
+               figure: the time the profiler gives that thread.
+  asyncio      two tasks on one loop doing n and 3n work per step; truth: each task's work timed alone;
+               figure: the big task's share of the tasks' time.
+  generators   a generator doing heavy() per item feeding a loop doing tiny() per item, and sum() over a
+               generator expression; truth: heavy and tiny timed alone; figures: the generator's share,
+               and samples that show a generator frame without its callers (must be 0).
+  deep         a 120-deep recursion with work per level and at the leaf; truth: the leaf timed alone
+               over the whole recursion timed alone; figures: the leaf's share, and the share of leaf
+               samples carrying all 121 levels.
+py-spy runs outside (``py-spy record --rate 1000 --format raw --threads --nonblocking``, needs ptrace);
+pyinstrument in process at 1 ms (it follows only the thread that started it). Others share this
+machine: read the figures with the load average printed first.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import importlib.util
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections import Counter
 
 HERE = os.path.abspath(__file__)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+_spec = importlib.util.spec_from_file_location("cpu_workloads", os.path.join(ROOT, "tests", "tools", "cpu_workloads.py"))
+wl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(wl)
+WL_FILE = wl.HERE
 
-
-def heavy(x):
-    a = x * 3 + 1
-    b = a * a - x
-    c = b // 7 + a
-    d = c * c % 1000003
-    e = d + b - a
-    f = e * 2
-    g = f ^ 12345
-    h = g + d
-    i = h * 3
-    j = i - 99
-    k = j * j % 77
-    m = k + 1
-    n = m * 5
-    o = n - j
-    p = o * o % 997
-    q = p + a
-    r = q * 2
-    s = r ^ 99
-    t = s + 1
-    return t
-
-
-def tiny(x):
-    return x + 1
-
-
-def w_heavy_tiny(sec):
-    end = time.perf_counter() + sec
-    while time.perf_counter() < end:
-        for i in range(500):
-            heavy(i)
-            tiny(i)
-
-
-def hot_loop(n):
-    s = 0
-    for i in range(n):
-        a = i + 1
-        x = (a ** 3 ** 2) ** 2 % 1000003  # HOT
-        s += a
-    return s + x
-
-
-def w_hot(sec):
-    end = time.perf_counter() + sec
-    while time.perf_counter() < end:
-        hot_loop(20_000)
-
-
-DATA = BLOB = None
-
-
-def c_heavy():
-    a = sorted(DATA)  # SORT
-    b = hashlib.sha256(BLOB).digest()  # SHA
-    s = 0
-    for i in range(400_000):  # LOOP
-        s += i  # LOOP
-    return a, b, s
-
-
-def w_c(sec):
-    global DATA, BLOB
-    rng = random.Random(1)
-    DATA = [rng.random() for _ in range(600_000)]
-    BLOB = os.urandom(40 * 2**20)
-    end = time.perf_counter() + sec
-    while time.perf_counter() < end:
-        c_heavy()
-
-
-def spin(sec):
-    end = time.perf_counter() + sec
-    while time.perf_counter() < end:
-        pass
-
-
-def w_threads(sec):
-    ts = [threading.Thread(target=spin, args=(sec,), name=f"busy{i}") for i in range(3)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-
-
-WORKLOADS = {"heavy/tiny": w_heavy_tiny, "hot line": w_hot, "C calls": w_c, "threads": w_threads}
-
-
-def _line(tag):
-    return next(i + 1 for i, ln in enumerate(open(HERE).read().splitlines()) if ln.rstrip().endswith(f"# {tag}"))
+WORKLOADS = {"heavy/tiny": wl.w_heavy_tiny, "hot line": wl.w_hot, "C calls": wl.w_c, "threads": wl.w_threads,
+             "late thread": wl.w_late_thread, "asyncio": wl.w_asyncio, "generators": wl.w_generators,
+             "deep": wl.w_deep}
+GEN_NAMES = ("produce", "<genexpr>")
 
 
 def truths():
-    out = {}
-    n = 100_000
-    t = time.perf_counter()
-    for i in range(n):
-        heavy(i)
-    th = time.perf_counter() - t
-    t = time.perf_counter()
-    for i in range(n):
-        tiny(i)
-    tt = time.perf_counter() - t
-    out["heavy/tiny"] = th / (th + tt)
-    global DATA, BLOB
-    rng = random.Random(1)
-    DATA = [rng.random() for _ in range(600_000)]
-    BLOB = os.urandom(40 * 2**20)
-    t0 = time.perf_counter()
-    sorted(DATA)
-    t1 = time.perf_counter()
-    hashlib.sha256(BLOB).digest()
-    t2 = time.perf_counter()
-    s = 0
-    for i in range(400_000):
-        s += i
-    t3 = time.perf_counter()
-    tot = t3 - t0
-    out["C calls"] = {"sort": (t1 - t0) / tot, "sha": (t2 - t1) / tot, "loop": (t3 - t2) / tot}
-    return out
+    return {"heavy/tiny": wl.truth_heavy_tiny(), "C calls": wl.truth_c(), "asyncio": wl.truth_asyncio(),
+            "generators": wl.truth_generators(), "deep": wl.truth_deep()}
 
 
-# -- child: run one workload under one profiler, print (name, file, line, thread, weight_s) rows as JSON
+def _short(name):
+    return name.rsplit(".", 1)[-1]
+
+
+# -- child: run one workload under one profiler; print rows (stack names root first, leaf line, thread,
+#    weight_s) and the truths only the run itself can measure (the late thread's life) as JSON
 def child(workload, profiler, sec):
     fn = WORKLOADS[workload]
     rows = []
@@ -169,8 +74,9 @@ def child(workload, profiler, sec):
         part = p.result.part("cpu")
         names = {t.thread_id: t.name for t in part.threads}
         for s in part.samples:
-            fr = part.frames[part.stacks[s.stack_id][-1]]
-            rows.append((fr.name.rsplit(".", 1)[-1], fr.line, names.get(s.thread_id, "?"), s.weight_ns / 1e9))
+            st = [part.frames[i] for i in part.stacks[s.stack_id]]
+            rows.append(([_short(f.name) for f in st], st[-1].line if st else 0, names.get(s.thread_id, "?"),
+                         s.weight_ns / 1e9))
     elif profiler == "pyinstrument":
         from pyinstrument import Profiler
 
@@ -181,17 +87,20 @@ def child(workload, profiler, sec):
         for frames, dur in _pyinst_samples(session):
             # "function\x00file\x00first line[\x01l<current line>]": the current line when recorded. A
             # builtin leaf (sorted, sha256) is charged to its caller's line, as the other profilers do.
-            mine = [f for f in frames if f.split("\x00")[1:2] == [HERE]]
-            leaf = (mine or frames)[-1].split("\x00")
+            mine = [f for f in frames if f.split("\x00")[1:2] == [WL_FILE]]
+            leaf = (mine or frames)[-1].split("\x00") if frames else ["?"]
             line = 0
             if len(leaf) > 2:
                 first, _, cur = leaf[2].partition("\x01l")
                 line = int(cur) if cur.isdigit() else 0
             thread = frames[0].split("\x00")[0] if frames else "?"
-            rows.append((leaf[0], line, thread, dur))
+            stack = [_short(f.split("\x00")[0]) for f in frames]
+            if mine and frames and frames[-1] is not mine[-1]:  # a builtin leaf: its caller's line
+                stack = stack[:len(stack) - (len(frames) - 1 - frames.index(mine[-1]))]
+            rows.append((stack, line, thread, dur))
     else:
         fn(sec)
-    print("ROWS" + json.dumps(rows))
+    print("ROWS" + json.dumps({"rows": rows, "late_lived_s": wl.LATE.get("lived_s")}))
 
 
 def _pyinst_samples(session):
@@ -202,7 +111,7 @@ def _pyinst_samples(session):
 
 def run(workload, profiler, sec):
     cmd = [sys.executable, HERE, "--child", workload, profiler, str(sec)]
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(HERE))}
+    env = {**os.environ, "PYTHONPATH": ROOT}
     if profiler == "py-spy":
         from omniprof.backends.cpu.pyspy import parse_raw, which_pyspy
 
@@ -218,53 +127,93 @@ def run(workload, profiler, sec):
             rows = []
             for tid, name, frames, count in parse_raw(open(out).read()):
                 if frames:
-                    rows += [(frames[-1].name, frames[-1].line, name or str(tid), 0.001)] * count
-            return rows
+                    rows += [([_short(f.name) for f in frames], frames[-1].line, name or str(tid), 0.001)] * count
+            extra = json.loads(r.stdout.split("ROWS", 1)[1].splitlines()[0]) if "ROWS" in r.stdout else {}
+            return {"rows": rows, "late_lived_s": extra.get("late_lived_s")}
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         print(r.stderr[-500:])
         return None
-    return [tuple(x) for x in json.loads(r.stdout.split("ROWS", 1)[1])]
+    return json.loads(r.stdout.split("ROWS", 1)[1].splitlines()[0])
 
 
-def figures(workload, rows, sec, truth):
-    if rows is None:
+def figures(workload, res, sec, truth):
+    if res is None:
         return "n/a"
+    rows = [(st, line, th, wt) for st, line, th, wt in res["rows"]]
     if workload == "heavy/tiny":
-        c, w = Counter(), Counter()
-        for name, line, th, wt in rows:
-            c[name] += 1
-            w[name] += wt
+        w = Counter()
+        for st, line, th, wt in rows:
+            if st:
+                w[st[-1]] += wt
         share = w["heavy"] / max(w["heavy"] + w["tiny"], 1e-12)
         return f"heavy {100 * share:.1f}% (truth {100 * truth['heavy/tiny']:.1f}%)"
     if workload == "hot line":
-        hot = _line("HOT")
-        lines = Counter(line for name, line, th, wt in rows if name == "hot_loop")
+        hot = wl.tagged_lines("HOT")[0]
+        lines = Counter(line for st, line, th, wt in rows if st and st[-1] == "hot_loop")
         return f"hot line {100 * lines[hot] / max(sum(lines.values()), 1):.1f}% of hot_loop's samples"
     if workload == "C calls":
-        which = {_line("SORT"): "sort", _line("SHA"): "sha"}
-        for i, ln in enumerate(open(HERE).read().splitlines()):
-            if ln.rstrip().endswith("# LOOP"):
-                which[i + 1] = "loop"
         c, w = Counter(), Counter()
-        for name, line, th, wt in rows:
-            if name == "c_heavy" and line in which:
-                c[which[line]] += 1
-                w[which[line]] += wt
+        for st, line, th, wt in rows:
+            kind = wl.c_line_kind(line) if st and st[-1] == "c_heavy" else None
+            if kind:
+                c[kind] += 1
+                w[kind] += wt
         tc, tw = max(sum(c.values()), 1), max(sum(w.values()), 1e-12)
         t = truth["C calls"]
         return " ".join(f"{k} {100 * c[k] / tc:.0f}/{100 * w[k] / tw:.0f}% (truth {100 * t[k]:.0f})"
                         for k in ("sort", "sha", "loop")) + "  [count/time]"
-    per = Counter(th for name, line, th, wt in rows if name == "spin")
-    if not per:
-        return "no samples of the worker threads (profiles only the thread that started it)"
-    rates = sorted(v / sec for v in per.values())
-    return "per-thread Hz " + ", ".join(f"{r:.0f}" for r in rates) + " (requested 1000)"
+    if workload == "threads":
+        per = Counter(th for st, line, th, wt in rows if st and st[-1] == "spin")
+        if len(per) < 3:
+            return f"worker threads seen: {len(per)} of 3 (profiles only the thread that started it?)"
+        rates = sorted(v / sec for v in per.values())
+        return "per-thread Hz " + ", ".join(f"{r:.0f}" for r in rates) + " (requested 1000)"
+    if workload == "late thread":
+        lived = res.get("late_lived_s")
+        got = sum(wt for st, line, th, wt in rows if th == "late" or (th != "late" and "late_worker" in st))
+        if not got:
+            return f"the late thread is not in the profile (it lived {lived:.3f} s)" if lived else "n/a"
+        return f"late thread {got:.3f} s (truth: it lived {lived:.3f} s)"
+    if workload == "asyncio":
+        w = Counter()
+        for st, line, th, wt in rows:
+            for k in ("small_task_work", "big_task_work"):
+                if k in st:
+                    w[k] += wt
+        share = w["big_task_work"] / max(sum(w.values()), 1e-12)
+        return f"big task {100 * share:.1f}% (truth {100 * truth['asyncio']:.1f}%)"
+    if workload == "generators":
+        w = Counter()
+        rooted = in_gen = 0
+        for st, line, th, wt in rows:
+            if "consume" in st and st[-1] in ("heavy", "tiny"):
+                w[st[-1]] += wt
+            if any(n in GEN_NAMES for n in st):
+                in_gen += 1
+                rooted += st[0] in GEN_NAMES
+        share = w["heavy"] / max(w["heavy"] + w["tiny"], 1e-12)
+        return (f"generator {100 * share:.1f}% (truth {100 * truth['generators']:.1f}%); "
+                f"{rooted} of {in_gen} generator samples without callers")
+    # deep
+    leaf = total = full = n_leaf = 0
+    for st, line, th, wt in rows:
+        if "recurse" not in st:
+            continue
+        total += wt
+        if st[-1] == "recursion_leaf":
+            leaf += wt
+            n_leaf += 1
+            full += st.count("recurse") == wl.DEPTH + 1
+    return (f"leaf {100 * leaf / max(total, 1e-12):.1f}% (truth {100 * truth['deep']:.1f}%); "
+            f"{100 * full / max(n_leaf, 1):.1f}% of leaf samples with all {wl.DEPTH + 1} levels")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=1.5)
+    ap.add_argument("--only", default="", help="comma-separated workload names (default: all)")
+    ap.add_argument("--profilers", default="omniprof-native,omniprof-signal,py-spy,pyinstrument")
     ap.add_argument("--child", nargs=3)
     a = ap.parse_args()
     if a.child:
@@ -273,11 +222,13 @@ def main():
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} "
           f"(other processes share these CPUs)\n")
     truth = truths()
-    profs = ["omniprof-native", "omniprof-signal", "py-spy", "pyinstrument"]
-    for wl in WORKLOADS:
-        print(f"== {wl}")
-        for p in profs:
-            print(f"  {p:<17} {figures(wl, run(wl, p, a.seconds), a.seconds, truth)}")
+    only = [x.strip() for x in a.only.split(",") if x.strip()]
+    for wl_name in WORKLOADS:
+        if only and not any(o in wl_name for o in only):
+            continue
+        print(f"== {wl_name}")
+        for p in a.profilers.split(","):
+            print(f"  {p:<17} {figures(wl_name, run(wl_name, p, a.seconds), a.seconds, truth)}")
         print()
 
 

@@ -38,7 +38,8 @@ def _timed(fn, *args) -> float:
 
 
 def best_of(n: int, fn, *args) -> float:
-    """The shortest of ``n`` timings: other processes on a shared machine only add time."""
+    """The shortest of ``n`` timings: other processes on a shared machine only add time (pieces of
+    about a millisecond want many tries on a loaded machine)."""
     return min(_timed(fn, *args) for _ in range(n))
 
 
@@ -231,7 +232,7 @@ def w_asyncio(sec: float) -> None:
 
 def truth_asyncio() -> float:
     """big's share of big + small, each task's work timed alone."""
-    ts, tb = best_of(3, small_task_work, ASYNC_N), best_of(3, big_task_work, 3 * ASYNC_N)
+    ts, tb = best_of(15, small_task_work, ASYNC_N), best_of(15, big_task_work, 3 * ASYNC_N)
     return tb / (tb + ts)
 
 
@@ -294,4 +295,4 @@ def w_deep(sec: float) -> None:
 
 def truth_deep() -> float:
     """The leaf's share of one recursion: the leaf timed alone over the whole timed alone."""
-    return best_of(5, recursion_leaf, LEAF_N) / best_of(5, recurse, DEPTH, LEAF_N)
+    return best_of(15, recursion_leaf, LEAF_N) / best_of(15, recurse, DEPTH, LEAF_N)
