@@ -18,6 +18,7 @@ from omniprof.backends.cpu.api import (
     fetch,
     init,
     peek_duration,
+    peek_report,
     print,
     report_groups,
     retrieve,
@@ -25,4 +26,5 @@ from omniprof.backends.cpu.api import (
 )
 
 __all__ = ["init", "fetch", "retrieve", "clear", "print", "callers", "report_groups", "RawBuffer",
-           "enable_peek", "disable_peek", "set_peek_duration", "peek_duration", "PrintOptions", "BYTES_PER_SAMPLE"]
+           "enable_peek", "disable_peek", "set_peek_duration", "peek_duration", "peek_report", "PrintOptions",
+           "BYTES_PER_SAMPLE"]

@@ -354,22 +354,27 @@ def hide_idle(stacks: Sequence[Stack]) -> list[Stack]:
     return [s for s in stacks if not is_idle(s.frames)]
 
 
-def fold_recursion(stacks: Sequence[Stack]) -> list[Stack]:
+def fold_recursion(stacks: Sequence[Stack], *, native: bool = False) -> list[Stack]:
     """Recursion folded (Julia's ``recur=:flat``): re-entering a frame already on the path goes
-    back to it instead of nesting deeper, so ``f -> g -> f -> g -> h`` becomes ``f -> g -> h``."""
+    back to it instead of nesting deeper, so ``f -> g -> f -> g -> h`` becomes ``f -> g -> h``.
+
+    Native (C) frames are not folded (kept where they are, as Julia's ``:flat`` keeps C frames)
+    unless ``native`` (Julia's ``:flatc``, C frames folded too)."""
     def fn(fr: tuple[Frame, ...]) -> tuple[Frame, ...]:
         if len(set(fr)) == len(fr):
             return fr
         path: list[Frame] = []
         pos: dict[Frame, int] = {}
         for f in fr:
-            i = pos.get(f)
+            foldable = native or f.kind != "native"
+            i = pos.get(f) if foldable else None
             if i is not None:
                 for dead in path[i + 1:]:
-                    del pos[dead]
+                    pos.pop(dead, None)
                 del path[i + 1:]
                 continue
-            pos[f] = len(path)
+            if foldable:
+                pos[f] = len(path)
             path.append(f)
         return tuple(path)
     return _map_frames(stacks, fn)

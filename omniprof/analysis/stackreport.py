@@ -6,9 +6,11 @@ Rows are built first (:func:`build_report` -> :class:`GroupReport` of :class:`Tr
 O(distinct stacks x depth): 10^6 samples take well under 2 s (``benchmarks/cpu_sampler.py``).
 
 The rows come from the one call tree (:mod:`omniprof.analysis.calltree`); this module adds Julia's
-options and text layout. Counts are samples (Julia's "Count"); ``overhead`` is the self count (samples whose leaf is this
-frame). Every row also carries the weighted time (``total_ns``/``self_ns``): a sample's weight is
-the time since its thread's previous sample, which also covers coalesced ticks.
+options and text layout. Every row carries the weighted time (``total_ns``/``self_ns``: a sample's
+weight is the time since its thread's previous sample, which also covers coalesced ticks) and the
+counts (samples, Julia's "Count"; ``overhead`` is the self count, samples whose leaf is this frame).
+The text shows time and its percentage of the group's sampled time; ``counts=True`` shows Julia's
+sample counts instead.
 """
 
 from __future__ import annotations
@@ -74,7 +76,10 @@ class PrintOptions:
         groupby: ``"none"``, ``"thread"``, ``"task"``, ``("thread", "task")`` or ``("task", "thread")``.
         noisefloor: hide tree rows with ``n <= noisefloor * sqrt(N)`` (N: the parent's count).
         mincount: hide rows with fewer samples.
-        recur: ``"off"`` or ``"flat"`` (fold recursion: a frame already on the path is re-entered).
+        recur: ``"off"``, ``"flat"`` (fold recursion: a Python frame already on the path is re-entered
+            instead of nested again; native frames are left as they are) or ``"flatc"`` (the same, native
+            (C) frames folded too), as Julia's ``:off``/``:flat``/``:flatc``.
+        counts: show sample counts (Julia's ``Count`` and ``Overhead`` columns) instead of time and %.
         threads, tasks: keep only these thread / task ids (None: all).
         cols: line width (None: the terminal's, or 120 when not a terminal).
     """
@@ -87,10 +92,11 @@ class PrintOptions:
     groupby: Any = attrs.field(default="none", converter=_groupby, validator=v.one_of(*GROUPBYS))
     noisefloor: float = attrs.field(default=0.0, validator=v.number_in_range(0.0))
     mincount: int = attrs.field(default=0, validator=v.int_in_range(0))
-    recur: str = attrs.field(default="off", validator=v.one_of("off", "flat"))
+    recur: str = attrs.field(default="off", validator=v.one_of("off", "flat", "flatc"))
     threads: tuple[int, ...] | None = attrs.field(default=None, converter=_int_tuple, validator=_check_ids)
     tasks: tuple[int, ...] | None = attrs.field(default=None, converter=_int_tuple, validator=_check_ids)
     cols: int | None = attrs.field(default=None, validator=v.int_in_range(20, optional=True))
+    counts: bool = attrs.field(default=False, validator=v.is_bool)
 
 
 @attrs.frozen
@@ -173,7 +179,8 @@ def _build(part: BackendResult, opts: PrintOptions) -> list[GroupReport]:
         tree: tuple[TreeRow, ...] = ()
         flat: tuple[FlatRow, ...] = ()
         if opts.format == "tree":
-            root = calltree.build_tree(calltree.fold_recursion(stacks) if opts.recur == "flat" else stacks)
+            folded = stacks if opts.recur == "off" else calltree.fold_recursion(stacks, native=opts.recur == "flatc")
+            root = calltree.build_tree(folded)
             tree = tuple(calltree.tree_rows(root, sort=opts.sortedby, maxdepth=opts.maxdepth, mincount=opts.mincount,
                                             noisefloor=opts.noisefloor))
         else:
@@ -207,8 +214,16 @@ def _indent(depth: int) -> str:
     return "".join("╎" if i % 4 == 3 else " " for i in range(depth))
 
 
-def _tree_line(row: TreeRow, wo: int, wc: int, cols: int, offsets: bool) -> str:
-    over = str(row.self_count) if row.self_count else ""
+def _tree_cells(row: TreeRow, counts: bool, group_ns: int) -> tuple[str, str]:
+    """The self column and the value column of a tree row: counts (Julia's) or time and %."""
+    if counts:
+        return (str(row.self_count) if row.self_count else ""), str(row.count)
+    pct = 100.0 * row.total_ns / group_ns if group_ns > 0 else 0.0
+    return (_fmt_ns(row.self_ns) if row.self_ns else ""), f"{_fmt_ns(row.total_ns)} {pct:5.1f}%"
+
+
+def _tree_line(row: TreeRow, wo: int, wc: int, cols: int, offsets: bool, cells: tuple[str, str] | None = None) -> str:
+    over, value = cells if cells is not None else _tree_cells(row, True, 0)
     head = f"{over:>{wo}}╎"
     avail = cols - len(head)
     max_indent = max(avail // 2 - wc, 0)
@@ -220,7 +235,7 @@ def _tree_line(row: TreeRow, wo: int, wc: int, cols: int, offsets: bool) -> str:
         shown = max(max_indent - len(marker), 0)
         marker = f"+{row.depth - shown} "
         ind = marker + _indent(shown)
-    count = f"{row.count:<{wc}} "
+    count = f"{value:>{wc}} " if not value.isdigit() else f"{value:<{wc}} "
     where = frame_where(row.frame)
     if offsets and row.frame.offset is not None:
         where += f"@{row.frame.offset}"
@@ -265,6 +280,13 @@ def overhead_lines(part: BackendResult) -> list[str]:
     if "sampler_overhead_pct" in over:
         line += f" = {over.get('sampler_overhead_pct', 0):.2f}% of the session"
     lines.append(line)
+    if "gc_time_ns" in over:
+        n = over.get("gc_collections", 0)
+        gc_line = (f"garbage collection {_fmt_ns(over['gc_time_ns'])} in {n} collection{'s' if n != 1 else ''} "
+                   f"(timed by gc.callbacks)")
+        if part.end_ns > part.start_ns:
+            gc_line += f" = {100.0 * over['gc_time_ns'] / (part.end_ns - part.start_ns):.2f}% of the session"
+        lines.append(gc_line)
     return lines
 
 
@@ -302,29 +324,41 @@ def _format(part: BackendResult, opts: PrintOptions, groups: Sequence[GroupRepor
                 lines.append("")
             lines.extend(x[:cols] for x in _group_title(g, grand))
         if opts.format == "tree":
-            wo = max([len("Overhead")] + [len(str(r.self_count)) for r in g.tree])
-            wc = max([len(str(r.count)) for r in g.tree] + [1])
+            cells = [_tree_cells(r, opts.counts, g.total_ns) for r in g.tree]
+            over_h, value_h = ("Overhead", "Count") if opts.counts else ("Self time", "Time %")
+            wo = max([len(over_h)] + [len(c[0]) for c in cells])
+            wc = max([len(c[1]) for c in cells] + [1])
             if not gi or g.path:
-                lines.append(f"{'Overhead':>{wo}} ╎ [+additional indent] Count File:Line; Function"[:cols])
+                lines.append(f"{over_h:>{wo}} ╎ [+additional indent] {value_h} File:Line; Function"[:cols])
                 lines.append("=" * min(cols, wo + 52))
-            lines.extend(_tree_line(r, wo, wc, cols, not opts.combine) for r in g.tree)
+            lines.extend(_tree_line(r, wo, wc, cols, not opts.combine, c) for r, c in zip(g.tree, cells))
         else:
-            lines.extend(_flat_lines(g.flat, cols, not opts.combine))
+            lines.extend(_flat_lines(g.flat, cols, not opts.combine, opts.counts, g.total_ns))
     return lines
 
 
-def _flat_lines(rows: Sequence[FlatRow], cols: int, offsets: bool) -> list[str]:
+def _flat_lines(rows: Sequence[FlatRow], cols: int, offsets: bool, counts: bool = False, group_ns: int = 0
+                ) -> list[str]:
     from omniprof.analysis.render import Column, render_table
 
-    columns = [Column("Count", kind="num"), Column("Overhead", kind="num"), Column("Time", kind="num"),
-               Column("Self time", kind="num", drop=1), Column("File", min_width=16), Column("Line", kind="num"),
-               Column("Function", min_width=20)]
+    def pct(ns: int) -> str:
+        return f"{100.0 * ns / group_ns:.1f}%" if group_ns > 0 else ""
+
+    if counts:  # Julia's columns first, the times beside them
+        columns = [Column("Count", kind="num"), Column("Overhead", kind="num"), Column("Time", kind="num"),
+                   Column("Self time", kind="num", drop=1)]
+    else:
+        columns = [Column("Time", kind="num"), Column("%", kind="num"), Column("Self time", kind="num"),
+                   Column("Self %", kind="num", drop=1)]
+    columns += [Column("File", min_width=16), Column("Line", kind="num"), Column("Function", min_width=20)]
     cells = []
     for r in rows:
         fr = r.frame
         file = _short_path(fr.file) if fr.file else (fr.module or "")
         line = str(fr.line) + (f"@{fr.offset}" if offsets and fr.offset is not None else "") if fr.line or fr.file else "?"
-        cells.append([str(r.count), str(r.self_count), _fmt_ns(r.total_ns), _fmt_ns(r.self_ns), file, line, fr.name])
+        head = ([str(r.count), str(r.self_count), _fmt_ns(r.total_ns), _fmt_ns(r.self_ns)] if counts else
+                [_fmt_ns(r.total_ns), pct(r.total_ns), _fmt_ns(r.self_ns), pct(r.self_ns)])
+        cells.append([*head, file, line, fr.name])
     return render_table(columns, cells, width=cols).splitlines()
 
 

@@ -9,7 +9,7 @@ The ``cpu`` backend records into one process-wide buffer that accumulates across
 
 Functions: :func:`init`, :func:`fetch`, :func:`retrieve`, :func:`clear`, :func:`print`,
 :func:`callers`, :func:`enable_peek`, :func:`disable_peek`, :func:`set_peek_duration`,
-:func:`peek_duration`.
+:func:`peek_duration`, and ``peek_report`` (Julia's ``Profile.peek_report[]``).
 
 .. versionadded:: 0.1
 """
@@ -36,7 +36,8 @@ from omniprof.analysis.stackreport import callers as _callers
 from omniprof.errors import InvalidArgumentError, ProfilerStateError
 
 __all__ = ["init", "fetch", "retrieve", "clear", "print", "callers", "report_groups", "RawBuffer",
-           "enable_peek", "disable_peek", "set_peek_duration", "peek_duration", "PrintOptions", "BYTES_PER_SAMPLE"]
+           "enable_peek", "disable_peek", "set_peek_duration", "peek_duration", "peek_report", "PeekReport",
+           "default_peek_report", "PrintOptions", "BYTES_PER_SAMPLE"]
 
 _config = {"max_samples": 1_000_000, "interval_s": 0.001}
 _buffer: Sampler | None = None
@@ -252,6 +253,50 @@ def callers(funcname: str, result: ProfileResult | BackendResult | None = None, 
 _peek: dict[str, Any] = {"duration_s": 1.0, "old": None, "signum": None, "running": False, "thread": None}
 
 
+def default_peek_report(result: BackendResult, file: IO[str]) -> None:
+    """The peek's report unless replaced: the tree grouped by thread and task (Julia's default)."""
+    file.write("\n".join(format_report(result, PrintOptions(groupby=("thread", "task"), sortedby="count",
+                                                            cols=120))) + "\n")
+
+
+class PeekReport:
+    """Julia's ``Profile.peek_report[]``: the callable a peek calls to write its report.
+
+    It is called as ``fn(result, file)`` with the peek's :class:`BackendResult` and the stream
+    (stderr) after the stack dump. Replace it to change the report, e.g. no grouping::
+
+        omniprof.cpu.peek_report[...] = lambda result, file: omniprof.cpu.print(result, file)
+
+    ``peek_report[...]`` (or ``.value``) reads or sets it, as Julia's ``peek_report[]``;
+    :meth:`reset` restores the default. A callable that raises is reported on stderr; the program
+    goes on.
+    """
+
+    def __init__(self) -> None:
+        self.value: Any = default_peek_report
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.value
+
+    def __setitem__(self, key: Any, fn: Any) -> None:
+        self.set(fn)
+
+    def set(self, fn: Any) -> None:
+        if not callable(fn):
+            raise InvalidArgumentError(f"peek_report must be a callable fn(result, file) (got {type(fn).__name__}); "
+                                       f"e.g. lambda result, file: omniprof.cpu.print(result, file)")
+        self.value = fn
+
+    def reset(self) -> None:
+        self.value = default_peek_report
+
+    def __call__(self, result: BackendResult, file: IO[str]) -> None:
+        self.value(result, file)
+
+
+peek_report = PeekReport()
+
+
 def set_peek_duration(seconds: float) -> None:
     """How long a peek profiles after SIGUSR1 (default 1 s)."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
@@ -296,6 +341,9 @@ def enable_peek(signum: int | None = None) -> None:
         _peek["thread"] = t
         t.start()
         _peek["signum"] = sig
+        from omniprof.core.forks import on_fork_child
+
+        on_fork_child(_peek_forked)  # the engine's atfork handler gave the signal its old handler back
         return
     _peek["native"] = False
     _peek["old"] = signal.signal(sig, _on_peek)
@@ -308,7 +356,7 @@ def enable_peek(signum: int | None = None) -> None:
 def _peek_forked() -> None:
     """A forked child gets its own handler back (peek is the parent's)."""
     sig, old = _peek["signum"], _peek["old"]
-    _peek.update(signum=None, old=None, running=False, thread=None)
+    _peek.update(signum=None, old=None, running=False, thread=None, native=False)
     if sig is not None and signal.getsignal(sig) is _on_peek:
         signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
@@ -398,8 +446,7 @@ def _print_peek(sampler: Sampler, stats: dict[str, Any], err: Any) -> None:
                                 "achieved_rate_hz": ticks / dur, "sampler_time_ns": int(stats.get("engine_cpu_ns", 0)),
                                 "sampler_overhead_pct": 100.0 * int(stats.get("engine_cpu_ns", 0)) / (dur * 1e9)}})
     err.write(f"\nomniprof peek: profile of {dur:.2f} s\n")
-    err.write("\n".join(format_report(part, PrintOptions(groupby=("thread", "task"), sortedby="count",
-                                                           cols=120))) + "\n")
+    peek_report(part, err)
     err.flush()
 
 
@@ -477,8 +524,7 @@ def _peek_run(stacks_text: str, duration_s: float) -> None:
                                     "achieved_rate_hz": sampler.ticks / dur, "sampler_time_ns": sampler.self_time_ns,
                                     "sampler_overhead_pct": 100.0 * sampler.self_time_ns / (dur * 1e9)}})
         err.write(f"\nomniprof peek: profile of {dur:.2f} s\n")
-        err.write("\n".join(format_report(part, PrintOptions(groupby=("thread", "task"), sortedby="count",
-                                                               cols=120))) + "\n")
+        peek_report(part, err)
         err.flush()
         _peek_heap_snapshot(err)
     except Exception as e:  # never disturb the program: report and go on

@@ -302,7 +302,7 @@ class CpuSamplerBackend(Backend):
         self._steps: list[tuple[int, int]] = []
         self._threads: dict[int, ThreadInfo] = {}
         self._start_ns = 0
-        self._gc_spans: list[Span] = []
+        self._gc_spans: list[Any] = []  # raw tuples while recording (see _install_gc), Spans after stop
         self._gc_cb: Any = None
         self._tracer: Any = None
         self._pyspy: Any = None
@@ -459,6 +459,10 @@ class CpuSamplerBackend(Backend):
         if self._tracer is not None:
             self._tracer.uninstall()
         self._remove_gc()
+        self._gc_spans = [sp if isinstance(sp, Span) else
+                          Span(name=f"gc gen {sp[3]}", track=f"thread:{sp[0]}", start_ns=sp[1], dur_ns=sp[2],
+                               category="gc", args={"generation": sp[3], "collected": sp[4], "uncollectable": sp[5]})
+                          for sp in self._gc_spans]
         end_ns = self.clock.now_ns()
         pyspy_lines = None
         if self._pyspy is not None:
@@ -670,12 +674,14 @@ class CpuSamplerBackend(Backend):
                 return
             t1 = clock.now_ns()
             gen = int(info.get("generation", 0))
-            spans.append(Span(name=f"gc gen {gen}", track=f"thread:{tid}", start_ns=t0, dur_ns=t1 - t0, category="gc",
-                              args={"generation": gen, "collected": int(info.get("collected", 0)),
-                                    "uncollectable": int(info.get("uncollectable", 0))}))
+            # plain tuples (Spans are built at stop): the callback runs at every collection, its own
+            # cost is the program's time
+            spans.append((tid, t0, t1 - t0, gen, int(info.get("collected", 0)), int(info.get("uncollectable", 0))))
             if sampler is not None and self.engine in ("signal", "thread"):
                 sampler.record_gc(tid, sys._getframe(1), gen, t0, t1)
 
+        if sampler is not None:
+            sampler.gc_quantum_ns = round(self.options.interval_s * 1e9)
         self._gc_cb = callback
         gc.callbacks.append(callback)
 

@@ -99,6 +99,9 @@ class Sampler:
         self._last: dict[int, int] = {}
         self._debt: dict[int, int] = {}
         self._pending: list[tuple[int, int, int, RawStack, int]] = []  # gc samples from other threads
+        #: GC time per ``<gc gen N>`` sample (record_gc); the backend sets the sampling interval
+        self.gc_quantum_ns = 0
+        self._gc_acc: dict[tuple[int, int], int] = {}
         self._t_begin = 0
         self._busy = False
 
@@ -112,6 +115,7 @@ class Sampler:
         self._t_begin = self.clock.now_ns()
         self._last = {}
         self._debt = {}
+        self._gc_acc = {}
         self.warned = False  # a session that loses samples warns once, even if an earlier one did
         return len(self.t_ns)
 
@@ -242,12 +246,30 @@ class Sampler:
 
     # -- gc (host_tracer_level 3) -------------------------------------------------------------
     def record_gc(self, tid: int, frame: Any, generation: int, t_start: int, t_end: int) -> None:
-        """Record a collection that ran in thread ``tid`` from ``t_start`` to ``t_end`` as one sample
-        whose leaf is a ``<gc gen N>`` frame; the thread's next sample gives that time back."""
+        """Record a collection that ran in thread ``tid`` from ``t_start`` to ``t_end`` (the in-process
+        engines cannot sample during one: no Python code runs).
+
+        GC time is shown as time, in samples like the others: a thread's collections of one
+        generation add up, and each whole ``gc_quantum_ns`` (the sampling interval) of it becomes one
+        sample of that weight whose leaf is a ``<gc gen N>`` frame; the thread's next sample gives
+        that time back. So ``<gc>`` rows have as many samples as their time is worth, as sampled
+        rows do (one collection of 50 us is not one sample of a 1 ms profile, one of 9 ms is nine).
+        What has not made a whole quantum when the session stops stays in the thread's next sample,
+        as the signal engine would have charged it (the exact GC time is in the gc spans and
+        ``gc_time_ns``). ``gc_quantum_ns`` 0: one sample per collection."""
+        key = (tid, generation)
+        acc = self._gc_acc.get(key, 0) + t_end - t_start
+        q = self.gc_quantum_ns
+        n = acc // q if q > 0 else 1
+        if n == 0:
+            self._gc_acc[key] = acc
+            return
+        self._gc_acc[key] = acc - n * q if q > 0 else 0
         raw = (GC_KEY, generation, *walk(frame))
         if raw not in self.stack_index:
             self.code_table.register(frame)
-        self._pending.append((t_end, tid, t_end - t_start, raw, 0))
+        w = q if q > 0 else acc
+        self._pending.extend((t_end, tid, w, raw, 0) for _ in range(n))
         if not self._busy and threading.get_ident() == threading.main_thread().ident:
             self._flush_pending()
 
@@ -297,6 +319,7 @@ class Sampler:
         self.self_time_ns = 0
         self._last = {}
         self._debt = {}
+        self._gc_acc = {}
         self._pending = []
 
     def nbytes(self) -> int:

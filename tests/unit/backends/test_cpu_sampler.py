@@ -148,6 +148,31 @@ def test_gc_sample_takes_its_time_from_the_next_sample():
     assert GC_KEY == 0
 
 
+def test_gc_samples_as_many_as_their_time_is_worth():
+    """With a quantum (the sampling interval), collections add up per thread and generation and each
+    whole quantum of GC time is one <gc> sample of that weight: 4 x 0.3 ms -> one 1 ms sample (0.2 ms
+    carried), then 2.5 ms -> two more (0.7 ms carried); the next real sample gives back exactly the
+    time recorded as GC, so the total is the elapsed time."""
+    import sys
+
+    clock = FakeClock(start_ns=0)
+    frame = sys._getframe()
+    s = Sampler(lambda: [(MAIN, walk(frame))], clock, 100, tasks=None)
+    s.gc_quantum_ns = 1_000_000
+    s.begin()
+    clock.advance(1_000_000)
+    s.sample()
+    for k in range(4):
+        s.record_gc(MAIN, frame, 0, 1_000_000 + k * 400_000, 1_300_000 + k * 400_000)
+    s.record_gc(MAIN, frame, 0, 3_000_000, 5_500_000)
+    clock.advance(5_000_000)
+    s.sample()
+    frames, stacks, samples, _ = s.export()
+    gc_w = [x.weight_ns for x in samples if frames[stacks[x.stack_id][-1]].kind == "gc"]
+    assert gc_w == [1_000_000] * 3
+    assert sum(x.weight_ns for x in samples) == 6_000_000
+
+
 def test_real_frames_resolve_to_lines_and_offsets():
     """walk() stores bytecode offsets; export resolves them to this function's file and line."""
     import sys

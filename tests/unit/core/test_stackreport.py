@@ -92,6 +92,24 @@ def test_recur_flat_folds_recursion():
     assert flat == [(0, "main", 2), (1, "f", 2), (2, "g", 2), (3, "h", 2)]
 
 
+def test_recur_flatc_folds_native_frames_too():
+    """recur='flat' folds Python frames only, as Julia's :flat leaves C frames; 'flatc' folds native
+    frames too (Julia's :flatc)."""
+    p = part([((M, N, F, N, F, G), 2)])
+    flat = [(r.depth, r.frame.name) for r in build_report(p, recur="flat", native=True)[0].tree]
+    flatc = [(r.depth, r.frame.name) for r in build_report(p, recur="flatc", native=True)[0].tree]
+    # flat: the second f goes back to the first (dropping the sqrt between); sqrt itself is not folded
+    assert flat == [(0, "main"), (1, "sqrt"), (2, "f"), (3, "g")]
+    p2 = part([((M, N, F, N, G), 2)])
+    flat2 = [(r.depth, r.frame.name) for r in build_report(p2, recur="flat", native=True)[0].tree]
+    flatc2 = [(r.depth, r.frame.name) for r in build_report(p2, recur="flatc", native=True)[0].tree]
+    assert flat2 == [(0, "main"), (1, "sqrt"), (2, "f"), (3, "sqrt"), (4, "g")]  # sqrt nests again
+    assert flatc2 == [(0, "main"), (1, "sqrt"), (2, "g")]  # sqrt re-entered: back to the first one
+    assert flatc == [(0, "main"), (1, "sqrt"), (2, "f"), (3, "g")]
+    with pytest.raises(InvalidArgumentError, match="'recur' must be one of"):
+        PrintOptions(recur="flatx")
+
+
 def test_native_frames_hidden_unless_requested():
     """Native frames are left out by default and shown with native=True (Julia's C=true)."""
     p = part([((M, F, N), 3)])
@@ -162,11 +180,34 @@ def test_print_writes_julia_layout_and_overhead():
                                                     "requested_rate_hz": 1000.0, "sampler_time_ns": 6000,
                                                     "sampler_overhead_pct": 0.2}}})
     buf = io.StringIO()
-    omniprof.sampler.print(ProfileResult(parts=(p,)), file=buf, C=True)
+    omniprof.sampler.print(ProfileResult(parts=(p,)), file=buf, C=True, counts=True)
     text = buf.getvalue()
     assert "Overhead ╎ [+additional indent] Count File:Line; Function" in text
     assert "990 Hz achieved of 1000 Hz requested" in text and "0.20% of the session" in text
     assert "3 app.py:10; f" in text
+
+
+def test_print_shows_time_and_percent_by_default():
+    """The tree and the flat list show time and its % of the group's sampled time (samples weigh
+    1 ms each here: 10 samples = 10 ms); counts=True gives Julia's counts back."""
+    p = part([((M, F), 3), ((M, F, G), 5), ((M, H), 2)])
+    buf = io.StringIO()
+    omniprof.sampler.print(p, file=buf, cols=100)
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("Self time ╎ [+additional indent] Time % File:Line; Function")
+    rows = [ln.replace("╎", " ").split() for ln in lines[2:]]
+    assert rows[0] == ["10.00", "ms", "100.0%", "app.py:1;", "main"]
+    assert rows[1] == ["3.00", "ms", "8.00", "ms", "80.0%", "app.py:10;", "f"]
+    assert rows[2] == ["5.00", "ms", "5.00", "ms", "50.0%", "app.py:20;", "g"]
+    buf = io.StringIO()
+    omniprof.sampler.print(p, file=buf, cols=100, format="flat")
+    flat = buf.getvalue().splitlines()
+    assert flat[0].split() == ["Time", "%", "Self", "time", "Self", "%", "File", "Line", "Function"]
+    assert [ln.split()[:6] for ln in flat[2:] if ln.split()[-1] == "g"] == [["5.00", "ms", "50.0%", "5.00", "ms",
+                                                                            "50.0%"]]
+    buf = io.StringIO()
+    omniprof.sampler.print(p, file=buf, cols=100, format="flat", counts=True)
+    assert buf.getvalue().splitlines()[0].split()[:2] == ["Count", "Overhead"]
 
 
 def test_many_samples_aggregate_exactly():
