@@ -94,3 +94,25 @@ def build_extension(exe: str, source: Path, out_dir: Path) -> Path:
     assert build.returncode == 0, build.stderr[-2000:]
     assert "warning" not in build.stderr, build.stderr[-2000:]
     return out
+
+
+def peek_from_outside(code: str, *, wait_s: float, timeout_s: float = 120, env: dict[str, str] | None = None
+                      ) -> tuple[int, str, str]:
+    """Run ``python -c code``, which prints ``READY`` once its peek is armed; send it SIGUSR1
+    ``wait_s`` later, as ``kill -USR1 <pid>`` would from a shell; return (status, stdout, stderr)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        time.sleep(wait_s)
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, err

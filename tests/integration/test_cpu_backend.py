@@ -19,6 +19,7 @@ import pytest
 import omniprof
 from omniprof.backends.cpu import api
 from omniprof.errors import DataLossWarning, InvalidArgumentError
+from tests.tools import peek_from_outside
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -383,16 +384,7 @@ def test_peek_on_sigusr1_prints_stacks_then_profile():
         t.join()
         print("DONE", n > 0, flush=True)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT)
-    try:
-        assert proc.stdout.readline().strip() == "READY"
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGUSR1)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, out, err = peek_from_outside(code, wait_s=0.3, timeout_s=60)
     assert "DONE True" in out
     assert "received a peek request" in err
     assert "main_loop" in err.split("omniprof peek: profile of")[0]  # the stack dump
