@@ -84,6 +84,7 @@ typedef struct {
     int legacy;               /* 3.10: PyFrameObject chain (f_back, f_code, f_lasti in code units) */
     size_t fr_code, fr_previous, fr_instr, fr_owner, fr_size;
     size_t fr_gen;            /* 3.10: PyFrameObject.f_gen, the generator/coroutine running the frame */
+    size_t fr_state;          /* 3.10: PyFrameObject.f_state (a frame on a thread's stack is executing) */
     int owner_cstack;         /* owner value of C-stack shim frames (-1: none) */
     size_t code_adaptive, code_firstlineno, code_name, code_filename;
     uintptr_t gil;            /* address of the GIL state (0: unknown) */
@@ -157,8 +158,9 @@ static int init_offsets(PyInterpreterState *interp) {
     O.fr_owner = 0;
 #if PY_VERSION_HEX < 0x030B0000
     O.fr_gen = offsetof(PyFrameObject, f_gen);
+    O.fr_state = offsetof(PyFrameObject, f_state);
 #endif
-    O.fr_size = MAXOF(MAXOF(O.fr_code, O.fr_previous), MAXOF(O.fr_instr, O.fr_gen)) + 8;
+    O.fr_size = MAXOF(MAXOF(O.fr_code, O.fr_previous), MAXOF(MAXOF(O.fr_instr, O.fr_gen), O.fr_state)) + 8;
     O.code_adaptive = 0;
 #endif
 #if PY_VERSION_HEX >= 0x030B0000
@@ -511,6 +513,13 @@ static int64_t walk_thread(const char *ts, uint64_t *w, uint64_t *gen) {
          * moved on between our reads of the thread state and of this frame): a torn sample, which
          * would otherwise show the generator as a root frame without its callers. */
         if (O.legacy) {
+            /* 3.10 frames are objects that outlive their run (a returned frame loses its caller
+             * link and is kept as its code's spare): a frame with no caller that is not executing (0)
+             * or unwinding (2) was read after it returned, a torn read that would show it as a root
+             * frame. (One that returned but still links to its caller is the thread a few
+             * instructions ago, on its way back to that caller: kept.) */
+            signed char state = (signed char)buf[O.fr_state];
+            if (!prev && state != 0 && state != 2) return -1;
             uintptr_t g;
             memcpy(&g, buf + O.fr_gen, 8);
             if (g) {

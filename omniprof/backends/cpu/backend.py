@@ -506,6 +506,7 @@ class CpuSamplerBackend(Backend):
                 summary.update(ticks=ticks, achieved_rate_hz=ticks / duration_s, sampler_time_ns=self_ns,
                                sampler_overhead_pct=100.0 * self_ns / (duration_s * 1e9), mode=self.options.mode,
                                engine_cpu_ns=self_ns, torn_samples=int(st.get("torn", 0)),
+                               retried_samples=int(st.get("retries", 0)),
                                idle_samples=idle, own_samples=native.own_samples + own_n,
                                own_time_ns=native.own_ns + own_ns,
                                stale_codes=native.stale_codes, max_tick_lag_ns=int(st.get("max_lag_ns", 0)),
