@@ -56,7 +56,7 @@ from omniprof.core.results import (
 )
 from omniprof.errors import DataLossWarning, InvalidArgumentError, OmniprofWarning, TraceReadError
 
-__all__ = ["read_trace", "parse_trace", "op_stats_table", "op_table", "call_stacks", "OP_STATS_COLUMNS", "CATEGORY_MAP", "LEGACY_CATEGORY_MAP",
+__all__ = ["read_trace", "parse_trace", "stream_spans", "op_stats_table", "op_table", "call_stacks", "OP_STATS_COLUMNS", "CATEGORY_MAP", "LEGACY_CATEGORY_MAP",
            "FWDBWD_FLOW_BASE", "us_text_to_ns"]
 
 #: Kineto category -> our span category (docs/results.md). Others keep their Kineto name.
@@ -1013,29 +1013,8 @@ def op_table(part: BackendResult, *, group_by_input_shape: bool = False, group_b
 
 
 # -- entry points ----------------------------------------------------------------------------------
-def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping[int, int] | None = None,
-                keep: Callable[[str], bool] | None = None, clock: ClockInfo | None = None,
-                artifacts: Iterable[Artifact] = ()) -> tuple[BackendResult, dict[str, Any]]:
-    """Parse a Kineto trace from a text stream into one :class:`BackendResult`.
-
-    Args:
-        fh: the trace as text (a JSON object with ``traceEvents``, or a bare event array).
-        name: the file name used in error messages.
-        source: the part's backend name.
-        flops: FLOPs per op ``External id`` (a live torch session has them; the JSON does not).
-        keep: keep only spans whose (our) category passes this test; the rest are counted.
-        clock: the part's clock (default: Kineto's own, offset 0).
-        artifacts: native files to list in the part.
-
-    Returns:
-        The part, and the trace's top-level fields other than ``traceEvents``.
-
-    Raises:
-        TraceReadError: the JSON is malformed or truncated; the message names ``name`` and the
-            line, column and character offset.
-    """
-    stream = _JsonStream(fh, name)
-    builder = _Builder(source, flops, keep)
+def _feed(stream: _JsonStream, builder: _Builder, name: str) -> dict[str, Any]:
+    """Stream every event of the trace into ``builder``; the trace's other top-level fields."""
     top: dict[str, Any] = {}
     where = stream.where
 
@@ -1079,7 +1058,33 @@ def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping
         raise stream.error(f"not a Kineto trace: expected '{{' or '[', found {first!r}")
     if stream.peek() != "":
         raise stream.error("invalid JSON: extra data after the trace")
+    return top
 
+
+def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping[int, int] | None = None,
+                keep: Callable[[str], bool] | None = None, clock: ClockInfo | None = None,
+                artifacts: Iterable[Artifact] = ()) -> tuple[BackendResult, dict[str, Any]]:
+    """Parse a Kineto trace from a text stream into one :class:`BackendResult`.
+
+    Args:
+        fh: the trace as text (a JSON object with ``traceEvents``, or a bare event array).
+        name: the file name used in error messages.
+        source: the part's backend name.
+        flops: FLOPs per op ``External id`` (a live torch session has them; the JSON does not).
+        keep: keep only spans whose (our) category passes this test; the rest are counted.
+        clock: the part's clock (default: Kineto's own, offset 0).
+        artifacts: native files to list in the part.
+
+    Returns:
+        The part, and the trace's top-level fields other than ``traceEvents``.
+
+    Raises:
+        TraceReadError: the JSON is malformed or truncated; the message names ``name`` and the
+            line, column and character offset.
+    """
+    stream = _JsonStream(fh, name)
+    builder = _Builder(source, flops, keep)
+    top = _feed(stream, builder, name)
     tracks, spans, flows, counters, losses, meta = builder.finish()
     if stream.control_characters:
         meta["values_with_control_characters"] = stream.control_characters
@@ -1163,3 +1168,74 @@ def read_trace(path: str | os.PathLike[str]) -> ProfileResult:
     )
     return ProfileResult(metadata=md, parts=(part,), partial=any(loss.kind == "truncated" for loss in part.losses))
 
+
+
+class _Sink:
+    """Stands in for the builder's span list: each span goes to ``fn`` and is not kept."""
+
+    __slots__ = ("fn", "n")
+
+    def __init__(self, fn: Callable[[Span], None]) -> None:
+        self.fn = fn
+        self.n = 0
+
+    def append(self, span: Span) -> None:
+        self.n += 1
+        self.fn(span)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class _Discard:
+    __slots__ = ()
+
+    def append(self, _: Any) -> None:
+        pass
+
+    add = append
+
+
+def stream_spans(path: str | os.PathLike[str], sink: Callable[[Span], None]) -> dict[str, Any]:
+    """Read a Kineto trace, handing each complete span to ``sink`` as it is read and keeping none.
+
+    For a reduction that must not hold a whole trace (:mod:`omniprof.analysis.crossrank` reads
+    10^6-event ranks this way): memory stays the size of one JSON chunk plus what ``sink`` keeps.
+    The spans are those :func:`read_trace` builds, less their flow ids (launch links are made at
+    the end of a read; a span's ``correlation_id`` arg carries the same link). Instants are not
+    kept.
+
+    Returns:
+        The trace's top-level fields other than ``traceEvents``, plus ``"_bounds_ns"`` (the
+        profiler's own session span, else the first to the last event, or None) and ``"_losses"``
+        (what was not read, one line each).
+
+    Raises:
+        TraceReadError: as :func:`read_trace`.
+
+    .. versionadded:: 0.2
+    """
+    p = Path(path)
+    builder = _Builder("torch")
+    builder.spans = _Sink(sink)  # type: ignore[assignment]
+    builder.corr_spans = _Discard()  # type: ignore[assignment]
+    builder.instants = _Discard()  # type: ignore[assignment]
+    builder.mem = _Discard()  # type: ignore[assignment]
+    builder.host_corr = builder.device_corr = _Discard()  # type: ignore[assignment]
+    with _open_text(p) as fh:
+        top = _feed(_JsonStream(fh, str(p)), builder, str(p))
+    bounds = builder.trace_bounds
+    if bounds is None and builder.t_min is not None:
+        bounds = (builder.t_min, builder.t_max or builder.t_min)
+    elif bounds is not None and builder.t_max is not None:
+        bounds = (bounds[0], max(bounds[1], builder.t_max))
+    losses = []
+    if builder.malformed:
+        losses.append(f"{builder.malformed} malformed events skipped; first: {builder.malformed_first}")
+    if builder.unsupported:
+        losses.append("trace event phases not read: " + ", ".join(
+            f"{k!r} x{v}" for k, v in sorted(builder.unsupported.items())))
+    unclosed = sum(len(v) for v in builder.open_begins.values())
+    if unclosed:
+        losses.append(f"{unclosed} 'B' events never closed by an 'E'")
+    return {**top, "_bounds_ns": bounds, "_losses": losses}
