@@ -3,8 +3,9 @@
 Input: a merged distributed result, an omniprof distributed run directory (``rank<N>/`` parts), or
 a directory of per-rank Kineto traces (what Holistic Trace Analysis takes: the rank from the
 trace's ``distributedInfo.rank``, else from a ``rank<N>`` in the file name). Each rank is reduced
-alone first (:func:`reduce_rank`, in worker processes for directories, at most ``workers`` ranks in
-memory at once) to a small :class:`RankSummary`; only those summaries meet in :func:`combine`.
+alone first to a small :class:`RankSummary` by a :class:`RankReducer` fed as the rank's spans stream
+by (:func:`reduce_file` reads a Kineto trace in a stream, never whole), in worker processes here or
+on a Dask cluster (:mod:`omniprof.analysis.executor`); only those summaries meet in :func:`combine`.
 
 Per rank (:class:`RankSummary`), over its profiled steps (its ``step`` spans, from the framework's
 ``ProfilerStep#N`` markers where several backends mark steps; else from its first to its last
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import os
+from array import array
 import re
 import statistics
 import warnings
@@ -51,7 +53,8 @@ from omniprof.core.results import BackendResult, ProfileResult, Span
 from omniprof.errors import InvalidArgumentError, TraceReadError
 
 __all__ = [
-    "RankSummary", "StepRow", "Straggler", "CrossRankReport", "reduce_rank", "combine", "analyze",
+    "RankSummary", "StepRow", "Straggler", "CrossRankReport", "RankReducer", "reduce_rank", "reduce_file",
+    "reduce_local", "rank_inputs", "combine", "analyze",
     "analyze_result", "analyze_dir", "is_comm", "union", "COMM_PATTERN", "text_blocks", "load_kineto_dir",
     "DurationRow", "RankDurations", "duration_stats", "duration_rows",
 ]
@@ -123,8 +126,34 @@ def _minus(x: Intervals, y: Intervals) -> Intervals:
     return out
 
 
+class _Within:
+    """Length of a sorted disjoint union inside a window, found by bisection (per-step figures
+    cost O(log n + intervals in the step), not a pass over the whole union per step)."""
+
+    __slots__ = ("u", "starts")
+
+    def __init__(self, u: Intervals) -> None:
+        self.u = u
+        self.starts = [x[0] for x in u]
+
+    def length(self, lo: int, hi: int) -> int:
+        u = self.u
+        i = max(0, bisect.bisect_right(self.starts, lo) - 1)
+        total = 0
+        while i < len(u) and u[i][0] < hi:
+            a, b = u[i]
+            if b > lo:
+                total += min(b, hi) - max(a, lo)
+            i += 1
+        return total
+
+
 def _clip(u: Intervals, lo: int, hi: int) -> Intervals:
-    return _intersect(u, [(lo, hi)]) if hi > lo else []
+    if hi <= lo:
+        return []
+    if not u or (u[0][0] >= lo and u[-1][1] <= hi):
+        return u  # all inside already: no copy
+    return _intersect(u, [(lo, hi)])
 
 
 # -- per-rank reduction -----------------------------------------------------------------------------
@@ -147,7 +176,9 @@ class StepRow:
 class RankSummary:
     """One rank reduced: see the module docs for every figure's meaning. ``collectives`` are
     ``(name, start_ns, dur_ns)`` of its communication spans in start order (the primary kind only:
-    GPU communication kernels, else ``gloo:``/``nccl:`` spans, else any)."""
+    GPU communication kernels, else ``gloo:``/``nccl:`` spans, else any). ``read_notes``: what
+    reading the rank lost (malformed events, unread phases, samples its backends dropped), one line
+    each; the report lists them."""
 
     rank: int
     host: str
@@ -172,6 +203,7 @@ class RankSummary:
     durations: dict[str, tuple[int, int, int, int, int]] = attrs.field(factory=dict)
     #: names left out of ``durations`` (those with the least total time past :data:`MAX_DURATION_NAMES`).
     durations_left_out: int = 0
+    read_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def overlap_pct(self) -> float:
@@ -181,9 +213,271 @@ class RankSummary:
         return 100.0 * value_ns / self.window_ns if self.window_ns else 0.0
 
 
-def _step_number(span: Span, fallback: int) -> int:
-    m = _STEP_NUM.search(span.name)
-    return int(m.group(1)) if m else fallback
+_CHUNK = 1 << 16  # intervals buffered before they are merged into the union so far
+_LAUNCH_CATS = frozenset({"runtime", "cuda_runtime", "cuda_driver", "cpu_op"})
+#: spans whose ``correlation_id`` links a host launch to device work (the Kineto reader's launch flows)
+_LINKED_CATS = frozenset({"runtime", "kernel", "memcpy", "memset", "sync"})
+
+
+class _Union:
+    """A union of intervals built as they stream in (any order): a buffer, merged every ``_CHUNK``
+    intervals, so memory follows the number of disjoint busy stretches, not of events. ``lo``/``hi``:
+    the first start and last end of every interval added, empty ones included."""
+
+    __slots__ = ("merged", "buf", "lo", "hi")
+
+    def __init__(self) -> None:
+        self.merged: Intervals = []
+        self.buf: list[tuple[int, int]] = []
+        self.lo: int | None = None
+        self.hi: int | None = None
+
+    def add(self, a: int, b: int) -> None:
+        if self.lo is None or a < self.lo:
+            self.lo = a
+        if self.hi is None or b > self.hi:
+            self.hi = b
+        if b > a:
+            self.buf.append((a, b))
+            if len(self.buf) >= _CHUNK:
+                self.merged = union(self.merged + union(self.buf))
+                self.buf = []
+
+    def result(self) -> Intervals:
+        if self.buf:
+            self.merged = union(self.merged + self.buf)
+            self.buf = []
+        return self.merged
+
+
+class _Ops:
+    """Op (or kernel) times and names, compactly: three arrays and an interned name table."""
+
+    __slots__ = ("start", "dur", "name", "names", "ids")
+
+    def __init__(self) -> None:
+        self.start = array("q")
+        self.dur = array("q")
+        self.name = array("l")
+        self.names: list[str] = []
+        self.ids: dict[str, int] = {}
+
+    def add(self, a: int, d: int, name: str) -> None:
+        i = self.ids.get(name)
+        if i is None:
+            i = self.ids[name] = len(self.names)
+            self.names.append(name)
+        self.start.append(a)
+        self.dur.append(d)
+        self.name.append(i)
+
+
+class RankReducer:
+    """One rank reduced as its spans stream by, in any order, keeping only compact tables: the
+    union of each class's intervals, op start/duration/name arrays, kernel launch links, the
+    collectives and the step marks. :func:`reduce_rank` (parts in memory) and :func:`reduce_file`
+    (a trace read in a stream) both feed one.
+
+    .. versionadded:: 0.2
+    """
+
+    def __init__(self, clock_offset_ns: int = 0) -> None:
+        self.clock_offset_ns = clock_offset_ns
+        self.has_gpu = False
+        # GPU view (device spans), kept from the start
+        self.g_comp, self.g_comm, self.g_mem = _Union(), _Union(), _Union()
+        self.g_ops = _Ops()
+        self.g_memops = _Ops()  # memcpy/memset durations by name, for the duration distribution
+        self.g_coll: list[tuple[int, int, int, str]] = []
+        self.k_start = array("q")   # device work with a launch link: its start, one row per flow id
+        self.k_flow = array("q")
+        self.f_id = array("q")      # host launch times per flow id
+        self.f_time = array("q")
+        # CPU view, dropped once a device span shows the rank is a GPU rank
+        self.c_comp: _Union | None = _Union()
+        self.c_comm: _Union | None = _Union()
+        self.c_ops: _Ops | None = _Ops()
+        self.c_coll: list[tuple[int, int, int, str]] | None = []
+        self.steps: list[list[tuple[str, int, int, Any]]] = []  # per part: (name, start, end, step_num arg)
+        self.bounds: list[tuple[int, int]] = []
+
+    def begin_part(self, start_ns: int = 0, end_ns: int = 0, offset_ns: int = 0) -> None:
+        """A new part (backend) of the rank starts: its step marks are kept apart from the others'."""
+        self.steps.append([])
+        if start_ns or end_ns:
+            off = offset_ns + self.clock_offset_ns
+            self.bounds.append((start_ns + off, end_ns + off))
+
+    def add(self, name: str, category: str, start_ns: int, dur_ns: int, flow_ids: Sequence[int] = (),
+            offset_ns: int = 0, step_num: Any = None) -> None:
+        a = start_ns + offset_ns + self.clock_offset_ns
+        b = a + dur_ns
+        if category == "step":
+            if not self.steps:
+                self.steps.append([])
+            self.steps[-1].append((name, a, b, step_num))
+            return
+        if category in _DEVICE_CATS:
+            if not self.has_gpu:
+                self.has_gpu = True
+                self.c_comp = self.c_comm = self.c_ops = self.c_coll = None
+            if category == "kernel" and is_comm(name):
+                self.g_comm.add(a, b)
+                self.g_coll.append((0, a, dur_ns, name))
+                return
+            if category == "kernel":
+                self.g_comp.add(a, b)
+                self.g_ops.add(a, dur_ns, name)
+            else:
+                self.g_mem.add(a, b)
+                self.g_memops.add(a, dur_ns, name)
+            for f in flow_ids:
+                self.k_start.append(a)
+                self.k_flow.append(f)
+            return
+        if flow_ids and category in _LAUNCH_CATS:
+            for f in flow_ids:
+                self.f_id.append(f)
+                self.f_time.append(a)
+        if self.has_gpu:
+            return
+        assert self.c_comp is not None and self.c_comm is not None and self.c_ops is not None and self.c_coll is not None
+        if is_comm(name) and category != "runtime":  # not XLA's runtime marks ("end: all-reduce")
+            self.c_comm.add(a, b)
+            low = name.lower()
+            self.c_coll.append((1 if category == "xla_op" or low.startswith(("gloo:", "nccl:")) else 2, a, dur_ns, name))
+        elif category in ("cpu_op", "xla_op"):
+            self.c_comp.add(a, b)
+            self.c_ops.add(a, dur_ns, name)
+
+    def add_span(self, s: Span, offset_ns: int = 0) -> None:
+        num = s.args.get("step_num") if s.category == "step" else None
+        self.add(s.name, s.category, s.start_ns, s.dur_ns, s.flow_ids, offset_ns, num)
+
+    def _step_marks(self) -> dict[int, tuple[int, int]]:
+        # Several backends mark the same steps (torch's ``ProfilerStep#N``, the cpu backend's ``step N``,
+        # whose last step runs on until the session stops): the framework's own markers win, else the
+        # first part's.
+        best: list[tuple[str, int, int, Any]] = []
+        for marks in self.steps:
+            if marks and (not best or (marks[0][0].startswith("ProfilerStep#")
+                                       and not best[0][0].startswith("ProfilerStep#"))):
+                best = marks
+        out: dict[int, tuple[int, int]] = {}
+        for i, (name, a, b, num) in enumerate(best):
+            if not isinstance(num, int):
+                m = _STEP_NUM.search(name)
+                num = int(m.group(1)) if m else i
+            old = out.get(num)
+            out[num] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
+        return out
+
+    def finish(self, *, rank: int, host: str = "", clock_uncertainty_ns: int = 0, label: str = "") -> RankSummary:
+        if self.has_gpu:
+            comp, comm, mem, ops, coll = self.g_comp, self.g_comm, self.g_mem, self.g_ops, self.g_coll
+            memops = self.g_memops
+        else:
+            assert self.c_comp is not None and self.c_comm is not None and self.c_ops is not None and self.c_coll is not None
+            comp, comm, mem, ops, coll = self.c_comp, self.c_comm, _Union(), self.c_ops, self.c_coll
+            memops = _Ops()
+        steps = sorted(((num, a, b) for num, (a, b) in self._step_marks().items()), key=lambda x: x[1])
+        los = [u.lo for u in (comp, comm, mem) if u.lo is not None]
+        his = [u.hi for u in (comp, comm, mem) if u.hi is not None]
+        if steps:
+            lo, hi = steps[0][1], max(b for _, _, b in steps)
+        elif los:  # as HTA: from the first to the last classified event (device events on a GPU rank)
+            lo, hi = min(los), max(his)
+        elif self.bounds:
+            lo, hi = min(a for a, _ in self.bounds), max(b for _, b in self.bounds)
+        else:
+            lo = hi = 0
+        window = max(0, hi - lo)
+        C = _clip(comp.result(), lo, hi)
+        M = _clip(comm.result(), lo, hi)
+        X = _clip(mem.result(), lo, hi)
+        CM = union(C + M)
+        busy = union(CM + X)
+        idle = window - _length(busy)
+        causes = self._gpu_idle_causes(busy, lo, hi) if self.has_gpu else {"host outside ops": idle}
+        best = min((c[0] for c in coll), default=0)
+        collectives = tuple((name, a, d) for pr, a, d, name in sorted(coll, key=lambda c: c[1]) if pr == best)
+        rows = []
+        c_at, m_at, busy_at = _Within(C), _Within(M), _Within(busy)
+        for (num, a, b), top in zip(steps, _top_ops_by_step(ops, steps)):
+            rows.append(StepRow(num, a, b - a, c_at.length(a, b), m_at.length(a, b), (b - a) - busy_at.length(a, b),
+                                top))
+        per_name: dict[str, array[int]] = {}
+        for o in (ops, memops):
+            for d, n in zip(o.dur, o.name):
+                per_name.setdefault(o.names[n], array("q")).append(d)
+        for _, _, d, name in coll:
+            per_name.setdefault(name, array("q")).append(d)
+        durations = {name: duration_stats(ds) for name, ds in per_name.items()}
+        del per_name
+        left_out = 0
+        if len(durations) > MAX_DURATION_NAMES:  # a summary stays small: the names with the least time go
+            kept = sorted(durations.items(), key=lambda kv: (-kv[1][4], kv[0]))[:MAX_DURATION_NAMES]
+            left_out = len(durations) - len(kept)
+            durations = dict(kept)
+        return RankSummary(rank=rank, host=host, source="gpu" if self.has_gpu else "cpu", window_ns=window,
+                           compute_ns=_length(C), communication_ns=_length(M), memory_ns=_length(X),
+                           overlap_ns=_length(_intersect(M, C)), exposed_communication_ns=_length(_minus(M, C)),
+                           exposed_memory_ns=_length(_minus(X, CM)), idle_ns=idle, idle_causes=causes,
+                           steps=tuple(rows), collectives=collectives, clock_offset_ns=self.clock_offset_ns,
+                           clock_uncertainty_ns=clock_uncertainty_ns, label=label, durations=durations,
+                           durations_left_out=left_out)
+
+    def _gpu_idle_causes(self, busy: Intervals, lo: int, hi: int) -> dict[str, int]:
+        """Split each idle gap of the device by what ended it: the next kernel's launch on the host."""
+        out = {"waiting on host launch": 0, "waiting on sync/dependency": 0, "before first / after last kernel": 0}
+        if not busy:
+            out["before first / after last kernel"] = hi - lo
+            return out
+        out["before first / after last kernel"] = max(0, busy[0][0] - lo) + max(0, hi - busy[-1][1])
+        gap_ends = {g1 for g1, _ in busy[1:]}
+        # Only the launch links of work that starts a busy stretch matter: look those up alone.
+        want: dict[int, list[int]] = {}
+        for a, f in zip(self.k_start, self.k_flow):
+            if a in gap_ends:
+                want.setdefault(f, []).append(a)
+        launch_at: dict[int, list[int]] = {}
+        for f, t in zip(self.f_id, self.f_time):
+            if f in want:
+                launch_at.setdefault(f, []).append(t)
+        by_start: dict[int, int] = {}
+        for f, starts in want.items():
+            for a in starts:
+                ts = [t for t in launch_at.get(f, ()) if t <= a]
+                if ts:
+                    by_start[a] = max(by_start.get(a, ts[0]), max(ts))
+        for (_, g0), (g1, _) in zip(busy, busy[1:]):
+            gap = g1 - g0
+            launch = by_start.get(g1)
+            host = min(gap, launch - g0) if launch is not None and launch > g0 else 0
+            out["waiting on host launch"] += host
+            out["waiting on sync/dependency"] += gap - host
+        return out
+
+
+def _top_ops_by_step(ops: _Ops, steps: list[tuple[int, int, int]]) -> list[tuple[tuple[str, int], ...]]:
+    """Per step (sorted by start), its ``_TOP_OPS`` longest ops by total time: every op whose start
+    lies in ``[start, end)`` of the step, summed by name, longest first (ties by name)."""
+    starts = [a for _, a, _ in steps]
+    reach = []  # the furthest end of any step up to this one: steps that may hold an op
+    far = None
+    for _, _, b in steps:
+        far = b if far is None or b > far else far
+        reach.append(far)
+    tops: list[dict[int, int]] = [{} for _ in steps]
+    for a, d, n in zip(ops.start, ops.dur, ops.name):
+        i = bisect.bisect_right(starts, a) - 1
+        while i >= 0 and reach[i] > a:
+            if a < steps[i][2]:
+                top = tops[i]
+                top[n] = top.get(n, 0) + d
+            i -= 1
+    return [tuple(sorted(((ops.names[n], v) for n, v in top.items()), key=lambda kv: (-kv[1], kv[0]))[:_TOP_OPS])
+            for top in tops]
 
 
 def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", clock_offset_ns: int = 0,
@@ -192,152 +486,13 @@ def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", cl
 
     Times in the summary are shifted by ``clock_offset_ns`` (the rank's offset to rank 0).
     """
-    spans: list[tuple[Span, int]] = []
-    flow_start: dict[int, list[int]] = {}
+    red = RankReducer(clock_offset_ns)
     for p in parts:
-        off = p.clock.offset_ns + clock_offset_ns
+        red.begin_part(p.start_ns, p.end_ns, p.clock.offset_ns)
+        off = p.clock.offset_ns
         for s in p.spans:
-            spans.append((s, off))
-    has_gpu = any(s.category in _DEVICE_CATS for s, _ in spans)
-    comp: Intervals = []
-    comm: Intervals = []
-    mem: Intervals = []
-    step_marks = _step_marks(parts, clock_offset_ns)
-    coll: list[tuple[str, int, int, int]] = []  # (priority, start, dur, name) gathered then filtered
-    ops: list[tuple[int, int, str]] = []
-    memops: list[tuple[int, str]] = []
-    kernels: list[tuple[int, int, tuple[int, ...]]] = []
-    bounds: list[tuple[int, int]] = []
-    for p in parts:
-        if p.start_ns or p.end_ns:
-            bounds.append((p.start_ns + p.clock.offset_ns + clock_offset_ns, p.end_ns + p.clock.offset_ns + clock_offset_ns))
-    for s, off in spans:
-        a = s.start_ns + off
-        b = a + s.dur_ns
-        cat = s.category
-        if cat == "step":
-            continue
-        if has_gpu:
-            if cat in _DEVICE_CATS:
-                if cat == "kernel" and is_comm(s.name):
-                    comm.append((a, b))
-                    coll.append((0, a, s.dur_ns, s.name))
-                elif cat == "kernel":
-                    comp.append((a, b))
-                    ops.append((a, s.dur_ns, s.name))
-                    kernels.append((a, b, s.flow_ids))
-                else:
-                    mem.append((a, b))
-                    kernels.append((a, b, s.flow_ids))
-                    memops.append((s.dur_ns, s.name))
-            elif s.flow_ids and cat in ("runtime", "cuda_runtime", "cuda_driver", "cpu_op"):
-                for f in s.flow_ids:
-                    flow_start.setdefault(f, []).append(a)
-            continue
-        if is_comm(s.name) and cat != "runtime":  # not XLA's runtime marks ("end: all-reduce")
-            comm.append((a, b))
-            low = s.name.lower()
-            coll.append((1 if cat == "xla_op" or low.startswith(("gloo:", "nccl:")) else 2, a, s.dur_ns, s.name))
-        elif cat in ("cpu_op", "xla_op"):
-            comp.append((a, b))
-            ops.append((a, s.dur_ns, s.name))
-    classified = comp + comm + mem
-    steps = [(num, a, b) for num, (a, b) in step_marks.items()]
-    if steps:
-        steps.sort(key=lambda x: x[1])
-        lo, hi = steps[0][1], max(b for _, _, b in steps)
-    elif classified:  # as HTA: from the first to the last classified event (device events on a GPU rank)
-        lo, hi = min(a for a, _ in classified), max(b for _, b in classified)
-    elif bounds:
-        lo, hi = min(a for a, _ in bounds), max(b for _, b in bounds)
-    else:
-        lo = hi = 0
-    window = max(0, hi - lo)
-    C = _clip(union(comp), lo, hi)
-    M = _clip(union(comm), lo, hi)
-    X = _clip(union(mem), lo, hi)
-    CM = union(C + M)
-    busy = union(CM + X)
-    overlap = _length(_intersect(M, C))
-    exposed_comm = _length(_minus(M, C))
-    exposed_mem = _length(_minus(X, CM))
-    idle = window - _length(busy)
-    causes: dict[str, int] = {}
-    if not has_gpu:
-        causes["host outside ops"] = idle
-    else:
-        causes.update(_gpu_idle_causes(busy, kernels, flow_start, lo, hi))
-    best = min((c[0] for c in coll), default=0)
-    collectives = tuple((name, a, d) for pr, a, d, name in sorted(coll, key=lambda c: c[1]) if pr == best)
-    ops.sort()
-    starts = [o[0] for o in ops]
-    rows = []
-    for num, a, b in steps:
-        w = [(a, b)]
-        top: dict[str, int] = {}
-        for i in range(bisect.bisect_left(starts, a), bisect.bisect_left(starts, b)):
-            top[ops[i][2]] = top.get(ops[i][2], 0) + ops[i][1]
-        best_ops = sorted(top.items(), key=lambda kv: (-kv[1], kv[0]))[:_TOP_OPS]
-        rows.append(StepRow(num, a, b - a, _length(_intersect(C, w)), _length(_intersect(M, w)),
-                            (b - a) - _length(_intersect(busy, w)), best_ops))
-    per_name: dict[str, list[int]] = {}
-    for dur, name in [(o[1], o[2]) for o in ops] + [(c[2], c[3]) for c in coll] + memops:
-        per_name.setdefault(name, []).append(dur)
-    durations = {name: duration_stats(ds) for name, ds in per_name.items()}
-    left_out = 0
-    if len(durations) > MAX_DURATION_NAMES:  # a summary stays small: the names with the least time go
-        kept = sorted(durations.items(), key=lambda kv: (-kv[1][4], kv[0]))[:MAX_DURATION_NAMES]
-        left_out = len(durations) - len(kept)
-        durations = dict(kept)
-    return RankSummary(rank=rank, host=host, source="gpu" if has_gpu else "cpu", window_ns=window,
-                       compute_ns=_length(C), communication_ns=_length(M), memory_ns=_length(X), overlap_ns=overlap,
-                       exposed_communication_ns=exposed_comm, exposed_memory_ns=exposed_mem, idle_ns=idle,
-                       idle_causes=causes, steps=tuple(rows), collectives=collectives,
-                       clock_offset_ns=clock_offset_ns, clock_uncertainty_ns=clock_uncertainty_ns, label=label,
-                       durations=durations, durations_left_out=left_out)
-
-
-def _step_marks(parts: Sequence[BackendResult], clock_offset_ns: int) -> dict[int, tuple[int, int]]:
-    """Step number -> (start, end) from ONE part: several backends mark the same steps (torch's
-    ``ProfilerStep#N``, the cpu backend's ``step N``, whose last step runs on until the session
-    stops), so the framework's own markers (``ProfilerStep#``) win, else the first part's."""
-    best: list[tuple[Span, int]] = []
-    for p in parts:
-        marks = [(s, p.clock.offset_ns + clock_offset_ns) for s in p.spans if s.category == "step"]
-        if marks and (not best or (marks[0][0].name.startswith("ProfilerStep#")
-                                   and not best[0][0].name.startswith("ProfilerStep#"))):
-            best = marks
-    out: dict[int, tuple[int, int]] = {}
-    for i, (s, off) in enumerate(best):
-        num = s.args.get("step_num")
-        num = num if isinstance(num, int) else _step_number(s, i)
-        a, b = s.start_ns + off, s.start_ns + off + s.dur_ns
-        old = out.get(num)
-        out[num] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
-    return out
-
-
-def _gpu_idle_causes(busy: Intervals, kernels: list[tuple[int, int, tuple[int, ...]]],
-                     flow_start: dict[int, list[int]], lo: int, hi: int) -> dict[str, int]:
-    """Split each idle gap of the device by what ended it: the next kernel's launch on the host."""
-    out = {"waiting on host launch": 0, "waiting on sync/dependency": 0, "before first / after last kernel": 0}
-    if not busy:
-        out["before first / after last kernel"] = hi - lo
-        return out
-    by_start: dict[int, int] = {}
-    for a, _, flows in kernels:
-        launches = [t for f in flows for t in flow_start.get(f, ()) if t <= a]
-        if launches:
-            t = max(launches)
-            by_start[a] = max(by_start.get(a, t), t)
-    out["before first / after last kernel"] = max(0, busy[0][0] - lo) + max(0, hi - busy[-1][1])
-    for (_, g0), (g1, _) in zip(busy, busy[1:]):
-        gap = g1 - g0
-        launch = by_start.get(g1)
-        host = min(gap, launch - g0) if launch is not None and launch > g0 else 0
-        out["waiting on host launch"] += host
-        out["waiting on sync/dependency"] += gap - host
-    return out
+            red.add_span(s, off)
+    return red.finish(rank=rank, host=host, clock_uncertainty_ns=clock_uncertainty_ns, label=label)
 
 
 # -- across ranks -----------------------------------------------------------------------------------
@@ -450,6 +605,7 @@ def combine(summaries: Iterable[RankSummary], *, threshold: float = 0.2, min_exc
             key = (rank, steps[i].step)
             wait[key] = wait.get(key, 0) + (d - shortest)
     stragglers = _stragglers(ranks, wait, threshold, min_excess_ns)
+    notes += [n for r in ranks for n in r.read_notes]
     return CrossRankReport(ranks, wait, tuple(stragglers), tuple(notes))
 
 
@@ -507,27 +663,57 @@ def analyze_result(result: ProfileResult, **kw: Any) -> CrossRankReport:
         # The parts' offsets already hold the rank's clock offset; it is kept in the summary for display only.
         s = reduce_rank(parts, rank=rank, host=str(parts[0].metadata.get("rank_host", "")))
         summaries.append(attrs.evolve(s, clock_offset_ns=int(row.get("clock_offset_ns", 0) or 0),
-                                      clock_uncertainty_ns=int(row.get("clock_uncertainty_ns", 0) or 0)))
+                                      clock_uncertainty_ns=int(row.get("clock_uncertainty_ns", 0) or 0),
+                                      read_notes=_loss_notes(parts, rank)))
     return combine(summaries, **kw)
 
 
-def _reduce_file(path: str, kind: str, rank_hint: int | None) -> RankSummary:
-    """Worker: read one rank's file and reduce it (runs in a child process for directories)."""
+def _loss_notes(parts: Sequence[BackendResult], rank: int) -> tuple[str, ...]:
+    """What a rank's parts say they lost, one line each (the same from a run dir or a merged result)."""
+    return tuple(f"rank {rank}: {loss.count} {loss.unit} not read ({loss.kind}): {loss.detail}"
+                 for p in parts for loss in p.losses)
+
+
+def reduce_file(path: str, kind: str, rank_hint: int | None = None) -> RankSummary:
+    """Read one rank's file and reduce it: the one per-rank step, run by the local worker pool and
+    by a distributed executor's workers (:mod:`omniprof.analysis.executor`) alike.
+
+    ``kind`` is ``"kineto"`` (a per-rank Kineto trace, read in a stream: only the reduction's
+    compact tables are held, never the trace's spans) or ``"result"`` (an omniprof rank part).
+    The rank: the trace's ``distributedInfo.rank``, else ``rank_hint`` (from the file name).
+    What the reader could not read is kept in the summary's ``read_notes``.
+    """
     if kind == "result":
         from omniprof.core.results import load
 
         res = load(path)
-        return _summary_of_result(res, rank_hint, label=Path(path).parent.name)
-    from omniprof.formats.kineto import read_trace
+        s = _summary_of_result(res, rank_hint, label=Path(path).parent.name)
+        notes = _loss_notes(res.parts, s.rank)
+        return attrs.evolve(s, read_notes=notes) if notes else s
+    if kind != "kineto":
+        raise InvalidArgumentError(f"unknown rank file kind {kind!r} (expected 'kineto' or 'result')")
+    from omniprof.formats.kineto import stream_spans
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # losses stay counted in the part; the report notes per-rank reads only
-        res = read_trace(path)
-    info = res.parts[0].metadata.get("distributedInfo")
+    red = RankReducer()
+    red.begin_part()
+    add = red.add
+
+    def sink(s: Span) -> None:
+        cat = s.category
+        corr = s.args.get("correlation_id") if cat in _LINKED_CATS else None
+        add(s.name, cat, s.start_ns, s.dur_ns, (corr,) if type(corr) is int else (), 0,
+            s.args.get("step_num") if cat == "step" else None)
+
+    top = stream_spans(path, sink)
+    if top["_bounds_ns"] is not None:
+        red.bounds.append(top["_bounds_ns"])
+    info = top.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else rank_hint
     if rank is None:
         raise TraceReadError(f"{path}: no rank in the trace (distributedInfo.rank) nor in the file name (rank<N>)")
-    return reduce_rank(res.parts, rank=int(rank), host=res.metadata.host, label=Path(path).name)
+    s = red.finish(rank=int(rank), host=str(top.get("host_name", "")), label=Path(path).name)
+    notes = tuple(f"{Path(path).name}: {x}" for x in top["_losses"])
+    return attrs.evolve(s, read_notes=notes) if notes else s
 
 
 def _is_trace_file(p: Path) -> bool:
@@ -586,22 +772,39 @@ def load_kineto_dir(path: str | os.PathLike[str]) -> ProfileResult:
     return merge_ranks(results)
 
 
-def analyze_dir(path: str | os.PathLike[str], *, workers: int | None = None, **kw: Any) -> CrossRankReport:
-    """Analyse every rank under ``path``, reading and reducing ranks in ``workers`` processes
-    (default: one per core, at most one per rank; 1 reads them one after another here). Only
-    the small per-rank summaries come back, so memory holds at most ``workers`` ranks' data."""
-    inputs = rank_inputs(path)
+def reduce_local(inputs: Sequence[tuple[str, str, int | None]], workers: int | None = None) -> list[RankSummary]:
+    """:func:`reduce_file` of every input in ``workers`` processes here (default: one per core, at
+    most one per rank; 1 reads them one after another in this process). Each worker holds one
+    rank's reduction at a time and sends back only its summary."""
     n = workers if workers is not None else min(len(inputs), os.cpu_count() or 1)
     if n < 1:
         raise InvalidArgumentError(f"'workers' must be >= 1 (got {workers})")
-    if n == 1 or len(inputs) == 1:
-        summaries = [_reduce_file(*x) for x in inputs]
-    else:
-        import multiprocessing
+    if n == 1 or len(inputs) <= 1:
+        return [reduce_file(*x) for x in inputs]
+    import multiprocessing
 
-        # spawn, not fork: the parent may hold threads (a torch job, a profiler's sampler).
-        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
-            summaries = list(ex.map(_reduce_file, *zip(*inputs)))
+    # spawn, not fork: the parent may hold threads (a torch job, a profiler's sampler).
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
+        return list(ex.map(reduce_file, *zip(*inputs)))
+
+
+def analyze_dir(path: str | os.PathLike[str], *, workers: int | None = None, executor: Any = None,
+                **kw: Any) -> CrossRankReport:
+    """Analyse every rank under ``path``: each rank read (in a stream) and reduced alone, and only
+    the small per-rank summaries brought together.
+
+    Args:
+        workers: processes here (default: one per core, at most one per rank).
+        executor: ``"dask://host:port"`` (or a ``distributed.Client``): read and reduce each rank on
+            a Dask worker that sees its file (:mod:`omniprof.analysis.executor`); ``path`` is then
+            the directory as the workers see it. ``workers`` does not apply.
+    """
+    if executor is not None:
+        from omniprof.analysis.executor import map_reduce_ranks
+
+        summaries = map_reduce_ranks(path, executor)
+    else:
+        summaries = reduce_local(rank_inputs(path), workers)
     ranks = [s.rank for s in summaries]
     if len(set(ranks)) != len(ranks):
         dup = sorted({r for r in ranks if ranks.count(r) > 1})
@@ -612,9 +815,15 @@ def analyze_dir(path: str | os.PathLike[str], *, workers: int | None = None, **k
 def analyze(source: ProfileResult | str | os.PathLike[str], **kw: Any) -> CrossRankReport:
     """Cross-rank analysis of a merged result, a run directory, or a directory of Kineto traces.
 
+    ``workers`` and ``executor`` (directories only): see :func:`analyze_dir`.
+
     .. versionadded:: 0.2
     """
     if isinstance(source, ProfileResult):
+        if kw.pop("executor", None) is not None:
+            raise InvalidArgumentError("an executor reads rank files where they are: give the run directory, not a "
+                                       "result already in memory")
+        kw.pop("workers", None)
         return analyze_result(source, **kw)
     return analyze_dir(source, **kw)
 

@@ -1,0 +1,228 @@
+"""Cross-rank analysis at scale: ranks read in a stream (bounded memory), and on a real Dask cluster.
+
+References: the in-memory reader's spans (``read_trace``) reduced, a brute-force pass over the spans
+per step, a sweep line over interval ends, and the local analysis (the executor must give exactly
+what the local pool gives)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import attrs
+import pytest
+
+from omniprof.analysis import crossrank as cr
+from omniprof.analysis import executor as ex
+from omniprof.cli import main
+from omniprof.errors import InvalidArgumentError, TraceReadError
+from omniprof.formats.kineto import read_trace
+
+KINETO = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "kineto"
+if not KINETO.is_dir():
+    KINETO = Path("/work/shared/data/kineto")
+
+
+def _read(path: Path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return read_trace(path)
+
+
+def _trace(path: Path, rank: int, steps: int, *, slow: float = 1.0, seed: int = 0) -> None:
+    """A GPU-rank trace: per step 4 launched GEMM kernels, a memcpy, an NCCL all-reduce that ends when
+    the slowest rank's compute is done, and the step annotation (times in µs, as Kineto writes)."""
+    import random
+
+    rng = random.Random(seed * 1000 + rank)
+    ev = []
+    corr = 0
+    t0 = 1_000_000.0
+    for st in range(steps):
+        t = t0
+        for k in range(4):
+            corr += 1
+            d = round(rng.uniform(900, 1100) * slow, 3)
+            ev.append({"ph": "X", "cat": "cpu_op", "name": f"aten::op{k % 2}", "pid": 1, "tid": 1, "ts": t, "dur": d})
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 1,
+                       "dur": 3, "args": {"correlation": corr}})
+            ev.append({"ph": "X", "cat": "kernel", "name": f"gemm{k % 3}", "pid": 0, "tid": 7, "ts": t + 5 + rng.random(),
+                       "dur": d, "args": {"correlation": corr, "device": 0, "stream": 7}})
+            t += d + 8
+        ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": t, "dur": 4,
+                   "args": {"device": 0, "stream": 7}})
+        end = t0 + 4 * (1100 * 1.5 + 8) + 20
+        ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce", "pid": 0, "tid": 8, "ts": t + 2,
+                   "dur": round(end - t, 3), "args": {"device": 0, "stream": 8}})
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{st}", "pid": 1, "tid": 1, "ts": t0,
+                   "dur": round(end + 5 - t0, 3)})
+        t0 = end + 10
+    rng.shuffle(ev)  # a stream in no particular order: the reduction must not depend on it
+    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 4},
+           "traceEvents": ev}
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+
+
+def _fields(s: cr.RankSummary) -> dict:
+    d = attrs.asdict(s)
+    d.pop("label")
+    return d
+
+
+@pytest.fixture(scope="module")
+def rank_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("ranks")
+    for r in range(4):
+        _trace(d / f"rank{r}.pt.trace.json.gz", r, 30, slow=1.5 if r == 2 else 1.0)
+    return d
+
+
+@pytest.mark.parametrize("chunk", [4, 1 << 16])
+def test_streamed_reduction_equals_the_in_memory_one(rank_dir: Path, monkeypatch, chunk: int) -> None:
+    """reduce_file (a stream, events in shuffled order, unions merged every few intervals) gives the
+    very summary reduce_rank gives over read_trace's spans, on the real AlexNet trace and ours."""
+    monkeypatch.setattr(cr, "_CHUNK", chunk)
+    for path in (KINETO / "alexnet_cuda_trace.json.gz", rank_dir / "rank2.pt.trace.json.gz"):
+        streamed = cr.reduce_file(str(path), "kineto", 0)
+        res = _read(path)
+        whole = cr.reduce_rank(res.parts, rank=streamed.rank, host=res.metadata.host)
+        assert _fields(streamed) == _fields(whole)
+        assert streamed.compute_ns + streamed.exposed_communication_ns + streamed.exposed_memory_ns \
+            + streamed.idle_ns == streamed.window_ns
+
+
+def test_per_step_figures_against_brute_force(rank_dir: Path) -> None:
+    """Each step's compute, communication, idle and top kernels, recomputed by brute force: a pass
+    over every nanosecond boundary of the step's spans and a plain sum of kernels by name."""
+    path = rank_dir / "rank1.pt.trace.json.gz"
+    s = cr.reduce_file(str(path), "kineto", None)
+    spans = _read(path).parts[0].spans
+    kern = [x for x in spans if x.category == "kernel" and not cr.is_comm(x.name)]
+    comm = [x for x in spans if x.category == "kernel" and cr.is_comm(x.name)]
+    mem = [x for x in spans if x.category == "memcpy"]
+    steps = sorted((x for x in spans if x.category == "step"), key=lambda x: x.start_ns)
+    assert [r.step for r in s.steps] == [int(x.name.split("#")[1]) for x in steps]
+    for row, st in zip(s.steps, steps):
+        a, b = st.start_ns, st.end_ns
+        pts = sorted({a, b, *(t for x in kern + comm + mem for t in (x.start_ns, x.end_ns) if a < t < b)})
+        on = {"c": 0, "m": 0, "idle": 0}
+        for p, q in zip(pts, pts[1:]):
+            mid = (p + q) / 2
+            c = any(x.start_ns <= mid < x.end_ns for x in kern)
+            m = any(x.start_ns <= mid < x.end_ns for x in comm)
+            busy = c or m or any(x.start_ns <= mid < x.end_ns for x in mem)
+            on["c"] += (q - p) * c
+            on["m"] += (q - p) * m
+            on["idle"] += (q - p) * (not busy)
+        top: dict[str, int] = {}
+        for x in kern:
+            if a <= x.start_ns < b:
+                top[x.name] = top.get(x.name, 0) + x.dur_ns
+        assert (row.dur_ns, row.compute_ns, row.communication_ns, row.idle_ns) == (b - a, on["c"], on["m"], on["idle"])
+        assert row.top_ops == tuple(sorted(top.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def test_streaming_holds_less_per_event_than_the_trace(tmp_path: Path) -> None:
+    """Bounded memory: what a rank's reduction holds at its peak (tracemalloc) grows, per added
+    step, by well under what reading the trace into memory grows by."""
+    peaks = {}
+    for steps in (300, 1200):
+        path = tmp_path / f"rank{steps}.json.gz"
+        _trace(path, 0, steps)
+        tracemalloc.start()
+        try:
+            _read(path)
+            whole = tracemalloc.get_traced_memory()[1]
+            tracemalloc.reset_peak()
+            cr.reduce_file(str(path), "kineto", None)
+            peaks[steps] = (whole, tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    grow_whole = peaks[1200][0] - peaks[300][0]
+    grow_streamed = peaks[1200][1] - peaks[300][1]
+    assert grow_streamed < 0.6 * grow_whole, peaks
+
+
+def test_read_losses_reach_the_report(tmp_path: Path) -> None:
+    """What the streamed reader skips is noted in the report, naming the file, never silent."""
+    doc = {"distributedInfo": {"rank": 0}, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "bad", "pid": 1, "tid": 1, "ts": "x", "dur": 5},
+        {"ph": "Z", "name": "odd"}]}
+    (tmp_path / "rank0.json").write_text(json.dumps(doc))
+    rep = cr.analyze(tmp_path, workers=1)
+    assert any("rank0.json: 1 malformed events skipped" in n for n in rep.notes), rep.notes
+    assert any("'Z' x1" in n for n in rep.notes), rep.notes
+
+
+# -- Dask ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cluster():
+    from distributed import LocalCluster
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # distributed's own deprecation chatter at start-up
+        c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                         dashboard_address=None)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_dask_executor_equals_the_local_analysis(rank_dir: Path, cluster) -> None:
+    """A real LocalCluster (2 worker processes on 127.0.0.1): every figure equals the local pool's,
+    the straggler is the slowed rank, and the reductions ran as tasks on the cluster."""
+    address = "dask://" + cluster.scheduler_address.removeprefix("tcp://")
+    local = cr.analyze(rank_dir, workers=1)
+    remote = cr.analyze(rank_dir, executor=address)
+    assert remote == local
+    assert [s.rank for s in remote.stragglers] == [2]
+    assert "omniprof-reduce" in cluster.scheduler.task_prefixes
+    from distributed import Client
+
+    with Client(cluster.scheduler_address) as client:
+        pids = set(client.run(os.getpid).values())
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def test_dask_cli_and_errors(rank_dir: Path, cluster, capsys, monkeypatch, tmp_path: Path) -> None:
+    """`omniprof report DIR --executor dask://...` prints what `-j 1` prints; an unreachable address,
+    a Ray address and a directory no worker sees are one line each, exit 2."""
+    address = "dask://" + cluster.scheduler_address.removeprefix("tcp://")
+    assert main(["report", str(rank_dir), "-j", "1", "-R", "table.include_rank_parts=false"]) == 0
+    here = capsys.readouterr().out
+    assert main(["report", str(rank_dir), "--executor", address]) == 0
+    assert capsys.readouterr().out == here and "Straggler: rank 2" in here
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(ex, "CONNECT_TIMEOUT_S", 1.0)
+    assert main(["report", str(rank_dir), "--executor", f"dask://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot reach a Dask scheduler at tcp://127.0.0.1:{port}" in err[0] \
+        and "dask scheduler" in err[0], err
+    assert main(["report", str(rank_dir), "--executor", "ray://127.0.0.1:10001"]) == 2
+    assert "Ray is not supported" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nowhere"), "--executor", address]) == 2
+    assert "none of the 2 Dask worker(s)" in capsys.readouterr().err
+    assert main(["report", str(rank_dir), "--executor", address, "-r", "json"]) == 2
+    assert "--executor prints the cross-rank section only" in capsys.readouterr().err
+
+
+def test_executor_addresses() -> None:
+    assert ex.parse_address("dask://10.0.0.5:8786") == "tcp://10.0.0.5:8786"
+    assert ex.parse_address("tls://head:8786") == "tls://head:8786"
+    for bad in ("10.0.0.5:8786", "dask://host", "dask://host:99999", "http://h:1"):
+        with pytest.raises(InvalidArgumentError, match="dask://host:port|not in 1..65535"):
+            ex.parse_address(bad)
+    with pytest.raises(InvalidArgumentError, match="give the run directory"):
+        cr.analyze(_read(KINETO / "triton_cuda_trace.json.gz"), executor="dask://h:1")
+    with pytest.raises(TraceReadError):
+        cr.reduce_file(str(KINETO / "triton_cuda_trace.json.gz"), "kineto", None)  # no rank anywhere
