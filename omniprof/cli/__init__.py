@@ -110,6 +110,10 @@ def _parser() -> _Parser:
     report.add_argument("-j", "--workers", type=int, default=None, metavar="N",
                         help="a rank directory with -r table -R table.include_rank_parts=false: read ranks in N "
                              "processes (default: one per core), bounded memory")
+    report.add_argument("--executor", default=None, metavar="dask://HOST:PORT",
+                        help="a rank directory: read and reduce each rank on the Dask cluster at this scheduler "
+                             "address, on a worker that sees its file (FILE as the workers see it); only the "
+                             "cross-rank section is printed")
     report.add_argument("-r", "--reporter", action="append", default=[])
     report.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE")
     report.add_argument("-o", "--outdir", default=None)

@@ -15,6 +15,16 @@ def report(ns: argparse.Namespace) -> int:
     ropts = c.reporter_options(ns.reporter_option, reporters)
     for name in reporters:
         reg.reporter(name)  # fail early on unknown names
+    executor = getattr(ns, "executor", None)
+    if executor is not None:
+        from omniprof.analysis import crossrank
+        from omniprof.errors import UsageError
+
+        if reporters != ["table"] or set(ropts.get("table", {})) - {"include_rank_parts", "width"}:
+            raise UsageError("--executor prints the cross-rank section only: drop -r/-R, or drop --executor to "
+                             "render other reports here")
+        print(crossrank.analyze(ns.file, executor=executor).to_text(), end="")
+        return 0
     if _cross_rank_only(ns, reporters, ropts):
         from omniprof.analysis import crossrank
 
