@@ -1,21 +1,29 @@
-"""Cross-rank analysis of synthetic per-rank Kineto traces: wall time and peak memory, 1 worker vs N.
+"""Cross-rank analysis at scale: 64 synthetic ranks x 10^6 events, 1 worker vs N, and on Dask.
 
-Generates ``--ranks`` GPU-training-like Kineto traces of about ``--events`` events each (steps, CPU
-ops and CUDA launches linked by flows to compute kernels, memcpys, an NCCL all-reduce kernel per
-step; rank ``--slow-rank`` takes 30 % longer before each all-reduce, so the others wait for it),
-with ``distributedInfo.rank`` set, then in fresh subprocesses:
+Issue 17's target: the cross-rank analysis of 64 ranks x 10^6 Kineto events, with its wall time,
+its peak memory (at most 2x the largest single rank's in-memory size), its speedup with 2 workers
+against 1, and the same analysis through the Dask executor on a local cluster.
 
-* ``one rank``: ``read_trace`` + ``reduce_rank`` of the largest rank alone: the single-rank cost;
-* ``analyze workers=1``: ``crossrank.analyze_dir`` reading ranks one after another in-process;
-* ``analyze workers=N``: the same with N worker processes.
+1. **Generate** ``--ranks`` GPU-training-like Kineto traces of ``--events`` events each into a temp
+   dir (fixed seed, so every run reads the same bytes; written as a stream, ranks in parallel; the
+   time is printed apart). Per step: 8 (``aten::addmm`` op, ``cudaLaunchKernel``, GEMM kernel,
+   launch flow pair), a memcpy, an NCCL all-reduce kernel and the ``ProfilerStep#N`` annotation;
+   rank ``--slow-rank`` computes 30 % longer, so the others wait for it in every all-reduce.
+2. **One rank in memory**: ``read_trace`` of the largest rank, in a fresh process: its RSS growth
+   with the trace read is the rank's *in-memory size*, the unit of the memory target.
+3. **One rank streamed**: ``crossrank.reduce_file`` of the same rank (what each worker does).
+4. **analyze workers=1** and **workers=N** (``crossrank.analyze_dir``), each in a fresh process.
+5. **Dask**: a ``distributed.LocalCluster`` of N single-threaded worker processes on 127.0.0.1,
+   ``analyze_dir(executor=address)``; its start time is printed apart.
 
-For each: wall time; peak RSS growth of the analysing process over its RSS before reading; and for
-worker runs the largest worker's peak RSS (``RUSAGE_CHILDREN``). The target of issue 17 is a peak
-of at most 2x the largest single rank's in-memory size, and a speedup with more cores. It checks
-that the straggler found is the slowed rank.
+Memory is measured honestly: a sampler thread sums the RSS of the analysing process and all its
+descendants (the pool's workers; the Dask nannies and workers) every 20 ms, and the peak of that
+sum less the analysing process's RSS before reading is the analysis's peak. Every run's report must
+equal the serial one exactly (each rank's figures, waiting, stragglers), and the straggler found
+must be the slowed rank.
 
-Run: ``python benchmarks/distributed_analysis.py [--ranks 4] [--events 20000] [--workers 2]``
-(the issue's full size is ``--ranks 64 --events 1000000``).
+Run: ``python benchmarks/distributed_analysis.py`` (the full size; ``--ranks 8 --events 100000``
+for a short run; ``--keep DIR`` to keep the traces and ``--traces DIR`` to reuse them).
 """
 
 from __future__ import annotations
@@ -24,119 +32,226 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+PER_STEP = 8 * 5 + 3  # events per step, see generate()
+SEED = 17
 
-def generate(path: Path, rank: int, world: int, n_events: int, slow: bool, seed: int = 0) -> int:
-    """One rank's trace; returns its event count. Per step: 8 (op, launch, kernel) triples, a memcpy,
-    an NCCL all-reduce kernel whose start waits for the slowest rank."""
-    rng = random.Random(seed * 1000 + rank)
-    events = []
-    ts = 1_700_000_000_000_000.0
+
+def generate(path: Path, rank: int, world: int, n_events: int, slow: bool, seed: int = SEED) -> int:
+    """Write one rank's trace as a stream (never the whole event list in memory); its event count."""
+    rng = random.Random(seed * 100_003 + rank)
+    ts = 1_700_000_000_000_000  # µs
     corr = 0
-    step = 0
-    per_step = 8 * 3 + 2 + 1
-    n_steps = max(1, n_events // per_step)
-    compute_us = 1000.0
-    for step in range(n_steps):
-        start = ts
-        t = ts
-        for _ in range(8):
-            corr += 1
-            d = rng.uniform(900, 1100) * (1.3 if slow else 1.0)
-            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": t, "dur": d})
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                           "ts": t + 1, "dur": 5, "args": {"correlation": corr}})
-            events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "pid": 0, "tid": 7,
-                           "ts": t + 8, "dur": d, "args": {"correlation": corr, "device": 0, "stream": 7}})
-            events.append({"ph": "s", "id": corr, "pid": 1, "tid": 1, "ts": t + 1, "cat": "ac2g", "name": "ac2g"})
-            events.append({"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": t + 8, "cat": "ac2g", "name": "ac2g",
-                           "bp": "e"})
-            t += d + 10
-        events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
-                       "ts": t, "dur": 20, "args": {"device": 0, "stream": 7, "bytes": 1 << 20}})
-        # All ranks leave the all-reduce together, when the slowest rank's compute is done.
-        slowest_end = start + 8 * (1100 * 1.3 + 10) + 40
-        events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0,
-                       "tid": 8, "ts": t + 20, "dur": max(30.0, slowest_end - (t + 20)) + 30,
-                       "args": {"device": 0, "stream": 8}})
-        end = max(slowest_end + 30, t + 100)
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
-                       "ts": start, "dur": end - start})
-        ts = end + compute_us * 0.01
-    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
-           "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}], "traceEvents": events}
-    path.write_text(json.dumps(doc))
-    return len(events)
+    n_steps = max(1, n_events // PER_STEP)
+    n = 0
+    with open(path, "w") as fh:
+        fh.write('{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d}, '
+                 '"deviceProperties": [{"id": 0, "name": "Synthetic GPU"}], "traceEvents": [\n' % (rank, world))
+        first = True
+        for step in range(n_steps):
+            start = ts
+            t = ts
+            lines = []
+            for _ in range(8):
+                corr += 1
+                d = round(rng.uniform(900, 1100) * (1.3 if slow else 1.0), 3)
+                lines.append('{"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, '
+                             f'"ts": {t:.3f}, "dur": {d:.3f}}}')
+                lines.append('{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, '
+                             f'"ts": {t + 1:.3f}, "dur": 5, "args": {{"correlation": {corr}}}}}')
+                lines.append('{"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "pid": 0, "tid": 7, '
+                             f'"ts": {t + 8:.3f}, "dur": {d:.3f}, "args": {{"correlation": {corr}, "device": 0, '
+                             '"stream": 7}}')
+                lines.append(f'{{"ph": "s", "id": {corr}, "pid": 1, "tid": 1, "ts": {t + 1:.3f}, "cat": "ac2g", '
+                             '"name": "ac2g"}')
+                lines.append(f'{{"ph": "f", "id": {corr}, "pid": 0, "tid": 7, "ts": {t + 8:.3f}, "cat": "ac2g", '
+                             '"name": "ac2g", "bp": "e"}')
+                t += d + 10
+            lines.append('{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, '
+                         f'"tid": 7, "ts": {t:.3f}, "dur": 20, "args": {{"device": 0, "stream": 7, "bytes": 1048576}}}}')
+            # Every rank leaves the all-reduce together, when the slowest rank's compute is done.
+            slowest_end = start + 8 * (1100 * 1.3 + 10) + 40
+            ar = max(30.0, slowest_end - (t + 20)) + 30
+            lines.append('{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, '
+                         f'"tid": 8, "ts": {t + 20:.3f}, "dur": {ar:.3f}, "args": {{"device": 0, "stream": 8}}}}')
+            end = max(slowest_end + 30, t + 100)
+            lines.append(f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", "pid": 1, "tid": 1, '
+                         f'"ts": {start:.3f}, "dur": {end - start:.3f}}}')
+            fh.write(("" if first else ",\n") + ",\n".join(lines))
+            first = False
+            n += len(lines)
+            ts = int(end) + 10
+        fh.write("\n]}\n")
+    return n
 
 
+def _gen(args: tuple[str, int, int, int, bool]) -> tuple[int, int]:
+    path, rank, world, n_events, slow = args
+    n = generate(Path(path), rank, world, n_events, slow)
+    return n, os.path.getsize(path)
+
+
+# Runs in a fresh interpreter: one measurement, printed as one JSON line.
 _CHILD = r"""
-import json, os, resource, sys, time
+import json, os, sys, threading, time, warnings
 sys.path.insert(0, sys.argv[1])
-from omniprof.analysis import crossrank
-from omniprof.formats.kineto import read_trace
-import warnings
+import psutil
 warnings.simplefilter("ignore")
-mode, path = sys.argv[2], sys.argv[3]
-def rss():
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-before = rss()
+from omniprof.analysis import crossrank
+mode, path, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+me = psutil.Process()
+
+def tree_rss():
+    total = 0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+peak = [0]
+stop = threading.Event()
+def sample():
+    while not stop.is_set():
+        peak[0] = max(peak[0], tree_rss())
+        stop.wait(0.02)
+
+extra = {}
+cluster = client = None
+if mode == "dask":
+    from distributed import Client, LocalCluster
+    t0 = time.perf_counter()
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                           dashboard_address=None)
+    client = Client(cluster)
+    client.run(lambda: __import__("omniprof.analysis.crossrank"))  # imports done before timing, as a warm pool
+    extra["start_s"] = time.perf_counter() - t0
+before = tree_rss()
+peak[0] = before
+th = threading.Thread(target=sample, daemon=True)
+th.start()
 t0 = time.perf_counter()
-if mode == "one":
+if mode == "memory":
+    from omniprof.formats.kineto import read_trace
     res = read_trace(path)
-    s = crossrank.reduce_rank(res.parts, rank=0)
-    out = {}
+    wall = time.perf_counter() - t0
+    extra["resident_bytes"] = me.memory_info().rss - before
+    extra["spans"] = sum(len(p.spans) for p in res.parts)
+    out = None
+elif mode == "stream":
+    s = crossrank.reduce_file(path, "kineto", None)
+    wall = time.perf_counter() - t0
+    out = None
+elif mode == "dask":
+    rep = crossrank.analyze(path, executor=cluster.scheduler_address)
+    wall = time.perf_counter() - t0
+    out = rep
 else:
-    rep = crossrank.analyze(path, workers=int(mode))
-    out = {"stragglers": [s.rank for s in rep.stragglers]}
-wall = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-print(json.dumps({"wall_s": wall, "peak_growth_bytes": peak - before, "worker_peak_bytes": child, **out}))
+    rep = crossrank.analyze(path, workers=n)
+    wall = time.perf_counter() - t0
+    out = rep
+stop.set(); th.join()
+if out is not None:
+    import attrs
+    extra["stragglers"] = [s.rank for s in out.stragglers]
+    extra["report"] = json.dumps([attrs.asdict(r) for r in out.ranks] + [sorted(map(list, out.wait_ns.items()))]
+                                 + [list(out.notes)], sort_keys=True, default=str)
+    extra["breakdown"] = out.breakdown_rows()[:2]
+if client is not None:
+    client.close(); cluster.close()
+print(json.dumps({"wall_s": wall, "peak_bytes": peak[0] - before, **extra}))
 """
 
 
-def _run(mode: str, path: Path) -> dict:
-    root = str(Path(__file__).resolve().parents[1])
-    out = subprocess.run([sys.executable, "-c", _CHILD, root, mode, str(path)], capture_output=True, text=True,
-                         check=True)
+def _measure(mode: str, path: Path, n: int = 1) -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(ROOT), mode, str(path), str(n)], capture_output=True,
+                         text=True)
+    if out.returncode:
+        raise SystemExit(f"{mode} run failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--events", type=int, default=20_000, help="events per rank")
-    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--events", type=int, default=1_000_000, help="events per rank (default 10^6)")
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="workers to compare with 1")
     ap.add_argument("--slow-rank", type=int, default=3)
+    ap.add_argument("--traces", type=Path, help="reuse traces generated before (with --keep) instead of generating")
+    ap.add_argument("--keep", type=Path, help="generate into this directory and keep it")
+    ap.add_argument("--no-dask", action="store_true", help="skip the Dask executor run")
     ns = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
-        sizes = []
-        for r in range(ns.ranks):
-            n = generate(d / f"rank{r}.pt.trace.json", r, ns.ranks, ns.events, r == ns.slow_rank)
-            sizes.append((d / f"rank{r}.pt.trace.json").stat().st_size)
-        print(f"{ns.ranks} ranks x {n:,} events ({max(sizes) / 2**20:.1f} MiB JSON per rank); "
-              f"{os.cpu_count()} cores here")
-        largest = d / f"rank{ns.slow_rank}.pt.trace.json"
-        one = _run("one", largest)
-        serial = _run("1", d)
-        par = _run(str(ns.workers), d)
-        unit = one["peak_growth_bytes"]
-        print(f"{'run':<22} {'wall s':>8} {'peak growth MiB':>16} {'x one rank':>10} {'worker peak MiB':>16}")
-        print(f"{'one rank (read+reduce)':<22} {one['wall_s']:>8.2f} {unit / 2**20:>16.1f} {1.0:>10.2f} {'-':>16}")
-        for name, x in (("analyze workers=1", serial), (f"analyze workers={ns.workers}", par)):
-            wp = f"{x['worker_peak_bytes'] / 2**20:.1f}" if name.endswith(f"={ns.workers}") and ns.workers > 1 else "-"
-            print(f"{name:<22} {x['wall_s']:>8.2f} {x['peak_growth_bytes'] / 2**20:>16.1f} "
-                  f"{x['peak_growth_bytes'] / unit:>10.2f} {wp:>16}")
-        print(f"speedup {ns.workers} workers vs 1: {serial['wall_s'] / par['wall_s']:.2f}x")
-        print(f"stragglers found: {serial['stragglers']} (slowed: [{ns.slow_rank}]); "
-              f"same with workers: {par['stragglers'] == serial['stragglers']}")
-    return 0
+    ns.slow_rank = min(ns.slow_rank, ns.ranks - 1)
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} cores")
+    tmp = None
+    if ns.traces:
+        d = ns.traces
+        files = sorted(d.glob("rank*.pt.trace.json"))
+        sizes = [f.stat().st_size for f in files]
+        counts = [None] * len(files)
+        print(f"reusing {len(files)} traces in {d}")
+    else:
+        d = ns.keep or Path(tempfile.mkdtemp(prefix="omniprof-xrank-"))
+        tmp = None if ns.keep else d
+        d.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        jobs = [(str(d / f"rank{r}.pt.trace.json"), r, ns.ranks, ns.events, r == ns.slow_rank) for r in range(ns.ranks)]
+        with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as ex:
+            got = list(ex.map(_gen, jobs))
+        counts, sizes = [g[0] for g in got], [g[1] for g in got]
+        files = [Path(j[0]) for j in jobs]
+        print(f"generated {ns.ranks} ranks x {counts[0]:,} events ({sum(sizes) / 2**30:.2f} GiB JSON, "
+              f"{max(sizes) / 2**20:.0f} MiB per rank) in {time.perf_counter() - t0:.1f} s ({os.cpu_count()} processes)")
+    try:
+        largest = files[max(range(len(files)), key=lambda i: sizes[i])]
+        mem = _measure("memory", largest)
+        unit = mem["resident_bytes"]
+        rows = [("one rank: read_trace (in memory)", mem), ("one rank: reduce_file (streamed)", _measure("stream", largest))]
+        serial = _measure("workers", d, 1)
+        rows.append(("analyze workers=1", serial))
+        par = _measure("workers", d, ns.workers)
+        rows.append((f"analyze workers={ns.workers}", par))
+        dk = None
+        if not ns.no_dask:
+            dk = _measure("dask", d, ns.workers)
+            rows.append((f"analyze Dask LocalCluster {ns.workers} workers", dk))
+        print(f"largest rank in memory (read_trace, {mem['spans']:,} spans): {unit / 2**20:.0f} MiB resident "
+              f"(the unit of the target)")
+        print(f"{'run':<42} {'wall s':>8} {'peak MiB':>9} {'x unit':>7}")
+        for name, x in rows:
+            print(f"{name:<42} {x['wall_s']:>8.2f} {x['peak_bytes'] / 2**20:>9.0f} {x['peak_bytes'] / unit:>7.2f}")
+        if dk is not None:
+            print(f"(Dask cluster start, not in its wall: {dk['start_s']:.1f} s)")
+        print(f"speedup {ns.workers} workers vs 1: {serial['wall_s'] / par['wall_s']:.2f}x; "
+              f"{ns.ranks * (counts[0] or 0) / par['wall_s'] / 1e6:.2f} M events/s with {ns.workers}")
+        same = [par["report"] == serial["report"]] + ([dk["report"] == serial["report"]] if dk else [])
+        print(f"reports equal to workers=1 exactly: workers={ns.workers} {same[0]}"
+              + (f", Dask {same[1]}" if dk else ""))
+        target = 2 * unit
+        worst = max(x["peak_bytes"] for name, x in rows[2:])
+        print(f"peak memory target <= 2x unit ({target / 2**20:.0f} MiB): worst analysis peak {worst / 2**20:.0f} MiB "
+              f"-> {'met' if worst <= target else 'NOT met'}")
+        print(f"stragglers found: {serial['stragglers']} (slowed: [{ns.slow_rank}])")
+        b = serial["breakdown"][0]
+        print(f"rank 0: compute {b['compute_pct']:.2f}% comm {b['exposed_communication_pct']:.2f}% "
+              f"mem {b['exposed_memory_pct']:.2f}% idle {b['idle_pct']:.2f}%")
+        load = os.getloadavg()
+        print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        ok = all(same) and serial["stragglers"] == ([ns.slow_rank] if ns.ranks > 1 else [])
+        return 0 if ok else 1
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
