@@ -1041,6 +1041,28 @@ static PyObject *py_peek_disarm(PyObject *self, PyObject *noargs) {
     Py_RETURN_NONE;
 }
 
+#ifdef OMNIPROF_NATIVE
+/* In a forked child: the engine and peek threads are the parent's and do not exist here; the lock
+ * may have been held by one of them at the fork, and the read pipe is shared with the parent. Start
+ * afresh, as a process that never ran the engine (a child may start a session of its own). */
+static void after_fork_child(void) {
+    if (started_once) pthread_mutex_init(&E.lock, NULL);
+    E.running = 0;
+    E.stop_req = 0;
+    joinable = 0;
+    close_thread_fds();
+    E.n_threads = 0;
+    E.n_samples = 0;
+    if (pipe_fd[0] >= 0) { close(pipe_fd[0]); close(pipe_fd[1]); pipe_fd[0] = pipe_fd[1] = -1; }
+    if (peek_armed) {
+        sigaction(peek_signum, &peek_old, NULL);  /* the signal's own action back: peek is the parent's */
+        peek_armed = 0;
+        peek_pending = 0;
+        peek_quit = 0;
+    }
+}
+#endif
+
 static PyMethodDef methods[] = {
     {"available", py_available, METH_NOARGS, "available() -> (bool, how or why not)"},
     {"start", py_start, METH_VARARGS, "start(interval_ns, mode, max_depth, max_pending, exclude_thread_ids)"},
@@ -1061,6 +1083,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nativesampler", NUL
 PyMODINIT_FUNC PyInit__nativesampler(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+#ifdef OMNIPROF_NATIVE
+    static int atfork_done = 0;
+    if (!atfork_done) { pthread_atfork(NULL, NULL, after_fork_child); atfork_done = 1; }
+#endif
     PyModule_AddIntConstant(m, "MODE_WALL", MODE_WALL);
     PyModule_AddIntConstant(m, "MODE_CPU", MODE_CPU);
     PyModule_AddIntConstant(m, "MODE_GIL", MODE_GIL);
