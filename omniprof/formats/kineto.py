@@ -437,7 +437,8 @@ class _Builder:
         elif ours in ("memcpy", "memset"):
             span_args = _copy_args(name, args, self._lists)
         elif ours == "runtime":
-            span_args = {k: v for k, v in (("correlation_id", corr), ("cbid", args.get("cbid"))) if v is not None}
+            span_args = {k: json_safe(v) for k, v in (("correlation_id", corr), ("cbid", args.get("cbid")))
+                         if v is not None}
         elif ours == "annotation" or ours == "gpu_annotation":
             m = _STEP.match(name) if ours == "annotation" else None
             if m and not on_device:
@@ -453,8 +454,9 @@ class _Builder:
         elif ours == "python":
             span_args = {"call_stack": self._call_stack(cs)} if type(cs) is str else _EMPTY
         elif ours == "sync":
-            span_args = {k: v for k, v in (("kind", args.get("cuda_sync_kind")), ("device", args.get("device")),
-                                           ("stream", args.get("stream")), ("correlation_id", corr)) if v is not None}
+            span_args = {k: json_safe(v) for k, v in (("kind", args.get("cuda_sync_kind")), ("device", args.get("device")),
+                                                      ("stream", args.get("stream")), ("correlation_id", corr))
+                         if v is not None}
         else:
             span_args = json_safe(_plain({k: v for k, v in args.items() if k != "Ev Idx"}))
         self._extend(t0, t0 + dur)
