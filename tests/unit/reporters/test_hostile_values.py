@@ -147,3 +147,17 @@ def test_deeply_nested_args_keep_the_perfetto_trace_readable(tmp_path, depth):
 
     with open_trace(path) as tp:
         assert import_problems(tp) == []
+
+
+def test_profiler_exit_saves_code_from_an_undecodable_file_name(tmp_path):
+    """The library: code whose file name is not UTF-8 (``caf\\udce9.py``, as Python names a
+    ``caf\\xe9.py`` file) profiled with a logdir; ``Profiler.__exit__`` returns normally (it raised
+    UnicodeEncodeError while saving), and the saved result keeps the exact name."""
+    name = os.fsdecode(b"caf\xe9.py")
+    code = compile("def spin():\n    return sum(i * i for i in range(3_000_000))\nspin()\n", name, "exec")
+    with omniprof.Profiler(backend="cpu", logdir=tmp_path, backend_options={"cpu": {"engine": "signal"}}) as prof:
+        exec(code, {})
+    saved = next(tmp_path.glob("plugins/profile/*/omniprof.result.json"))
+    r = omniprof.load(saved)
+    assert r == prof.result
+    assert name in {f.file for f in r.part("cpu").frames}
