@@ -235,6 +235,7 @@ class MemoryBackend(Backend):
         self._rss0 = _rss_bytes()
         self._start_thread_names()
         self._t0 = self.clock.now_ns()
+        on_fork_child(self._forked)  # before sampling starts: its own allocations are not the program's
         if self.engine == "native":
             _native().start(float(self.options.sample_rate), self.options.max_allocations,
                             self.options.max_frames, seed, False, self.options.record_all_above_bytes)
@@ -243,7 +244,6 @@ class MemoryBackend(Backend):
 
             tracemalloc.start(self.options.max_frames)
         self._running = True
-        on_fork_child(self._forked)
 
     def _forked(self) -> None:
         """In a forked child: the hooks and records are the parent's session; drop them, so the
