@@ -18,6 +18,7 @@ every part up. Track ids are prefixed with the backend name so parts never colli
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -242,22 +243,116 @@ def nest_lanes(intervals: Sequence[tuple[int, int]], lanes: list[Nesting] | None
     enclosing interval or -1. ``lanes`` carries the lanes over from an earlier call (a track shared
     by several parts).
 
+    The first lane that takes an interval is found in O(log lanes), not by trying each lane in
+    turn (quadratic when every interval overlaps the others: 20k of them took a minute). A lane
+    takes ``[start, end)`` when its innermost span still open at ``start`` ends at or after
+    ``end`` (or none is open), so each lane is keyed by that end in a max-tree over the lanes,
+    and the first lane whose key is ``>= end`` is the one the lane-by-lane search would find.
+    Keys change only when the innermost open span ends (a heap of those ends, in start order)
+    or a span is placed. The lanes are left exactly as the lane-by-lane search leaves them.
+
     >>> nest_lanes([(0, 10), (2, 5), (5, 12), (20, 21)])
     [(0, 0, -1), (0, 1, 0), (1, 0, -1), (0, 0, -1)]
     """
     lanes = [] if lanes is None else lanes
-    out: list[tuple[int, int, int]] = [(0, 0, -1)] * len(intervals)
-    for i in sorted(range(len(intervals)), key=lambda k: (intervals[k][0], intervals[k][0] - intervals[k][1], k)):
-        start, end = intervals[i]
-        for k, lane in enumerate(lanes):
-            depth = lane.place(start, end, i)
-            if depth >= 0:
-                out[i] = (k, depth, lane.parent)
+    n = len(intervals)
+    out: list[tuple[int, int, int]] = [(0, 0, -1)] * n
+    if not n:
+        return out
+    order = sorted(range(n), key=lambda k: (intervals[k][0], intervals[k][0] - intervals[k][1], k))
+    inf, neg = float("inf"), float("-inf")
+    n_before = len(lanes)
+    size = 1
+    while size < n_before + n:
+        size *= 2
+    tree: list[float] = [neg] * (2 * size)  # tree[size + j]: lane j's key; inner nodes: max of children
+    eff = [0] * (n_before + n)  # per lane: how many of its open ends are > the current start
+    version = [0] * (n_before + n)
+    expiring: list[tuple[int, int, int]] = []  # (innermost open end, lane, version)
+    waiting: list[tuple[int, int]] = []  # carried-over lanes that take nothing before their last start
+    first_start = intervals[order[0]][0]
+
+    def set_key(j: int, key: float) -> None:
+        i = size + j
+        tree[i] = key
+        i >>= 1
+        while i:
+            m = tree[2 * i] if tree[2 * i] >= tree[2 * i + 1] else tree[2 * i + 1]
+            if tree[i] == m:
                 break
+            tree[i] = m
+            i >>= 1
+
+    def refresh(j: int, start: int) -> None:
+        ends = lanes[j].ends
+        e = eff[j]
+        while e and ends[e - 1] <= start:
+            e -= 1
+        eff[j] = e
+        version[j] += 1
+        if e:
+            set_key(j, ends[e - 1])
+            heapq.heappush(expiring, (ends[e - 1], j, version[j]))
         else:
-            lane = Nesting()
-            lanes.append(lane)
-            depth = lane.place(start, end, i)
-            out[i] = (len(lanes) - 1, depth, lane.parent)
+            set_key(j, inf)
+
+    for j, lane in enumerate(lanes):
+        eff[j] = len(lane.ends)
+        if lane.last_start > first_start:
+            heapq.heappush(waiting, (lane.last_start, j))
+        else:
+            refresh(j, first_start)
+    active_from = [lane.last_start for lane in lanes]  # a carried-over lane scanned earlier is not popped
+    placed_at = [-1] * (n_before + n)  # per lane: the rank (in ``order``) of its last placement here
+    chosen = [0] * n  # per rank: the lane taken
+    for rank, i in enumerate(order):
+        start, end = intervals[i]
+        while waiting and waiting[0][0] <= start:
+            refresh(heapq.heappop(waiting)[1], start)
+        while expiring and expiring[0][0] <= start:
+            _, j, ver = heapq.heappop(expiring)
+            if ver == version[j]:
+                refresh(j, start)
+        if tree[1] >= end:
+            node = 1
+            while node < size:
+                node = 2 * node if tree[2 * node] >= end else 2 * node + 1
+            k = node - size
+        else:
+            k = len(lanes)
+            lanes.append(Nesting())
+            active_from.append(start)
+        lane = lanes[k]
+        depth = lane.place(start, end, i)
+        out[i] = (k, depth, lane.parent)
+        chosen[rank] = k
+        placed_at[k] = rank
+        eff[k] = len(lane.ends)
+        version[k] += 1
+        set_key(k, end if end > start else inf)
+        if end > start:
+            heapq.heappush(expiring, (end, k, version[k]))
+        else:  # an empty (or reversed) span ends at once: open nothing here
+            refresh(k, start)
+    # The lane-by-lane search tried every lane before the one taken, dropping the spans that had
+    # ended by then from each it tried; leave each lane as that search would.
+    tried_last = [-1] * len(lanes)
+    covered = -1
+    for rank in range(n - 1, -1, -1):
+        k = chosen[rank]
+        if k - 1 > covered:
+            for j in range(covered + 1, k):
+                tried_last[j] = rank
+            covered = k - 1
+    for j, rank in enumerate(tried_last):
+        if rank < 0 or rank < placed_at[j]:
+            continue
+        start = intervals[order[rank]][0]
+        if placed_at[j] < 0 and start < active_from[j]:
+            continue  # never taken here and not yet open to spans at that start: left as it was
+        lane = lanes[j]
+        while lane.ends and lane.ends[-1] <= start:
+            lane.ends.pop()
+            lane.ids.pop()
     return out
 

@@ -109,6 +109,14 @@ _DECODER = json.JSONDecoder(parse_float=_Num)
 _LENIENT = json.JSONDecoder(parse_float=_Num, strict=False)
 
 
+def _t64(ns: int) -> int:
+    """``ns`` if a result can hold it (signed 64 bits); else ValueError (the event is counted as
+    malformed: a time of -10**20 us made a result that could not be saved)."""
+    if not -(1 << 63) <= ns < 1 << 63:
+        raise ValueError(f"time {ns} ns is beyond 64 bits")
+    return ns
+
+
 def us_text_to_ns(value: Any) -> int:
     """Microseconds (a JSON int, or a decimal's text) to integer ns, exactly (half-even rounding).
 
@@ -363,15 +371,17 @@ class _Builder:
         ph = ev.get("ph")
         try:
             if ph == "X":
-                self._complete(ev, us_text_to_ns(ev["ts"]), us_text_to_ns(ev.get("dur", 0)))
+                t0, dur = _t64(us_text_to_ns(ev["ts"])), us_text_to_ns(ev.get("dur", 0))
+                _t64(t0 + dur)
+                self._complete(ev, t0, dur)
             elif ph in ("i", "I", "R"):
-                self._instant(ev, us_text_to_ns(ev["ts"]))
+                self._instant(ev, _t64(us_text_to_ns(ev["ts"])))
             elif ph in ("s", "f", "t"):
                 self._flow(ev)
             elif ph == "M":
                 self._meta(ev)
             elif ph == "B":
-                ev["_t"] = us_text_to_ns(ev["ts"])
+                ev["_t"] = _t64(us_text_to_ns(ev["ts"]))
                 self.open_begins.setdefault((ev.get("pid"), ev.get("tid")), []).append(ev)
             elif ph == "E":
                 stack = self.open_begins.get((ev.get("pid"), ev.get("tid")))
@@ -379,12 +389,12 @@ class _Builder:
                     self._bad(where, "an 'E' event without a matching 'B'")
                     return
                 b = stack.pop()
-                t1 = us_text_to_ns(ev["ts"])
+                t1 = _t64(us_text_to_ns(ev["ts"]))
                 if ev.get("args"):
                     b = {**b, "args": {**(b.get("args") or {}), **ev["args"]}}
                 self._complete(b, b["_t"], max(t1 - b["_t"], 0))
             elif ph == "C":
-                self._counter(ev, us_text_to_ns(ev["ts"]))
+                self._counter(ev, _t64(us_text_to_ns(ev["ts"])))
             else:
                 key = str(ph)
                 self.unsupported[key] = self.unsupported.get(key, 0) + 1
@@ -437,7 +447,8 @@ class _Builder:
         elif ours in ("memcpy", "memset"):
             span_args = _copy_args(name, args, self._lists)
         elif ours == "runtime":
-            span_args = {k: v for k, v in (("correlation_id", corr), ("cbid", args.get("cbid"))) if v is not None}
+            span_args = {k: json_safe(v) for k, v in (("correlation_id", corr), ("cbid", args.get("cbid")))
+                         if v is not None}
         elif ours == "annotation" or ours == "gpu_annotation":
             m = _STEP.match(name) if ours == "annotation" else None
             if m and not on_device:
@@ -453,8 +464,9 @@ class _Builder:
         elif ours == "python":
             span_args = {"call_stack": self._call_stack(cs)} if type(cs) is str else _EMPTY
         elif ours == "sync":
-            span_args = {k: v for k, v in (("kind", args.get("cuda_sync_kind")), ("device", args.get("device")),
-                                           ("stream", args.get("stream")), ("correlation_id", corr)) if v is not None}
+            span_args = {k: json_safe(v) for k, v in (("kind", args.get("cuda_sync_kind")), ("device", args.get("device")),
+                                                      ("stream", args.get("stream")), ("correlation_id", corr))
+                         if v is not None}
         else:
             span_args = json_safe(_plain({k: v for k, v in args.items() if k != "Ev Idx"}))
         self._extend(t0, t0 + dur)

@@ -527,7 +527,13 @@ class _Interner:
         return iid
 
 
-def _debug_value(value: Any) -> bytes:
+# Nested args deeper than this are written as JSON text (DebugAnnotation.legacy_json_value):
+# protobuf readers refuse messages nested past 100 levels (upb's limit; the packet, the track
+# event and the annotation take three), so a 100-deep value made the whole trace unreadable.
+_MAX_ARG_DEPTH = 64
+
+
+def _debug_value(value: Any, depth: int = 0) -> bytes:
     """The value fields of a DebugAnnotation."""
     if isinstance(value, bool):
         return _f_uint(2, int(value))
@@ -541,11 +547,13 @@ def _debug_value(value: Any) -> bytes:
         return _f_str(6, str(value))
     if isinstance(value, str):
         return _f_str(6, value)
+    if isinstance(value, (Mapping, list, tuple)) and depth >= _MAX_ARG_DEPTH:
+        return _f_str(9, json.dumps(value, default=str))
     if isinstance(value, Mapping):
-        return b"".join(_f_bytes(11, _f_str(10, str(k)) + _debug_value(x)) for k, x in value.items()) \
+        return b"".join(_f_bytes(11, _f_str(10, str(k)) + _debug_value(x, depth + 1)) for k, x in value.items()) \
             or _f_str(9, "{}")
     if isinstance(value, (list, tuple)):
-        return b"".join(_f_bytes(12, _debug_value(x)) for x in value) or _f_str(9, "[]")
+        return b"".join(_f_bytes(12, _debug_value(x, depth + 1)) for x in value) or _f_str(9, "[]")
     if value is None:
         return _f_str(9, "null")
     return _f_str(6, str(value))

@@ -402,7 +402,9 @@ def _check_loaded(result: ProfileResult) -> None:
         import io
         import tempfile
 
-        rep = omniprof.core.reporting.make_reporter(name)
+        from omniprof.core import reporting  # not imported by `import omniprof` (names load on first use)
+
+        rep = reporting.make_reporter(name)
         if rep.output == "stream":
             omniprof.report(result, name, io.StringIO())
         else:

@@ -120,6 +120,11 @@ CASES = {
     "600-deep args in a Kineto trace": ("d.json", lambda r: json.dumps(_kineto({"x": _deep(600)})), None),
     "600-deep metadata in a result": ("d.result.json", lambda r: json.dumps({**r, "parts": [
         {**r["parts"][0], "metadata": {"deep": _deep(600)}}]}), None),
+    # the two that gave a RecursionError traceback before the readers were bounded:
+    "600-deep args of an unknown category in a Kineto trace": (
+        "u.json", lambda r: json.dumps(_kineto(_deep(600), cat="weird")), "nested too deeply"),
+    "600-deep top-level key in a Kineto trace": (
+        "t.json", lambda r: json.dumps({**_kineto({}), "deviceProperties": _deep(600)}), "nested too deeply"),
 }
 
 
@@ -246,10 +251,11 @@ def test_named_pipe_with_writer_is_read(tmp_path, result_json, tally):
 
 @pytest.mark.parametrize("how", ["/dev/stdin", "process substitution"])
 def test_stdin_and_process_substitution(tmp_path, result_json, how, tally):
-    """``omniprof report /dev/stdin < r.json`` and ``omniprof report <(cat r.json)``: read (before:
-    "invalid JSON"), the result equal to the file's."""
+    """``cat r.json | omniprof report /dev/stdin`` and ``omniprof report <(cat r.json)``: read (before:
+    "invalid JSON"), the result equal to the file's. A pipe: ``< r.json`` would make /dev/stdin
+    the file itself, which read before too."""
     (tmp_path / "r.json").write_text(json.dumps(result_json))
-    p = _cli("OMNIPROF report /dev/stdin -r json -o out < r.json" if how == "/dev/stdin"
+    p = _cli("cat r.json | OMNIPROF report /dev/stdin -r json -o out" if how == "/dev/stdin"
              else "OMNIPROF report <(cat r.json) -r json -o out", tmp_path)
     tally.check(f"report {how}", "read" if p.returncode == 0 else "refused")
     assert p.returncode == 0, p.stderr

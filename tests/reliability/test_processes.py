@@ -77,10 +77,6 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug, issue 21: under `omniprof run`, about 1 run in 5 of a script opening a fork Pool ten times "
-    "leaves a worker with a Python-level SIGTERM handler, so Pool.terminate() hangs on it; plain python and "
-    "a bare Profiler+runpy do not (measured 12/12 and 6/6)"))
 def test_fork_pool_terminate_never_hangs(tmp_path, tally):
     """``with multiprocessing.Pool() as p`` (fork) ten times, half of them terminated mid-task: the
     run ends (plain python's output and status) and the workers leave no traceback."""
@@ -230,6 +226,119 @@ def test_fork_resets_handlers_in_child(tmp_path, tally):
     p = _run(["c.py"], tmp_path, omniprof_run=False)
     tally.fault("fork with handlers installed")
     assert (p.returncode, p.stdout.strip()) == (0, "0"), p.stderr
+
+
+# A child killed before it has run a line of python: its parent sends SIGTERM right after fork()
+# returns (Linux runs the parent first), which is what Pool.terminate() does to a worker it forked
+# a moment ago. ``mode`` picks what is installed in the parent: nothing (plain python), the CLI's
+# SIGTERM handler, or that handler while the profiler stops (deferred_signals) -- and ``thread``
+# forks from a thread other than the main one (multiprocessing's pool handler thread does).
+KILL_AT_BIRTH = """
+import os, signal, sys, threading, time, contextlib
+from omniprof.core.forks import deferred_signals
+from omniprof.runner import sigterm_unwinds
+mode, where, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+results = []
+def forks():
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(0.3)
+            os._exit(7)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        results.append(os.waitstatus_to_exitcode(status))
+    # and one more that reports the handler it got (after the after-fork callbacks ran)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, b"default" if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else b"python")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    results.append(os.read(r, 100).decode())
+outer = sigterm_unwinds() if mode != "plain" else contextlib.nullcontext()
+inner = deferred_signals() if mode == "deferred" else contextlib.nullcontext()
+with outer, inner:
+    if where == "thread":
+        t = threading.Thread(target=forks)
+        t.start()
+        t.join()
+    else:
+        forks()
+print(sorted(set(map(str, results))))
+"""
+
+
+@pytest.mark.parametrize(("mode", "where"), [("plain", "main"), ("owned", "main"), ("owned", "thread"),
+                                             ("deferred", "thread")])
+def test_child_killed_at_birth_dies_of_sigterm(tmp_path, mode, where, tally):
+    """SIGTERM sent to a child before it has run any python (a Pool terminated just after it
+    forked a worker): plain python's child dies with -15, and so does the child of a process
+    holding omniprof's SIGTERM handler -- forked from the main thread, from another thread, or
+    while the profiler stops. The kernel hands the parent's handler to the child, so without
+    blocking the signal across the fork the child noted it in Python's C handler and the
+    interpreter's after-fork cleanup dropped it: 49 of 50 such children lived on (the Pool hang),
+    and a child forked while the profiler stopped kept its SIGTERM handler."""
+    (tmp_path / "k.py").write_text(KILL_AT_BIRTH)
+    p = _run(["k.py", mode, where, "30"], tmp_path, omniprof_run=False)
+    tally.fault("SIGTERM to a child before it runs")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "['-15', 'default']", p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "Terminated" not in p.stderr
+
+
+# A child forked while a session records starts a session of its own: it must find the engine free
+# (the native engine's thread, the allocation hooks are the parent's) and record its own work only.
+OWN_SESSION = """
+import os, sys, time, json
+import omniprof
+backend, engine = sys.argv[1], sys.argv[2]
+opts = {backend: {"engine": engine, **({"sample_rate": 0.02} if backend == "memory" else {})}}
+keep = []  # alive at the end: the tracemalloc engine reports live blocks
+def work(s):
+    end = time.perf_counter() + s
+    while time.perf_counter() < end:
+        keep.append(bytearray(2000))
+        sum(range(500))
+def parent_work(): return work(0.4)
+def child_work(): return work(0.4)
+# tracemalloc names a frame file:line; the one-line functions are told apart by their line
+label = {f: f for f in ("parent_work", "child_work")}
+label.update({f"own.py:{fn.__code__.co_firstlineno}": fn.__name__ for fn in (parent_work, child_work)})
+def names(res):
+    part = res.parts[0]
+    items = part.samples if backend == "cpu" else part.allocations
+    seen = {part.frames[i].name for it in items for i in part.stacks[it.stack_id]}
+    seen = {n.rsplit("/", 1)[-1] for n in seen}
+    return sorted({label[n] for n in seen if n in label})
+with omniprof.Profiler(backend=backend, backend_options=opts) as prof:
+    parent_work()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with omniprof.Profiler(backend=backend, backend_options=opts) as cp:
+                child_work()
+            print("child", json.dumps(names(cp.result)), flush=True)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    parent_work()
+print("parent", json.dumps(names(prof.result)), flush=True)
+"""
+
+
+@pytest.mark.parametrize(("backend", "engine"), [("cpu", "native"), ("cpu", "signal"), ("cpu", "thread"),
+                                                 ("memory", "native"), ("memory", "tracemalloc")])
+def test_forked_child_profiles_itself(tmp_path, backend, engine, tally):
+    """A child forked while the parent records starts its own Profiler with the same engine: it
+    starts (the native engine's thread and the allocation hooks are not the child's), its result
+    holds its own function only, and the parent's holds the parent's only. The native engine said
+    "already running" and the memory sampler "already running" in the child before."""
+    (tmp_path / "own.py").write_text(OWN_SESSION)
+    p = _run(["own.py", backend, engine], tmp_path, omniprof_run=False, timeout=60)
+    tally.fault(f"forked child profiles itself ({backend} {engine})")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.splitlines() == ['child ["child_work"]', 'parent ["parent_work"]'], p.stderr[-2000:]
 
 
 CHDIR = """

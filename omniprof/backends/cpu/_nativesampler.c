@@ -795,12 +795,14 @@ static void atfork_child(void) {
     self_pid = getpid();
     close_thread_fds();
     E.n_threads = 0;
+    E.n_samples = 0;
     if (peek_armed) {
         /* the signal keeps the C handler (it only posts a semaphore nobody waits on): restore the
          * previous disposition, the Python side re-arms peek in the child if it wants it */
         sigaction(peek_signum, &peek_old, NULL);
         peek_armed = 0;
         peek_pending = 0;
+        peek_quit = 0;
     }
 }
 #endif
@@ -1127,7 +1129,8 @@ PyMODINIT_FUNC PyInit__nativesampler(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
 #ifdef OMNIPROF_NATIVE
-    pthread_atfork(NULL, NULL, atfork_child);
+    static int atfork_done = 0;  /* once per process, however often the module is initialised */
+    if (!atfork_done) { pthread_atfork(NULL, NULL, atfork_child); atfork_done = 1; }
 #endif
     PyModule_AddIntConstant(m, "MODE_WALL", MODE_WALL);
     PyModule_AddIntConstant(m, "MODE_CPU", MODE_CPU);

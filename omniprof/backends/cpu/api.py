@@ -341,15 +341,17 @@ def enable_peek(signum: int | None = None) -> None:
         _peek["thread"] = t
         t.start()
         _peek["signum"] = sig
-        from omniprof.core.forks import on_fork_child
+        from omniprof.core.forks import hold_across_fork, on_fork_child
 
+        hold_across_fork(sig)  # blocked across fork(): the child's C handler is reset before it can run
         on_fork_child(_peek_forked)  # the engine's atfork handler gave the signal its old handler back
         return
     _peek["native"] = False
+    from omniprof.core.forks import hold_across_fork, on_fork_child
+
     _peek["old"] = signal.signal(sig, _on_peek)
     _peek["signum"] = sig
-    from omniprof.core.forks import on_fork_child
-
+    hold_across_fork(sig)
     on_fork_child(_peek_forked)
 
 
@@ -372,6 +374,9 @@ def disable_peek(timeout_s: float | None = None) -> None:
         if t is not None and t.is_alive():
             t.join(peek_duration() + 5.0 if timeout_s is None else timeout_s)
         ns.peek_disarm()
+        from omniprof.core.forks import release_across_fork
+
+        release_across_fork(_peek["signum"])
         _peek["signum"] = None
         _peek["native"] = False
         return
@@ -381,8 +386,11 @@ def disable_peek(timeout_s: float | None = None) -> None:
     sig = _peek["signum"]
     if sig is None:
         return
+    from omniprof.core.forks import release_across_fork
+
     old = _peek["old"]
     signal.signal(sig, old if old is not None else signal.SIG_DFL)
+    release_across_fork(sig)
     _peek["signum"] = None
     _peek["old"] = None
 

@@ -502,6 +502,28 @@ static PyObject *py_take(PyObject *self, PyObject *types) {
     return Py_BuildValue("(NN)", out, stats);
 }
 
+/* discard(): stop if running and drop every record without building anything (a forked child:
+ * the records and the session are the parent's). */
+static PyObject *py_discard(PyObject *self, PyObject *noargs) {
+    if (active) {
+        if (active == 2) PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &orig_raw);
+        PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &orig_mem);
+        PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &orig_obj);
+        active = 0;
+    }
+    release_frames(0, nframes_total);
+    nrecords = 0;
+    nframes_total = 0;
+    drawn = countdown;
+    large_seen = bytes_seen = dropped = frees_of_sampled = 0;
+    ntimeline = timeline_next_ns = timeline_dropped = 0;
+    if (map_cap) { memset(map_keys, 0, map_cap * sizeof(uintptr_t)); memset(map_vals, 0, map_cap * sizeof(uint64_t)); map_used = 0; }
+    memset(live_count, 0, sizeof(live_count));
+    live_entries = 0;
+    in_hook = 0;
+    Py_RETURN_NONE;
+}
+
 /* instance_state(obj) -> (attrs, dict, values_bytes) without materialising anything.
  * CPython 3.11+ keeps an instance's attributes in a values array until someone asks for __dict__
  * (3.11/3.12: a separate block the object points to; 3.13: inline, right after the object);
@@ -602,6 +624,7 @@ static PyMethodDef methods[] = {
     {"take", py_take, METH_O, "take(types) -> (records, stats); clears the buffer"},
     {"instance_state", py_instance_state, METH_O, "instance_state(obj) -> (attrs, dict, values_bytes)"},
     {"is_active", py_is_active, METH_NOARGS, "True while hooks are installed"},
+    {"discard", py_discard, METH_NOARGS, "discard(): stop and drop every record (a forked child)"},
     {NULL, NULL, 0, NULL},
 };
 

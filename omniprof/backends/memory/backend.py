@@ -38,6 +38,7 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.backends.cpu.stacks import resolve_frame
 from omniprof.core import validators as v
+from omniprof.core.forks import on_fork_child
 from omniprof.core.results import (Allocation, BackendResult, ClockInfo, CounterSeries, Frame, Loss, ThreadInfo,
                                    Track)
 from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgumentError
@@ -234,6 +235,7 @@ class MemoryBackend(Backend):
         self._rss0 = _rss_bytes()
         self._start_thread_names()
         self._t0 = self.clock.now_ns()
+        on_fork_child(self._forked)  # before sampling starts: its own allocations are not the program's
         if self.engine == "native":
             _native().start(float(self.options.sample_rate), self.options.max_allocations,
                             self.options.max_frames, seed, False, self.options.record_all_above_bytes)
@@ -242,6 +244,19 @@ class MemoryBackend(Backend):
 
             tracemalloc.start(self.options.max_frames)
         self._running = True
+
+    def _forked(self) -> None:
+        """In a forked child: the hooks and records are the parent's session; drop them, so the
+        child allocates as under plain python and may start a session of its own."""
+        if not self._running:
+            return
+        self._running = False
+        if self.engine == "native":
+            _native().discard()
+        else:
+            import tracemalloc
+
+            tracemalloc.stop()
 
     def stop(self) -> BackendResult:
         t1 = self.clock.now_ns()

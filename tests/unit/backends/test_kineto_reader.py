@@ -379,3 +379,29 @@ def test_raw_control_characters_in_strings_are_read_and_counted(tmp_path, monkey
     ops = [e for e in reference if e.get("cat") == "cpu_op"]
     assert len([s for s in part.spans if s.category == "cpu_op"]) == len(ops)
     assert op["name"] in part.table("op_stats").column("name")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 2**70])
+def test_hostile_correlation_and_sync_args_round_trip(tmp_path, value):
+    """A runtime call's ``correlation`` and a sync event's ``device`` that are NaN, infinite or
+    past 64 bits: the span's args are JSON-safe like every other span's (NaN became a float the
+    saved result could not reproduce: the result read back differed), and the result round-trips."""
+    events = [_x("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=value, cbid=211),
+              _x("cudaDeviceSynchronize", "cuda_sync", 20, 5, device=value, cuda_sync_kind="Device")]
+    result = read_trace(_write(tmp_path, events))
+    spans = result.parts[0].spans
+    args = [s.args for s in spans]
+    assert args == [json.loads(json.dumps(a)) for a in args]  # plain JSON values, NaN/inf as text
+    assert omniprof.load(result.save(tmp_path / "r.json")) == result
+
+
+@pytest.mark.parametrize(("ts", "dur"), [(-(10**20), 5), (10**17, 0), (9_223_372_036_854_775, 10)])
+def test_times_beyond_64_bits_are_malformed_events(tmp_path, ts, dur):
+    """An event whose start or end (us -> ns) does not fit 64 bits (a fuzz find: ts = -10**20 gave a
+    result that could not be saved) is counted as malformed; the other events read, and the result
+    saves and loads."""
+    events = [_x("bad", "cpu_op", ts, dur), _x("good", "cpu_op", 10, 5)]
+    with pytest.warns(DataLossWarning):
+        result = read_trace(_write(tmp_path, events))
+    assert [s.name for s in result.parts[0].spans] == ["good"]
+    assert omniprof.load(result.save(tmp_path / "r.json")) == result

@@ -116,3 +116,48 @@ def test_chrome_json_strict_with_bool_pid_nan_args_and_surrogates(tmp_path):
         assert import_problems(tp) == []
         names = [r["name"] for r in query_rows(tp, "select name from slice")]
         assert len(names) == 1 and names[0].startswith("a\\") and names[0].endswith("ud800")  # Perfetto keeps escapes
+
+
+@pytest.mark.parametrize("depth", [63, 64, 100, 400])
+def test_deeply_nested_args_keep_the_perfetto_trace_readable(tmp_path, depth):
+    """Args nested ``depth`` levels (a hostile trace's value): Perfetto's own protobuf classes parse
+    the trace (a 100-deep value made them refuse the whole file: upb's 100-level limit), the
+    trace processor imports it, and the value is all there -- nested annotations down to level
+    64, the rest as its JSON text."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    value: object = "leaf"
+    for i in range(depth):
+        value = {f"k{i}": value} if i % 2 else [value]
+    part = BackendResult(backend="cpu", tracks=[Track("t", "T")], spans=[Span("s", "t", 1000, 5000, args={"v": value})])
+    path = omniprof.report(ProfileResult(parts=(part,)), "perfetto", tmp_path / "trace.perfetto-trace")
+    trace = Trace()
+    trace.ParseFromString(path.read_bytes())
+    ann = next(a for p in trace.packet if p.HasField("track_event") for a in p.track_event.debug_annotations)
+    levels, node = 0, ann
+    while node.dict_entries or node.array_values:
+        node = node.dict_entries[0] if node.dict_entries else node.array_values[0]
+        levels += 1
+    rest = json.loads(node.legacy_json_value) if node.legacy_json_value else node.string_value
+    assert levels == min(depth, 64)
+    for i in range(depth - 1 - levels, -1, -1):  # what the JSON text holds, outermost first
+        rest = rest[f"k{i}"] if i % 2 else rest[0]
+    assert rest == "leaf"
+    from omniprof.testing.trace_processor import import_problems, open_trace
+
+    with open_trace(path) as tp:
+        assert import_problems(tp) == []
+
+
+def test_profiler_exit_saves_code_from_an_undecodable_file_name(tmp_path):
+    """The library: code whose file name is not UTF-8 (``caf\\udce9.py``, as Python names a
+    ``caf\\xe9.py`` file) profiled with a logdir; ``Profiler.__exit__`` returns normally (it raised
+    UnicodeEncodeError while saving), and the saved result keeps the exact name."""
+    name = os.fsdecode(b"caf\xe9.py")
+    code = compile("def spin():\n    return sum(i * i for i in range(3_000_000))\nspin()\n", name, "exec")
+    with omniprof.Profiler(backend="cpu", logdir=tmp_path, backend_options={"cpu": {"engine": "signal"}}) as prof:
+        exec(code, {})
+    saved = next(tmp_path.glob("plugins/profile/*/omniprof.result.json"))
+    r = omniprof.load(saved)
+    assert r == prof.result
+    assert name in {f.file for f in r.part("cpu").frames}

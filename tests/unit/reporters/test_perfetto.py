@@ -542,8 +542,21 @@ def torch_result() -> ProfileResult:
     return backend_result("torch", work)
 
 
+def deep_overlap_result() -> ProfileResult:
+    """Deep nesting and deep overlap on two parts sharing one thread: 1,500 spans each inside the
+    previous, 1,500 each starting inside the previous and ending after it (each needs a lane of
+    its own), and the second part's spans crossing the first's lanes."""
+    d = 1_500
+    nested = [Span(f"n{i % 5}", "t", 1_000 + i * 10, (2 * d - 2 * i) * 10) for i in range(d)]
+    overlap = [Span(f"o{i % 5}", "t", 1_000 + i * 10 + 5, d * 10) for i in range(d)]
+    crossing = [Span(f"x{i % 3}", "u", 1_000 + i * 97, 5_000 + (i * 7919) % 9_000) for i in range(300)]
+    a = BackendResult(backend="cpu", tracks=(Track("t", "Main", "thread", pid=77, tid=77),), spans=(*nested, *overlap))
+    b = BackendResult(backend="torch", tracks=(Track("u", "Main", "thread", pid=77, tid=77),), spans=tuple(crossing))
+    return ProfileResult(metadata=RunMetadata(host="h", pid=77), parts=(a, b))
+
+
 RESULTS = {"one_of_each": make_result, "stress": stress_result, "cpu_real": cpu_result, "kineto_gpu": kineto_result,
-           "xla_real": xla_result, "torch_real": torch_result}
+           "xla_real": xla_result, "torch_real": torch_result, "deep_overlap": deep_overlap_result}
 _made: dict[str, ProfileResult] = {}
 _loaded: dict[tuple[str, str], dict] = {}
 
