@@ -440,6 +440,21 @@ static PyObject *py_stop(PyObject *self, PyObject *noargs) {
     Py_RETURN_NONE;
 }
 
+/* Drop the session's records, counters, timeline and live-block filter: after take() has built
+ * its lists, or in a forked child (discard()), where they are the parent's. */
+static void forget_session(void) {
+    release_frames(0, nframes_total);
+    nrecords = 0;
+    nframes_total = 0;
+    drawn = countdown;
+    large_seen = bytes_seen = dropped = frees_of_sampled = 0;
+    ntimeline = timeline_next_ns = timeline_dropped = 0;
+    if (map_cap) { memset(map_keys, 0, map_cap * sizeof(uintptr_t)); memset(map_vals, 0, map_cap * sizeof(uint64_t)); map_used = 0; }
+    memset(live_count, 0, sizeof(live_count));
+    live_entries = 0;
+    in_hook = 0;
+}
+
 /* take(types) -> (records, stats). records: list of (t_ns, size, thread_id, freed, domain, ((code, line), ...),
  * type) root-last; type is types[candidate address] for the first candidate found in the dict types
  * ({id(type): name}), or None. */
@@ -488,16 +503,7 @@ static PyObject *py_take(PyObject *self, PyObject *types) {
                                     (unsigned long long)nrecords, "dropped", (unsigned long long)dropped,
                                     "frees_of_sampled", (unsigned long long)frees_of_sampled,
                                     "timeline", tl, "timeline_dropped", (unsigned long long)timeline_dropped);
-    release_frames(0, nframes_total);
-    nrecords = 0;
-    nframes_total = 0;
-    drawn = countdown;
-    large_seen = bytes_seen = dropped = frees_of_sampled = 0;
-    ntimeline = timeline_next_ns = timeline_dropped = 0;
-    if (map_cap) { memset(map_keys, 0, map_cap * sizeof(uintptr_t)); memset(map_vals, 0, map_cap * sizeof(uint64_t)); map_used = 0; }
-    memset(live_count, 0, sizeof(live_count));
-    live_entries = 0;
-    in_hook = 0;
+    forget_session();
     if (!stats) { Py_DECREF(out); return NULL; }
     return Py_BuildValue("(NN)", out, stats);
 }
@@ -511,16 +517,7 @@ static PyObject *py_discard(PyObject *self, PyObject *noargs) {
         PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &orig_obj);
         active = 0;
     }
-    release_frames(0, nframes_total);
-    nrecords = 0;
-    nframes_total = 0;
-    drawn = countdown;
-    large_seen = bytes_seen = dropped = frees_of_sampled = 0;
-    ntimeline = timeline_next_ns = timeline_dropped = 0;
-    if (map_cap) { memset(map_keys, 0, map_cap * sizeof(uintptr_t)); memset(map_vals, 0, map_cap * sizeof(uint64_t)); map_used = 0; }
-    memset(live_count, 0, sizeof(live_count));
-    live_entries = 0;
-    in_hook = 0;
+    forget_session();
     Py_RETURN_NONE;
 }
 
