@@ -116,3 +116,45 @@ def peek_from_outside(code: str, *, wait_s: float, timeout_s: float = 120, env: 
         if proc.poll() is None:
             proc.kill()
     return proc.returncode, out, err
+
+
+def check_clock_alignment(run: Path, world: int, skewed: int, skew_ns: int, collective: str) -> list[int]:
+    """A distributed run whose rank ``skewed`` profiled with a clock ``skew_ns`` ahead: each rank's
+    estimated offset is the truth within its stated uncertainty (the ranks share this machine's
+    clock, so the true offsets are known exactly), and on the merged timeline every rank leaves the
+    k-th ``collective`` together (it completes on all ranks at once; unaligned, one rank would be
+    ``skew_ns`` off). Returns the spread of each collective's end across ranks."""
+    import omniprof
+    from omniprof.analysis.timeline import merge
+
+    for r in range(world):
+        d = omniprof.load(run / f"rank{r}" / "omniprof.result.json").metadata.distributed
+        true_offset = -skew_ns if r == skewed else 0
+        assert abs(d["clock_offset_ns"] - true_offset) <= d["clock_uncertainty_ns"] + 1, d
+        if r:
+            assert d["clock_rounds"] == 8 and 0 < d["clock_uncertainty_ns"] < 500_000_000
+    ends: dict[int, list[int]] = {}
+    for s in merge(omniprof.load(run / "omniprof.result.json")).spans:
+        if s.name == collective:
+            ends.setdefault(int(s.track.split("/")[0][4:]), []).append(s.end_ns)
+    assert sorted(ends) == list(range(world))
+    spreads = []
+    for k in range(min(len(v) for v in ends.values())):
+        at = [sorted(ends[r])[k] for r in range(world)]
+        spreads.append(max(at) - min(at))
+    # A loaded machine can delay one rank's end mark now and then: the typical spread is small, and
+    # none comes near the skew.
+    assert sorted(spreads)[len(spreads) // 2] < 50_000_000 and max(spreads) < 1_000_000_000, spreads
+    return spreads
+
+
+def stop_process(proc) -> None:
+    """End a server started by a test: SIGTERM, then SIGKILL if it has not gone in 20 s."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -20,6 +20,7 @@ import pytest
 import omniprof
 from omniprof.backends.cpu import api
 from omniprof.backends.cpu.native import native_available
+from omniprof.errors import BackendOptionWarning
 from tests.tools import build_extension, cpython_interpreters, peek_from_outside
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +59,36 @@ def test_native_is_the_default_here():
         sum(range(100_000))
     assert prof.result.part("cpu").summaries["overhead"]["engine"] == "native"
 
+
+
+@pytest.mark.parametrize("skew_ns", [5_000_000_000, -7_000_000_000])
+def test_clock_at_a_fixed_offset_keeps_the_native_engine(skew_ns):
+    """A session clock that is perf_counter_ns plus a declared constant (a rank whose clock runs
+    ahead, as the distributed tests inject) keeps the native engine, and every sample lands inside
+    the session's own window on that clock (the engine stamps CLOCK_MONOTONIC in C; without the
+    offset the samples would lie skew_ns outside it). A clock with no such declaration falls back."""
+    from omniprof.testing.fakes import SkewedClock
+
+    clock = SkewedClock(skew_ns)
+    with omniprof.Profiler(backend="cpu", clock=clock) as prof:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.05:
+            sum(range(1000))
+    part = prof.result.part("cpu")
+    assert part.summaries["overhead"]["engine"] == "native"
+    assert len(part.samples) >= 10
+    assert all(part.start_ns <= s.t_ns <= part.end_ns for s in part.samples)
+
+    class Wobbly:
+        name = f"wobbly{skew_ns}"  # its own fallback reason: each is warned about once per process
+
+        def now_ns(self) -> int:
+            return time.perf_counter_ns() // 2
+
+    with pytest.warns(BackendOptionWarning, match="neither perf_counter_ns nor a fixed offset"):
+        with omniprof.Profiler(backend="cpu", clock=Wobbly()) as prof:
+            sum(range(100_000))
+    assert prof.result.part("cpu").summaries["overhead"]["engine"] != "native"
 
 # -- every CPython here --------------------------------------------------------------------------
 @pytest.mark.slow

@@ -23,10 +23,10 @@ pytest.importorskip("torch")
 import omniprof
 from omniprof.analysis import crossrank
 from omniprof.core.distributed import load_run
-from omniprof.analysis.timeline import merge
 from omniprof.reporters.perfetto import ChromeTraceOptions, PerfettoOptions, write_chrome_json, write_proto
 from omniprof.testing.trace_processor import import_problems, open_trace, query_rows
 from tests.integration import ddp_job
+from tests.tools import check_clock_alignment
 
 WORLD = 4
 SLOW = 2
@@ -86,26 +86,7 @@ def test_clock_skew_is_undone_within_the_stated_uncertainty(job: dict) -> None:
     """Rank 1's clock ran 5 s ahead: its offset is -5 s within its uncertainty; the others' ~0
     (all ranks share this machine's CLOCK_MONOTONIC, so the true offsets are known exactly)."""
     (run,) = job["runs"]
-    for r in range(WORLD):
-        d = omniprof.load(run / f"rank{r}" / "omniprof.result.json").metadata.distributed
-        true_offset = -SKEW_NS if r == SKEWED else 0
-        assert abs(d["clock_offset_ns"] - true_offset) <= d["clock_uncertainty_ns"] + 1, d
-        if r:
-            assert d["clock_rounds"] == 8 and 0 < d["clock_uncertainty_ns"] < 500_000_000
-    # On the merged timeline, every rank leaves the k-th all-reduce together (it completes on all
-    # ranks at once); unaligned, rank 1 would be 5 s off.
-    tl = merge(omniprof.load(run / "omniprof.result.json"))
-    ends: dict[int, list[int]] = {}
-    for s in tl.spans:
-        if s.name == "gloo:all_reduce":
-            ends.setdefault(int(s.track.split("/")[0][4:]), []).append(s.end_ns)
-    spreads = []
-    for k in range(min(len(v) for v in ends.values())):
-        at = [sorted(ends[r])[k] for r in range(WORLD)]
-        spreads.append(max(at) - min(at))
-    # A loaded machine can delay one rank's end mark now and then: the typical spread is small, and
-    # none comes near the 5 s skew.
-    assert sorted(spreads)[len(spreads) // 2] < 50_000_000 and max(spreads) < 1_000_000_000, spreads
+    check_clock_alignment(run, WORLD, SKEWED, SKEW_NS, "gloo:all_reduce")
 
 
 def test_merged_timeline_opens_in_perfetto_with_one_process_per_rank(job: dict, tmp_path: Path) -> None:

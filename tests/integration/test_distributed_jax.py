@@ -29,9 +29,9 @@ pytest.importorskip("xprof", reason="XProf is not installed (pip install 'omnipr
 
 import omniprof
 from omniprof.analysis import crossrank
-from omniprof.analysis.timeline import merge
 from omniprof.core.distributed import load_run
 from tests.integration import jax_job
+from tests.tools import check_clock_alignment, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -156,37 +156,15 @@ def test_xprof_server_lists_every_rank_as_a_host(job: dict) -> None:
         hosts = [h["hostname"] for h in get(f"/hosts?run={run}&tag=trace_viewer")]  # type: ignore[union-attr]
         assert hosts == [f"{job['host']}_rank{r}" for r in range(WORLD)]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def test_clock_skew_is_undone_within_the_stated_uncertainty(job: dict) -> None:
     """Rank 1's clock ran 5 s ahead: its offset over jax's key-value store is -5 s within the
     uncertainty (the ranks share this machine's clock, so the true offsets are known); on the merged
     timeline every rank leaves each all-reduce together."""
-    run = job["run"]
-    for r in range(WORLD):
-        d = omniprof.load(run / f"rank{r}" / "omniprof.result.json").metadata.distributed
-        true_offset = -SKEW_NS if r == SKEWED else 0
-        assert abs(d["clock_offset_ns"] - true_offset) <= d["clock_uncertainty_ns"] + 1, d
-        if r:
-            assert d["clock_rounds"] == 8 and 0 < d["clock_uncertainty_ns"] < 500_000_000
-    tl = merge(omniprof.load(run / "omniprof.result.json"))
-    ends: dict[int, list[int]] = {}
-    for s in tl.spans:
-        if s.name == "all-reduce":
-            ends.setdefault(int(s.track.split("/")[0][4:]), []).append(s.end_ns)
-    assert sorted(ends) == list(range(WORLD))
-    spreads = []
-    for k in range(min(len(v) for v in ends.values())):
-        at = [sorted(ends[r])[k] for r in range(WORLD)]
-        spreads.append(max(at) - min(at))
+    spreads = check_clock_alignment(job["run"], WORLD, SKEWED, SKEW_NS, "all-reduce")
     assert len(spreads) == jax_job.STEPS - 2
-    assert sorted(spreads)[len(spreads) // 2] < 50_000_000 and max(spreads) < 1_000_000_000, spreads
 
 
 def test_straggler_and_all_reduce_distribution(job: dict) -> None:

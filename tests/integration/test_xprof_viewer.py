@@ -36,6 +36,7 @@ from omniprof.core.results import (
 )
 from omniprof.reporters.tensorboard import TensorBoardOptions, write_logdir
 from omniprof.testing.fakes import make_result
+from tests.tools import stop_process
 
 pytest.importorskip("xprof", reason="XProf is not installed (pip install 'omniprof[tensorboard]')")
 pytestmark = pytest.mark.slow
@@ -121,12 +122,7 @@ def server(logdir: dict):
         assert url, f"XProf did not start: {''.join(lines)}"
         yield {"url": url.rstrip("/"), "proc": proc, "stderr": lines}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def _get(server: dict, route: str) -> bytes:

@@ -43,6 +43,7 @@ from omniprof.backends.cpu import api
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import python_stacks
 from omniprof.core import validators as v
+from omniprof.core.clock import perf_counter_offset_ns
 from omniprof.core.forks import OwnedHandler, on_fork_child
 from omniprof.core.results import BackendResult, ClockInfo, Frame, Loss, Span, TaskInfo, ThreadInfo, Track
 from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgumentError
@@ -332,8 +333,9 @@ class CpuSamplerBackend(Backend):
                 from omniprof.backends.cpu.native import native_available
 
                 ok, why = native_available()
-                if ok and getattr(self.clock, "name", "") != "perf_counter_ns":
-                    ok, why = False, f"the session clock {getattr(self.clock, 'name', '?')!r} is not perf_counter_ns"
+                if ok and perf_counter_offset_ns(self.clock) is None:
+                    ok, why = False, (f"the session clock {getattr(self.clock, 'name', '?')!r} is neither "
+                                      f"perf_counter_ns nor a fixed offset from it")
                 engine = "native" if ok else ("signal" if _signal_usable() else "thread")
                 if not ok and why not in _warned_fallback:
                     _warned_fallback.append(why)
@@ -384,7 +386,8 @@ class CpuSamplerBackend(Backend):
                 from omniprof.backends.cpu.native import NativeEngine
 
                 self._start_idx = s.begin(None, self.clock)
-                self._native = NativeEngine(s, opts.interval_s, opts.mode)
+                self._native = NativeEngine(s, opts.interval_s, opts.mode,
+                                            offset_ns=perf_counter_offset_ns(self.clock) or 0)
                 self._native.start()
             elif self.engine == "thread":
                 holder: list[_ThreadTrigger] = []

@@ -65,10 +65,11 @@ def _task_sets() -> list[Any]:
 class NativeEngine:
     """Runs the C engine for one session, feeding ``sampler``."""
 
-    def __init__(self, sampler: Sampler, interval_s: float, mode: str = "wall") -> None:
+    def __init__(self, sampler: Sampler, interval_s: float, mode: str = "wall", offset_ns: int = 0) -> None:
         if _ns is None:
             raise RuntimeError(native_available()[1])
         self.sampler = sampler
+        self.offset_ns = offset_ns  # the session clock minus CLOCK_MONOTONIC (perf_counter_ns), added to each stamp
         self.interval_ns = max(1, round(interval_s * 1e9))
         self.mode = mode
         self.stats: dict[str, Any] = {}
@@ -185,8 +186,10 @@ class NativeEngine:
             mask = (1 << sh) - 1
             tasks = self._tasks
             task_id = s._task_id
+            off = self.offset_ns
             for i in range(0, len(words), 5):
                 t, tid, w, sf, gen = words[i:i + 5]
+                t += off
                 tid &= 0xFFFFFFFFFFFFFFFF
                 sid = self._stacks.get(sf & mask)
                 if sid is None:
