@@ -77,7 +77,9 @@ def test_page_in_chromium_shows_the_hot_function(tmp_path):
         key = name.split("  ")[0]
         width[key] = width.get(key, 0.0) + float(re.search(r"width: ([0-9.e-]+)%", style).group(1))
     assert width["_hot_spin"] > width.get("_cold_spin", 0.0)
-    assert width["_hot_spin"] >= 40.0  # ~80% of the work by construction; generous for a loaded machine
+    # 80% of the main thread's work by construction (each spin timed by its own clock); relative to the
+    # two spins, since the root's width also holds whatever other threads the test process has
+    assert width["_hot_spin"] / (width["_hot_spin"] + width.get("_cold_spin", 0.0)) >= 0.6
     assert "<summary>" in dom and "_hot_spin" in dom.split("Call tree", 1)[1]
     assert shot.is_file() and shot.stat().st_size > 5000  # Chromium drew a real page
 
