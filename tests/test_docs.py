@@ -30,7 +30,9 @@ def test_doc_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monkey
         try:
             exec(compile(code, f"{page.name}[block {i}]", "exec"), ns)
         except Exception as e:  # pragma: no cover - failure path
-            pytest.fail(f"{page.relative_to(ROOT)} block {i} failed: {type(e).__name__}: {e}\n{code}")
+            said = "".join(f"\n{what}:\n{text}" for what in ("stdout", "stderr")
+                           if isinstance(text := getattr(e, what, None), str) and text)  # a subprocess's own words
+            pytest.fail(f"{page.relative_to(ROOT)} block {i} failed: {type(e).__name__}: {e}{said}\n{code}")
 
 
 def test_readme_quickstart_has_two_commands() -> None:
