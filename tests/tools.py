@@ -158,3 +158,12 @@ def stop_process(proc) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a rendezvous or a server under test)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

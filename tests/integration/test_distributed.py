@@ -26,7 +26,7 @@ from omniprof.core.distributed import load_run
 from omniprof.reporters.perfetto import ChromeTraceOptions, PerfettoOptions, write_chrome_json, write_proto
 from omniprof.testing.trace_processor import import_problems, open_trace, query_rows
 from tests.integration import ddp_job
-from tests.tools import check_clock_alignment
+from tests.tools import check_clock_alignment, free_port
 
 WORLD = 4
 SLOW = 2
@@ -34,16 +34,10 @@ SKEWED = 1
 SKEW_NS = 5_000_000_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> dict:
     logdir = tmp_path_factory.mktemp("ddp")
-    ddp_job.spawn(WORLD, _free_port(), str(logdir), slow_rank=SLOW, skew_rank=SKEWED, skew_ns=SKEW_NS,
+    ddp_job.spawn(WORLD, free_port(), str(logdir), slow_rank=SLOW, skew_rank=SKEWED, skew_ns=SKEW_NS,
                   backends=("torch", "cpu"))
     truth = {r: json.loads((logdir / f"truth_rank{r}.json").read_text()) for r in range(WORLD)}
     runs = list((logdir / "plugins" / "profile").iterdir())
@@ -206,7 +200,7 @@ def test_no_shared_filesystem_rank0_holds_every_part(tmp_path: Path) -> None:
     """Two ranks, each with its own logdir (no shared filesystem): rank 0 named the run, rank 1 used
     the same name in its own logdir, and rank 0's run dir holds both parts (sent over the process
     group) and the merged result."""
-    ddp_job.spawn(2, _free_port(), str(tmp_path / "host{rank}"))
+    ddp_job.spawn(2, free_port(), str(tmp_path / "host{rank}"))
     (run0,) = (tmp_path / "host0" / "plugins" / "profile").iterdir()
     (run1,) = (tmp_path / "host1" / "plugins" / "profile").iterdir()
     assert run0.name == run1.name
@@ -259,7 +253,7 @@ def test_torch_job_with_the_xla_backend_puts_every_xplane_in_rank0s_run(tmp_path
     rank in its own logdir: each rank's xplane is `<host>_rank<N>.xplane.pb` in its run, and rank 0's
     run holds rank 1's too (sent over the process group), byte for byte."""
     pytest.importorskip("jax")
-    ddp_job.spawn(2, _free_port(), str(tmp_path / "host{rank}"), backends=("torch", "xla"))
+    ddp_job.spawn(2, free_port(), str(tmp_path / "host{rank}"), backends=("torch", "xla"))
     host = socket.gethostname()
     (run0,) = (tmp_path / "host0" / "plugins" / "profile").iterdir()
     (run1,) = (tmp_path / "host1" / "plugins" / "profile").iterdir()

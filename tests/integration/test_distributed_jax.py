@@ -31,7 +31,7 @@ import omniprof
 from omniprof.analysis import crossrank
 from omniprof.core.distributed import load_run
 from tests.integration import jax_job
-from tests.tools import check_clock_alignment, stop_process
+from tests.tools import check_clock_alignment, free_port, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -43,16 +43,10 @@ ROOT = Path(__file__).resolve().parents[2]
 QUIET_ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> dict:
     logdir = tmp_path_factory.mktemp("jaxjob")
-    jax_job.spawn(WORLD, _free_port(), str(logdir), slow_rank=SLOW, skew_rank=SKEWED, skew_ns=SKEW_NS)
+    jax_job.spawn(WORLD, free_port(), str(logdir), slow_rank=SLOW, skew_rank=SKEWED, skew_ns=SKEW_NS)
     truth = {r: json.loads((logdir / f"truth_rank{r}.json").read_text()) for r in range(WORLD)}
     (run,) = (logdir / "plugins" / "profile").iterdir()
     return {"logdir": logdir, "truth": truth, "run": run, "host": socket.gethostname()}
@@ -198,7 +192,7 @@ def test_no_shared_filesystem_rank0_gets_every_xplane(tmp_path: Path) -> None:
     counts two tasks there."""
     from xprof.convert import raw_to_tool_data
 
-    jax_job.spawn(2, _free_port(), str(tmp_path / "host{rank}"), chunk_bytes=1024)
+    jax_job.spawn(2, free_port(), str(tmp_path / "host{rank}"), chunk_bytes=1024)
     host = socket.gethostname()
     (run0,) = (tmp_path / "host0" / "plugins" / "profile").iterdir()
     (run1,) = (tmp_path / "host1" / "plugins" / "profile").iterdir()

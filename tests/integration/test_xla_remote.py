@@ -18,6 +18,7 @@ import omniprof  # noqa: E402
 from omniprof.backends.xla import remote  # noqa: E402
 from omniprof.cli import main  # noqa: E402
 from omniprof.errors import BackendError, InvalidArgumentError, ProfilerStateError  # noqa: E402
+from tests.tools import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,19 +42,13 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def children():
     """Start N child processes each serving the profiler on a free port; kill them afterwards."""
     procs: list[subprocess.Popen] = []
 
     def start(n: int, seconds: float = 30.0) -> list[int]:
-        ports = [_free_port() for _ in range(n)]
+        ports = [free_port() for _ in range(n)]
         env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         # As a user's process starts: this test process may have set XLA's log level for itself.
         env.pop("TF_CPP_MIN_LOG_LEVEL", None)
@@ -105,7 +100,7 @@ def test_cli_collect_one_process(children, tmp_path, capsys):
 
 def test_collect_without_server_fails_clearly(tmp_path):
     """No server at the address: BackendError naming the address and how to start one."""
-    port = _free_port()
+    port = free_port()
     with pytest.raises(BackendError, match=f"nothing listens at 127.0.0.1:{port}.*omniprof.start_server"):
         remote.collect(f"127.0.0.1:{port}", 50, tmp_path, num_tracing_attempts=1)
     assert not list(tmp_path.glob("plugins/profile/*"))
@@ -115,7 +110,7 @@ def test_collect_without_server_fails_clearly(tmp_path):
 def test_cli_collect_without_server_exit_code(tmp_path, capsys):
     """The CLI turns that failure into exit code 1 and one clear line that names our --attempts
     (XLA's client text recommends its own --num_tracing_attempts)."""
-    port = _free_port()
+    port = free_port()
     assert main(["collect", f"127.0.0.1:{port}", "--duration-ms", "50", "--logdir", str(tmp_path),
                  "--no-perfetto-link", "--attempts", "1"]) == 1
     err = capsys.readouterr().err
@@ -199,7 +194,7 @@ def test_addresses_validated():
 
 def test_start_server_warns_about_every_interface_and_stops():
     """start_server warns that the server listens on every interface; stop_server ends it; state errors are clear."""
-    port = _free_port()
+    port = free_port()
     with pytest.warns(remote.ExposedServerWarning, match="EVERY network interface.*ssh -L"):
         omniprof.start_server(port)
     try:
@@ -207,7 +202,7 @@ def test_start_server_warns_about_every_interface_and_stops():
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
         with pytest.raises(ProfilerStateError, match="already running"):
-            omniprof.start_server(_free_port(), all_interfaces_ok=True)
+            omniprof.start_server(free_port(), all_interfaces_ok=True)
     finally:
         omniprof.stop_server()
     assert remote.server_port() is None

@@ -27,6 +27,7 @@ from omniprof.viewers.serve import PerfettoLinkWarning  # noqa: E402
 from omniprof.errors import BackendError, InvalidArgumentError  # noqa: E402
 
 from .xla_helpers import workload  # noqa: E402
+from tests.tools import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 FAST = {"record_tool_data": False}
@@ -166,17 +167,11 @@ def test_without_logdir_no_temporary_directory_is_left_behind(tmp_path):
 
 
 # -- nothing recorded twice, nothing leaked into the files ---------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_start_server_and_a_local_profiler_record_each_annotation_once(tmp_path):
     """One sink per process: with a profiler server running, a local xla session still records
     one range per annotation (two sinks recorded two), and no _omniprof mark reaches the file."""
     f, x = workload()
-    omniprof.start_server(_free_port(), all_interfaces_ok=True)
+    omniprof.start_server(free_port(), all_interfaces_ok=True)
     try:
         with omniprof.Profiler(backend="xla", logdir=tmp_path, backend_options={"xla": FAST}) as prof:
             with omniprof.annotate("once_only", k=1):
