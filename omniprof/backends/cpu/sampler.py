@@ -176,21 +176,8 @@ class Sampler:
 
     def add(self, t_ns: int, tid: int, raw: RawStack, weight_ns: int, task_id: int = NO_TASK, flags: int = 0) -> bool:
         """Store one ready-made sample (out-of-process engines); False when the buffer is full."""
-        if len(self.t_ns) >= self.max_samples:
-            self.dropped += 1
-            if not self.warned:
-                self._warn_full()
-            return False
-        sid = self.stack_index.get(raw)
-        if sid is None:
-            sid = self._new_stack(raw, raw)
-        self.t_ns.append(t_ns)
-        self.thread_ids.append(tid)
-        self.task_ids.append(task_id)
-        self.stack_ids.append(sid)
-        self.weights_ns.append(weight_ns)
-        self.flags.append(flags)
-        return True
+        full = len(self.t_ns) >= self.max_samples  # a dropped sample interns no stack
+        return self.add_sid(t_ns, tid, -1 if full else self.intern(raw), weight_ns, task_id, flags)
 
     def intern(self, raw: RawStack) -> int:
         """The stack id of ``raw`` (added when new; code objects registered by the caller)."""

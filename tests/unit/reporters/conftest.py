@@ -162,3 +162,16 @@ def speedscope_app(tmp_path_factory: pytest.TempPathFactory) -> SpeedscopeApp:
     if not chromium:
         _missing("chromium (to run the speedscope app headless)", "apt-get install chromium, or run .ci/system-deps")
     return SpeedscopeApp(chromium, release, tmp_path_factory.mktemp("speedscope-app"))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """Perfetto's trace processor (the real reader of our .perfetto-trace and Chrome JSON files)."""
+    from omniprof.testing.trace_processor import TraceProcessorUnavailable, find_engine
+
+    try:
+        return find_engine()
+    except TraceProcessorUnavailable as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run Perfetto's trace processor: {e}")
+        pytest.skip(str(e))

@@ -561,18 +561,6 @@ _made: dict[str, ProfileResult] = {}
 _loaded: dict[tuple[str, str], dict] = {}
 
 
-@pytest.fixture(scope="module")
-def engine():
-    from omniprof.testing.trace_processor import TraceProcessorUnavailable, find_engine
-
-    try:
-        return find_engine()
-    except TraceProcessorUnavailable as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run Perfetto's trace processor: {e}")
-        pytest.skip(str(e))
-
-
 def result_for(name: str) -> ProfileResult:
     if name not in _made:
         _made[name] = RESULTS[name]()

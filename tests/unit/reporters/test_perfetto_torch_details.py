@@ -5,7 +5,6 @@ is the Kineto JSON torch itself wrote for the run (kept in the session directory
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,6 @@ import pytest
 import omniprof
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def engine():
-    from omniprof.testing.trace_processor import TraceProcessorUnavailable, find_engine
-
-    try:
-        return find_engine()
-    except TraceProcessorUnavailable as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run Perfetto's trace processor: {e}")
-        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
