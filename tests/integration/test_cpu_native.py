@@ -96,13 +96,13 @@ def test_clock_at_a_fixed_offset_keeps_the_native_engine(skew_ns):
 def test_engine_on_every_cpython(version, exe, tmp_path):
     """Builds the engine with that interpreter's own headers and runs tests/tools/native_engine_check.py
     under it: heavy vs tiny against each timed alone, the hot line, 3 busy threads at >= 40% of the
-    rate, 400-deep recursion, 5 kHz sampling through constant thread churn without a crash, and the
-    wall / cpu / gil modes."""
+    rate, 400-deep recursion, 5 kHz sampling through constant thread churn without a crash, the
+    wall / cpu / gil modes, and coroutines named by their frame and stamped after they were made."""
     build_extension(exe, ROOT / "omniprof/backends/cpu/_nativesampler.c", tmp_path)
     run = subprocess.run([exe, str(ROOT / "tests/tools/native_engine_check.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, f"{version}:\n{run.stdout}\n{run.stderr[-3000:]}"
-    assert run.stdout.count("OK ") == 12, run.stdout
+    assert run.stdout.count("OK ") == 13, run.stdout
     assert "OK   available process_vm_readv" in run.stdout
 
 
@@ -199,6 +199,74 @@ def test_asyncio_task_shares():
             w[tn[s.task_id]] += s.weight_ns
     assert w["small"] > 0 and w["big"] > 0, w
     assert abs(w["big"] / (w["big"] + w["small"]) - truth) < 0.15, (w, truth)
+
+
+def test_short_tasks_are_named_by_their_own_lifetime():
+    """Forty tasks one after another, each spinning ~4 ms (shorter than the engine's drain interval,
+    so most start and end between two drains; one after the other, so their coroutines reuse one
+    address): every sample inside the work carries a task, and the task it names is the one whose
+    own measured lifetime (perf_counter_ns taken inside the task) contains the sample."""
+    import asyncio
+
+    spans: dict[str, tuple[int, int]] = {}
+
+    async def one(name):
+        t0 = time.perf_counter_ns()
+        spin(0.004)
+        spans[name] = (t0, time.perf_counter_ns())
+
+    async def main():
+        for i in range(40):
+            await asyncio.create_task(one(f"t{i}"), name=f"t{i}")
+            await asyncio.sleep(0.001)
+
+    with native_profiler(interval_s=0.0005) as prof:
+        asyncio.run(main())
+    part = prof.result.part("cpu")
+    tn = {t.task_id: t.name for t in part.tasks}
+    inside = [s for s in part.samples if "spin" in names(part, s) and "one" in names(part, s)]
+    assert len(inside) > 40, len(inside)
+    unnamed = [s for s in inside if s.task_id is None]
+    assert len(unnamed) <= 0.02 * len(inside), (len(unnamed), len(inside))
+    wrong = []
+    for s in inside:
+        if s.task_id is None:
+            continue
+        lo, hi = spans[tn[s.task_id]]
+        if not lo - 1_000_000 <= s.t_ns <= hi + 1_000_000:
+            wrong.append((tn[s.task_id], s.t_ns - lo, hi - s.t_ns))
+    assert not wrong, wrong[:5]
+    assert len({tn[s.task_id] for s in inside if s.task_id is not None}) >= 30
+
+
+def test_task_history_stays_bounded():
+    """A program that makes tasks forever: the engine's task history holds the tasks alive now (and
+    the addresses still to drain), not every task ever made."""
+    import asyncio
+
+    from omniprof.backends.cpu import native
+
+    prof = native_profiler()
+    sizes = []
+
+    async def nothing():
+        await asyncio.sleep(0)
+
+    held = []  # each batch's (finished) coroutines outlive their tasks: no address is used twice
+
+    async def main():
+        for _ in range(20):
+            coros = [nothing() for _ in range(200)]
+            held.append(coros)
+            await asyncio.gather(*coros)
+            await asyncio.sleep(0.06)  # a drain or more
+            sizes.append(len(engine.tasks.by_addr))
+
+    with prof:
+        engine = prof._backends["cpu"]._native
+        assert isinstance(engine, native.NativeEngine)
+        asyncio.run(main())
+    assert max(sizes) <= 450, sizes  # 4000 tasks at 4000 addresses; two batches' remembered at most
 
 
 def test_generators_share_and_callers():

@@ -636,7 +636,10 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
             continue;
         }
         sample_t *s = &E.samples[E.n_samples++];
-        s->t_ns = t; s->thread_id = tid; s->weight_ns = since; s->gen = gen;
+        /* stamped when the stack has been read, not at the tick: what the stack shows happened
+         * before the stamp (an asyncio task is matched by its creation time: it must not look newer
+         * than a stack that shows it; the read can lag the tick by a preemption) */
+        s->t_ns = now_ns(CLOCK_MONOTONIC); s->thread_id = tid; s->weight_ns = since; s->gen = gen;
         s->sid_flags = sid | ((int64_t)((idle ? F_IDLE : 0) | (has_gil ? F_GIL : 0)) << 40);
         E.samples_total++;
         if (idle) E.idle_samples++;

@@ -435,7 +435,10 @@ def _print_peek(sampler: Sampler, stats: dict[str, Any], err: Any) -> None:
     start_ns, end_ns = samples[0].t_ns, samples[-1].t_ns
     names = {t.thread_id: t.name for t in sampler.threads.values()}
     parts = [f"omniprof peek: pid {os.getpid()} received a peek request; a {peek_duration():g} s profile follows\n"]
-    first = [s for s in samples if s.t_ns == start_ns]
+    # the first tick's samples: each is stamped as its stack is read (microseconds apart); the next
+    # tick comes at least half an interval later (the engine's jitter)
+    first_tick_ns = start_ns + int(float(_config["interval_s"]) * 1e9) // 2
+    first = [s for s in samples if s.t_ns < first_tick_ns]
     for smp in first:  # every thread's stack at the first tick, most recent call last
         parts.append(f"\nThread {smp.thread_id} ({names.get(smp.thread_id, '?')}), most recent call last:\n")
         for i in stack_table[smp.stack_id]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
+import weakref
 from array import array
 from typing import Any
 
@@ -25,6 +27,7 @@ MODES = ("wall", "cpu", "gil")
 DRAIN_INTERVAL_S = 0.05
 #: deepest stack recorded; a deeper one is counted as torn (a cycle read mid-change looks infinite)
 MAX_DEPTH = 2048
+_perf_ns = time.perf_counter_ns
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 try:
@@ -47,19 +50,148 @@ def native_available() -> tuple[bool, str]:
     return bool(ok), str(how)
 
 
-def _task_sets() -> list[Any]:
-    mod = sys.modules.get("asyncio.tasks")
-    if mod is None:
-        return []
+def _registry_set(mod: Any) -> Any:
+    """The WeakSet every new asyncio task is added to (``_scheduled_tasks`` from 3.12, ``_all_tasks``
+    before); both the C and the Python Task call its ``add`` by name, so an instance attribute sees
+    every task as it is created."""
+    for name in ("_scheduled_tasks", "_all_tasks"):
+        ws = getattr(mod, name, None)
+        if ws is not None and hasattr(ws, "__dict__"):
+            return ws
+    return None
+
+
+def _live_tasks(mod: Any, everything: bool) -> list[Any]:
+    """Tasks that exist now: all of them (``everything``), else only those running or running eagerly
+    (3.12's eager tasks are added to a plain set by C code, out of the hook's sight)."""
     out: list[Any] = []
-    for name in ("_all_tasks", "_scheduled_tasks", "_eager_tasks"):
+    names = ("_all_tasks", "_scheduled_tasks", "_eager_tasks") if everything else ("_eager_tasks",)
+    for name in names:
         s = getattr(mod, name, None)
         if s is not None:
-            out.append(s)
+            out.extend(list(s))
     cur = getattr(mod, "_current_tasks", None)
     if cur:
-        out.append(list(cur.values()))
+        out.extend(list(cur.values()))
     return out
+
+
+class TaskRegistry:
+    """Which asyncio task a sample's root-most coroutine frame belongs to.
+
+    The engine records, per sample, the address of the root-most coroutine frame. Tasks are noted
+    as they are created (a hook on asyncio's task set: ``log``), so a task that starts and ends
+    between two drains is still named; each address keeps the history of the tasks that used it
+    (``t_reg_ns`` ordered) until no future sample can name the older ones, and a finished task's
+    address is forgotten once the samples taken before it ended are drained. Tasks are held only
+    from their creation to the next drain (to read their name, set after registration on 3.10-3.11).
+    """
+
+    def __init__(self, gen_offset: int, new_task: Any) -> None:
+        self.gen_offset = gen_offset
+        self.new_task = new_task  # (name, thread ident) -> task id
+        self.log: list[tuple[int, int, Any, int]] = []  # (t_reg_ns, frame address, task, thread ident)
+        self.dead: list[int] = []                       # addresses whose task was freed
+        #: address -> [[t_reg_ns, weakref, name, thread ident, task id or 0], ...], oldest first
+        self.by_addr: dict[int, list[list[Any]]] = {}
+        self._multi: set[int] = set()  # addresses with more than one task in their history
+        self._ws: Any = None
+        self._hook: Any = None
+
+    def install(self) -> None:
+        """Hook task creation once ``asyncio`` is imported (noting the tasks that already exist)."""
+        if self._ws is not None or self.gen_offset < 0:
+            return
+        mod = sys.modules.get("asyncio.tasks")
+        ws = _registry_set(mod) if mod is not None else None
+        if ws is None or "add" in ws.__dict__:
+            return
+        log, off, now, ident = self.log, self.gen_offset, _perf_ns, threading.get_ident
+        add = type(ws).add
+
+        def hook(task: Any, _ws: Any = ws) -> None:
+            add(_ws, task)
+            try:
+                log.append((now(), id(task.get_coro()) + off, task, ident()))
+            except Exception:  # noqa: BLE001 - a foreign task type: it is only left unnamed
+                pass
+
+        ws.add = hook
+        self._ws, self._hook = ws, hook
+        for task in _live_tasks(mod, everything=True):
+            self._note(0, task)
+
+    def uninstall(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None and ws.__dict__.get("add") is self._hook:
+            del ws.add
+        self._hook = None
+
+    def _note(self, t_reg: int, task: Any, thread: int = 0) -> None:
+        coro = getattr(task, "get_coro", lambda: None)()
+        if coro is None:
+            return
+        self.log.append((t_reg, id(coro) + self.gen_offset, task, thread))
+
+    def before_drain(self) -> list[int]:
+        """Called before the engine's buffer is taken: moves the creation log into the history and
+        returns the addresses freed so far (all their samples are in the buffer about to be drained)."""
+        mod = sys.modules.get("asyncio.tasks")
+        if mod is not None and self._ws is not None:
+            hist = self.by_addr
+            for task in _live_tasks(mod, everything=False):
+                coro = getattr(task, "get_coro", lambda: None)()
+                entries = hist.get(id(coro) + self.gen_offset) if coro is not None else None
+                if coro is not None and not (entries and entries[-1][1]() is task):
+                    self._note(0 if not entries else _perf_ns(), task)
+        n = len(self.log)
+        items = self.log[:n]
+        del self.log[:n]  # only what was read: a task created meanwhile stays for the next drain
+        dead, cb = self.dead, self.dead.append
+        for t_reg, addr, task, thread in items:
+            try:
+                ref = weakref.ref(task, lambda _r, a=addr: cb(a))
+                name = str(task.get_name()) if hasattr(task, "get_name") else ""
+            except TypeError:
+                continue
+            entries = self.by_addr.setdefault(addr, [])
+            if entries:
+                self._multi.add(addr)
+            entries.append([t_reg, ref, name, thread, 0])
+        n = len(dead)
+        freed = dead[:n]
+        del dead[:n]
+        return freed
+
+    def task_id(self, addr: int, t_ns: int, tid: int) -> int:
+        """The task id of a sample at ``t_ns`` whose root-most coroutine frame is ``addr`` (-1: none)."""
+        entries = self.by_addr.get(addr)
+        if not entries:
+            return -1
+        e = entries[0]
+        if len(entries) > 1:
+            for cand in entries:
+                if cand[0] > t_ns:
+                    break
+                e = cand
+        if not e[4]:
+            task = e[1]()
+            name = str(task.get_name()) if task is not None and hasattr(task, "get_name") else e[2]
+            e[4] = self.new_task(name or f"Task@{addr:#x}", e[3] or tid)
+        return e[4]
+
+    def after_drain(self, freed: list[int]) -> None:
+        """Forget what no future sample can name: older tasks at a reused address, freed tasks."""
+        hist = self.by_addr
+        for addr in self._multi:
+            entries = hist.get(addr)
+            if entries:
+                del entries[:-1]
+        self._multi.clear()
+        for addr in freed:
+            entries = hist.get(addr)
+            if entries and entries[-1][1]() is None:
+                del hist[addr]
 
 
 class NativeEngine:
@@ -79,11 +211,11 @@ class NativeEngine:
         self.empty_samples = 0
         self._stacks: dict[int, Any] = {}      # engine stack index -> raw stack, or None (omniprof's own)
         self._codes: dict[int, Any] = {}       # address -> code object (None: stale, not resolved)
-        self._tasks: dict[int, Any] = {}       # coroutine frame address -> task
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.gen_offset = int(getattr(_ns, "GEN_FRAME_OFFSET", -1))
+        self.tasks = TaskRegistry(self.gen_offset, sampler.new_task)
         self._natives: dict[int, int] = {}
         self._orig_set_native: Any = None
 
@@ -110,6 +242,7 @@ class NativeEngine:
         self._thread = threading.Thread(target=self._run, name="omniprof-native-drain", daemon=True)
         self._thread.start()
         self._note_threads()
+        self.tasks.install()  # again at each drain, for a program that imports asyncio later
         excl = [t.ident for t in threading.enumerate() if t.name.startswith("omniprof-") and t.ident]
         _ns.start(self.interval_ns, mode, MAX_DEPTH, 1 << 24, excl)
 
@@ -129,6 +262,7 @@ class NativeEngine:
         if self._thread is not None:
             self._thread.join()
         self.drain()
+        self.tasks.uninstall()
 
     def _note_threads(self) -> None:
         s = self.sampler
@@ -148,20 +282,12 @@ class NativeEngine:
                 s.threads[t.ident] = ThreadInfo(t.ident, t.name, nid)
         _ns.set_native_ids(natives)
 
-    def _note_tasks(self) -> None:
-        if self.gen_offset < 0:
-            return
-        for group in _task_sets():
-            for task in list(group):
-                coro = getattr(task, "get_coro", lambda: None)()
-                if coro is not None:
-                    self._tasks[id(coro) + self.gen_offset] = task
-
     def drain(self) -> None:
         """Move the engine's samples into the sampler (under the GIL)."""
         with self._lock:
             self._note_threads()
-            self._note_tasks()
+            self.tasks.install()
+            freed = self.tasks.before_drain()
             data, stacks, codes, stats = _ns.drain()
             self.stats = stats
             if codes:
@@ -178,14 +304,14 @@ class NativeEngine:
                 # None: omniprof's own; -1: a thread with no Python frame; else the sampler's stack id
                 self._stacks[idx] = None if own else (-1 if not raw else self.sampler.intern(tuple(raw)))
             if not data:
+                self.tasks.after_drain(freed)
                 return
             words = array("q")
             words.frombytes(data)
             s = self.sampler
             sh = _ns.FLAG_SHIFT
             mask = (1 << sh) - 1
-            tasks = self._tasks
-            task_id = s._task_id
+            task_id = self.tasks.task_id
             off = self.offset_ns
             for i in range(0, len(words), 5):
                 t, tid, w, sf, gen = words[i:i + 5]
@@ -199,5 +325,5 @@ class NativeEngine:
                 if sid < 0:  # a thread running no Python code (starting, ending, or C only): nothing to show
                     self.empty_samples += 1
                     continue
-                task = tasks.get(gen & 0xFFFFFFFFFFFFFFFF) if gen else None
-                s.add_sid(t, tid, sid, w, task_id(task, tid) if task is not None else -1, sf >> sh)
+                s.add_sid(t, tid, sid, w, task_id(gen & 0xFFFFFFFFFFFFFFFF, t - off, tid) if gen else -1, sf >> sh)
+            self.tasks.after_drain(freed)

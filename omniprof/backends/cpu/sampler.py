@@ -213,6 +213,12 @@ class Sampler:
         if self.on_new_thread is not None:
             self.on_new_thread(tid)
 
+    def new_task(self, name: str, tid: int) -> int:
+        """A new task id named ``name``, first seen on thread ``tid`` (the native engine's tasks)."""
+        tid_ = len(self.task_info) + 1
+        self.task_info[tid_] = TaskInfo(tid_, name, tid)
+        return tid_
+
     def _task_id(self, task: Any, tid: int) -> int:
         if task is None:
             return NO_TASK
