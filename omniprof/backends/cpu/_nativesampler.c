@@ -80,7 +80,7 @@ typedef struct {
     size_t cframe_current;
     size_t ts_size;           /* bytes of PyThreadState to read (covers every field above) */
     size_t ts_chunk, ts_top;  /* 3.11+: the thread's frame data stack (chunk, top): copied in one read */
-    size_t chunk_data;
+    size_t chunk_data, chunk_size;
     int legacy;               /* 3.10: PyFrameObject chain (f_back, f_code, f_lasti in code units) */
     size_t fr_code, fr_previous, fr_instr, fr_owner, fr_size;
     size_t fr_gen;            /* 3.10: PyFrameObject.f_gen, the generator/coroutine running the frame */
@@ -132,6 +132,7 @@ static int init_offsets(PyInterpreterState *interp) {
     O.ts_chunk = offsetof(PyThreadState, datastack_chunk);
     O.ts_top = offsetof(PyThreadState, datastack_top);
     O.chunk_data = offsetof(_PyStackChunk, data);
+    O.chunk_size = offsetof(_PyStackChunk, size);
     if (O.ts_size < O.ts_top + 8) O.ts_size = O.ts_top + 8;
 #else
 #if PY_VERSION_HEX >= 0x030B0000
@@ -167,6 +168,7 @@ static int init_offsets(PyInterpreterState *interp) {
     O.ts_chunk = offsetof(PyThreadState, datastack_chunk);
     O.ts_top = offsetof(PyThreadState, datastack_top);
     O.chunk_data = offsetof(_PyStackChunk, data);
+    O.chunk_size = offsetof(_PyStackChunk, size);
 #endif
     O.ts_next = offsetof(PyThreadState, next);
     O.ts_interp = offsetof(PyThreadState, interp);
@@ -248,11 +250,53 @@ static int setup_reads(char *why, size_t why_len) {
     return -1;
 }
 
+/* Several regions copied in one system call, as close to one instant as can be. writev() to a pipe
+ * copies each region with copy_from_user (fault-safe, no page pinning): the regions are read
+ * nanoseconds apart, where process_vm_readv pins each page first (hundreds of nanoseconds between
+ * regions: longer than a short Python call). Returns the bytes copied into `l` (the regions in order;
+ * a fault ends the copy there), or -1. */
+static int snap_pipe[2] = {-1, -1};
+static size_t snap_pipe_cap;
+
+static ssize_t gather_read(struct iovec *l, struct iovec *r, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += r[i].iov_len;
+    if (snap_pipe[0] < 0) {
+        if (pipe(snap_pipe) == 0) {
+            fcntl(snap_pipe[0], F_SETFL, O_NONBLOCK);
+            fcntl(snap_pipe[1], F_SETFL, O_NONBLOCK);
+            fcntl(snap_pipe[1], F_SETPIPE_SZ, 1 << 20);
+            int cap = fcntl(snap_pipe[1], F_GETPIPE_SZ);
+            snap_pipe_cap = cap > 0 ? (size_t)cap : 0;
+        } else {
+            snap_pipe[0] = snap_pipe[1] = -1;
+        }
+    }
+    if (snap_pipe[0] < 0 || total > snap_pipe_cap) {
+        if (use_pipe) return -1;
+        return process_vm_readv(self_pid, l, n, r, n, 0);
+    }
+    ssize_t w = writev(snap_pipe[1], r, n);
+    if (w <= 0) return -1;
+    ssize_t got = readv(snap_pipe[0], l, n);
+    if (got != w) {  /* never expected: leave the pipe empty for the next call */
+        char junk[4096];
+        while (read(snap_pipe[0], junk, sizeof junk) > 0) {}
+        return -1;
+    }
+    return got;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Engine state (one engine per process)
  */
 typedef struct { int64_t t_ns; uint64_t thread_id; int64_t weight_ns; int64_t sid_flags; uint64_t gen; } sample_t;
-typedef struct { uint64_t thread_id; unsigned long native_id; int64_t last_t; int64_t last_cpu; int seen; int stat_fd; } thread_t;
+typedef struct {
+    uint64_t thread_id; unsigned long native_id; int64_t last_t; int64_t last_cpu; int seen; int stat_fd;
+    uintptr_t chunk, chunk_end;  /* 3.11+: the data-stack chunk last seen and where it ends */
+    uintptr_t gen_frames[4]; int n_gen_frames;  /* generator frames met by the last walk (outside the chunk) */
+    uintptr_t cframes[4]; int n_cframes;         /* 3.11/3.12: C-level eval loops seen lately, newest first */
+} thread_t;
 typedef struct { uintptr_t ptr; int32_t firstlineno; uintptr_t name, filename; int64_t nbytes; } code_t;
 typedef struct { uint64_t hash; int64_t start; int32_t len; int32_t reported; } stack_t_;
 
@@ -281,7 +325,7 @@ static struct {
     uint64_t exclude[MAX_EXCLUDE]; int n_exclude;
     uint64_t native_map[MAX_EXCLUDE * 4][2]; int n_native_map;  /* 3.10: thread id -> native id */
     /* stats */
-    int64_t ticks, samples_total, torn, dropped, idle_samples, thread_reads, retries;
+    int64_t ticks, samples_total, torn, dropped, idle_samples, thread_reads, retries, snapshots;
     int64_t engine_cpu_ns, max_lag_ns;
     uint64_t rng;
     int64_t deadline_ns;   /* 0: none; else stop by itself at this time (peek) */
@@ -421,6 +465,9 @@ static thread_t *thread_entry(uint64_t tid, unsigned long native) {
     }
     thread_t *t = &E.threads[E.n_threads++];
     t->thread_id = tid; t->native_id = native; t->last_t = -1; t->last_cpu = -1; t->seen = 0; t->stat_fd = -1;
+    t->chunk = t->chunk_end = 0;
+    t->n_gen_frames = 0;
+    t->n_cframes = 0;
     return t;
 }
 
@@ -468,16 +515,31 @@ static int excluded(uint64_t tid) {
 static char *chunk_buf;
 static uintptr_t chunk_lo, chunk_hi;
 
+/* Generator/coroutine frames live in their generator object, outside the chunk: those the thread's
+ * last walk met are read with the chunk, in the same call (a generator that yields between two reads
+ * has lost its caller link: read apart, such a frame made one sample in nine torn, and the retry,
+ * taken just after the yield, moved those samples from the generator's callees to its consumer). */
+#define SNAP_GENS 4
+static uintptr_t snap_gen_addr[SNAP_GENS];
+static char snap_gen_buf[SNAP_GENS][128];
+static int snap_n_gens;
+
 static inline int read_frame(char *dst, uintptr_t frame, size_t n) {
     if (frame >= chunk_lo && frame < chunk_hi && n <= chunk_hi - frame) {  /* no overflow on a torn pointer */
         memcpy(dst, chunk_buf + (frame - chunk_lo), n);
         return 0;
     }
+    for (int i = 0; i < snap_n_gens; i++)
+        if (snap_gen_addr[i] == frame && n <= sizeof snap_gen_buf[i]) {
+            memcpy(dst, snap_gen_buf[i], n);
+            return 0;
+        }
     return safe_read(dst, frame, n);
 }
 
 static void copy_chunk(const char *ts) {
     chunk_lo = chunk_hi = 0;
+    snap_n_gens = 0;
     if (O.legacy || !O.ts_top || !chunk_buf) return;
     uintptr_t chunk, top;
     memcpy(&chunk, ts + O.ts_chunk, 8);
@@ -489,12 +551,135 @@ static void copy_chunk(const char *ts) {
     chunk_hi = top;
 }
 
+/* The leaf frame read with the chunk by snapshot() (valid while snap_ok), else read by walk_thread. */
+static uintptr_t snap_frame;
+static int snap_ok;
+#define SNAP_MARGIN 512  /* bytes copied past the last-seen stack top: frames pushed since */
+#define SNAP_TOP 1024    /* bytes below the stack top read first: the leaf and its nearest callers */
+
+/* Read a thread's state, its data-stack chunk and then its current frame pointer in ONE
+ * process_vm_readv, so the frames walked are those of one instant: read with syscalls microseconds
+ * apart, a call that returned and a new one pushed at the same address in between shows the new
+ * callee's code at the old leaf (heavy(i); tiny(i) sampled by parts gave tiny twice its time). `ts` holds the thread state read a moment ago (for the chunk's
+ * address and top, and 3.11/3.12's cframe); on success it is replaced by the fresh one. */
+static int snapshot_once(thread_t *th, uintptr_t tstate, char *ts, uintptr_t *cframe_now) {
+    uintptr_t chunk, top;
+    memcpy(&chunk, ts + O.ts_chunk, 8);
+    memcpy(&top, ts + O.ts_top, 8);
+    if (!chunk) return -1;
+    if (th->chunk != chunk) {
+        uint64_t size = 0;
+        if (safe_read(&size, chunk + O.chunk_size, 8) < 0 || size < O.chunk_data || size > (1ULL << 32)) return -1;
+        th->chunk = chunk;
+        th->chunk_end = chunk + size;
+    }
+    uintptr_t lo = chunk + O.chunk_data;
+    uintptr_t hi = top + SNAP_MARGIN;
+    if (hi > th->chunk_end) hi = th->chunk_end;
+    if (hi - lo > CHUNK_COPY_MAX) hi = lo + CHUNK_COPY_MAX;
+    if (top < lo || hi <= lo) return -1;
+    static char fresh[4096];
+    if (O.ts_size > sizeof fresh) return -1;
+    uintptr_t current[4] = {0, 0, 0, 0};
+    struct iovec l[8 + SNAP_GENS], r[8 + SNAP_GENS];
+    int n = 0;
+    /* Order matters, as the thread runs on while we read (hot cache lines cost a transfer from its
+     * core each: the whole read takes hundreds of nanoseconds). First the thread state, then the
+     * leaf pointer: 3.11/3.12 keep it in the C-level eval loop running now (tstate->cframe), which
+     * changes each time C code resumes Python code (any generator in 3.11, one driven by sum() in
+     * 3.12); a loop that has returned still holds its last leaf on the C stack, so every loop the
+     * thread used lately is read, and the thread state just read says which is live. Then the frames,
+     * the top of the stack first: a frame that returns meanwhile keeps its bytes (frames are not
+     * cleared), so the leaf the pointer named is read as it was, unless a new call reused its
+     * address in between; then the generator frames the last walk met (outside the chunk); then the
+     * rest of the stack, whose frames wait for the ones above them. */
+    l[n] = (struct iovec){fresh, O.ts_size}; r[n++] = (struct iovec){(void *)tstate, O.ts_size};
+    int nc = O.ts_frame_via_cframe ? th->n_cframes : 0;
+    for (int i = 0; i < nc; i++) {
+        l[n] = (struct iovec){&current[i], 8};
+        r[n++] = (struct iovec){(void *)(th->cframes[i] + O.cframe_current), 8};
+    }
+    uintptr_t split = top > lo + SNAP_TOP ? top - SNAP_TOP : lo;
+    split &= ~(uintptr_t)7;
+    if (split < lo) split = lo;
+    l[n] = (struct iovec){chunk_buf + (split - lo), hi - split}; r[n++] = (struct iovec){(void *)split, hi - split};
+    ssize_t want = (ssize_t)(O.ts_size + 8 * (size_t)nc + (hi - lo));
+    int g0 = n;
+    for (int i = 0; i < th->n_gen_frames && i < SNAP_GENS && O.fr_size <= sizeof snap_gen_buf[0]; i++) {
+        l[n] = (struct iovec){snap_gen_buf[i], O.fr_size};
+        r[n++] = (struct iovec){(void *)th->gen_frames[i], O.fr_size};
+        want += (ssize_t)O.fr_size;
+    }
+    int gens = n - g0;
+    if (split > lo) { l[n] = (struct iovec){chunk_buf, split - lo}; r[n++] = (struct iovec){(void *)lo, split - lo}; }
+    ssize_t got = gather_read(l, r, n);
+    if (got < want) return -1;  /* a generator frame freed since the last walk, or the chunk gone */
+    uintptr_t chunk2, leaf = 0;
+    memcpy(&chunk2, fresh + O.ts_chunk, 8);
+    if (chunk2 != chunk) return -1;  /* moved on to another chunk */
+    if (O.ts_frame_via_cframe) {
+        memcpy(cframe_now, fresh + O.ts_frame, 8);
+        int k = -1;
+        for (int i = 0; i < nc; i++) if (th->cframes[i] == *cframe_now) { k = i; break; }
+        if (k < 0) return -2;  /* a loop not read: the caller learns it and reads again */
+        leaf = current[k];
+        if (k > 0) {  /* newest first */
+            uintptr_t c = th->cframes[k];
+            memmove(&th->cframes[1], &th->cframes[0], (size_t)k * sizeof th->cframes[0]);
+            th->cframes[0] = c;
+        }
+    } else {
+        memcpy(&leaf, fresh + O.ts_frame, 8);
+    }
+    for (int i = 0; i < gens; i++) snap_gen_addr[i] = th->gen_frames[i];
+    snap_n_gens = gens;
+    memcpy(ts, fresh, O.ts_size);
+    chunk_lo = lo;
+    chunk_hi = hi;
+    snap_frame = leaf;
+    snap_ok = 1;
+    E.snapshots++;
+    return 0;
+}
+
+static int snapshot(thread_t *th, uintptr_t tstate, char *ts) {
+    snap_ok = 0;
+    chunk_lo = chunk_hi = 0;
+    snap_n_gens = 0;
+    if (O.legacy || !O.ts_top || !chunk_buf) return -1;
+    uintptr_t cframe_now = 0;
+    if (O.ts_frame_via_cframe) {
+        memcpy(&cframe_now, ts + O.ts_frame, 8);
+        if (!cframe_now) return -1;
+    }
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (O.ts_frame_via_cframe) {
+            int known = 0;
+            for (int i = 0; i < th->n_cframes; i++) known |= th->cframes[i] == cframe_now;
+            if (!known) {  /* learn it: newest first, the oldest forgotten */
+                int keep = th->n_cframes < 4 ? th->n_cframes : 3;
+                memmove(&th->cframes[1], &th->cframes[0], (size_t)keep * sizeof th->cframes[0]);
+                th->cframes[0] = cframe_now;
+                th->n_cframes = keep + 1;
+            }
+        }
+        int rc = snapshot_once(th, tstate, ts, &cframe_now);
+        if (rc != -2) return rc;
+        if (!cframe_now) return -1;
+    }
+    return -1;
+}
+
 /* Walk one thread's frames into w (leaf first). Returns pairs written, or -1 when torn. */
-static int64_t walk_thread(const char *ts, uint64_t *w, uint64_t *gen) {
+static int64_t walk_thread(thread_t *th, const char *ts, uint64_t *w, uint64_t *gen) {
     *gen = 0;
+    th->n_gen_frames = 0;
     uintptr_t frame;
     memcpy(&frame, ts + O.ts_frame, 8);
-    if (O.ts_frame_via_cframe) {
+    if (snap_ok) {
+        frame = snap_frame;
+        snap_ok = 0;
+    } else if (O.ts_frame_via_cframe) {
         if (frame == 0) return 0;
         if (safe_read(&frame, frame + O.cframe_current, 8) < 0) return -1;
     }
@@ -530,6 +715,7 @@ static int64_t walk_thread(const char *ts, uint64_t *w, uint64_t *gen) {
             char owner = buf[O.fr_owner];
             if (O.owner_cstack >= 0 && owner == O.owner_cstack) { frame = prev; continue; }
             if (owner == OWNED_BY_GENERATOR) {
+                if (th->n_gen_frames < SNAP_GENS) th->gen_frames[th->n_gen_frames++] = frame;
                 if (!prev) return -1;
                 *gen = frame;  /* the root-most is a task's coroutine */
             }
@@ -612,8 +798,11 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
         if (E.mode == MODE_GIL && !has_gil) continue;
         E.thread_reads++;
         uint64_t gen;
-        copy_chunk(ts);
-        int64_t n = walk_thread(ts, w, &gen);
+        if (snapshot(th, cur, ts) < 0) {
+            if (O.legacy) safe_read(ts, cur, O.ts_size);  /* 3.10: the leaf pointer as fresh as can be */
+            copy_chunk(ts);
+        }
+        int64_t n = walk_thread(th, ts, w, &gen);
         if (n < 0) {
             /* torn: the thread changed its stack while we read it; read it once more, now */
             uint64_t tid2 = 0;
@@ -624,8 +813,8 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
             }
             if (tid2 == tid && interp2 == (uintptr_t)E.interp) {
                 E.retries++;
-                copy_chunk(ts);
-                n = walk_thread(ts, w, &gen);
+                if (snapshot(th, cur, ts) < 0) copy_chunk(ts);
+                n = walk_thread(th, ts, w, &gen);
             }
             if (n < 0) { E.torn++; continue; }
         }
@@ -704,7 +893,7 @@ static void reset_session(void) {
     E.n_new_codes = 0;
     close_thread_fds();
     E.n_threads = 0;
-    E.ticks = E.samples_total = E.torn = E.dropped = E.idle_samples = E.thread_reads = E.retries = 0;
+    E.ticks = E.samples_total = E.torn = E.dropped = E.idle_samples = E.thread_reads = E.retries = E.snapshots = 0;
     E.engine_cpu_ns = E.max_lag_ns = 0;
     E.t_prev = 0;
 }
@@ -794,6 +983,7 @@ static void atfork_child(void) {
     /* the pipe is shared with the parent (never read the parent's copies), the stat files name the
      * parent's threads: the child's copies are closed, made again when needed */
     for (int k = 0; k < 2; k++) if (pipe_fd[k] >= 0) { close(pipe_fd[k]); pipe_fd[k] = -1; }
+    for (int k = 0; k < 2; k++) if (snap_pipe[k] >= 0) { close(snap_pipe[k]); snap_pipe[k] = -1; }
     use_pipe = 0;
     self_pid = getpid();
     close_thread_fds();
@@ -957,7 +1147,8 @@ static PyObject *py_drain(PyObject *self, PyObject *noargs) {
         Py_DECREF(v);
     }
     E.n_new_codes = 0;
-    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
+    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
+                          "snapshots", (long long)E.snapshots,
                           "torn", (long long)E.torn, "retries", (long long)E.retries, "dropped", (long long)E.dropped,
                           "idle_samples", (long long)E.idle_samples, "thread_reads", (long long)E.thread_reads,
                           "engine_cpu_ns", (long long)E.engine_cpu_ns, "max_lag_ns", (long long)E.max_lag_ns,
