@@ -22,6 +22,10 @@ The workloads and their truths live in ``tests/tools/cpu_workloads.py`` (shared 
   deep         a 120-deep recursion with work per level and at the leaf; truth: the leaf timed alone
                over the whole recursion timed alone; figures: the leaf's share, and the share of leaf
                samples carrying all 121 levels.
+in-thread is the reference for where the interpreter really is (tests/tools/_inthread_ref.c): a
+SIGPROF handler reads the busy thread's own stack while that thread is stopped in it (the kernel's
+timer rate, often 250 Hz; the main thread only). Shares by function and by line are held to it; the
+"truth" figures time each piece alone, which also counts the calls' own overhead.
 py-spy runs outside (``py-spy record --rate 1000 --format raw --threads --nonblocking``, needs ptrace);
 pyinstrument in process at 1 ms (it follows only the thread that started it). Others share this
 machine: read the figures with the load average printed first.
@@ -98,9 +102,52 @@ def child(workload, profiler, sec):
             if mine and frames and frames[-1] is not mine[-1]:  # a builtin leaf: its caller's line
                 stack = stack[:len(stack) - (len(frames) - 1 - frames.index(mine[-1]))]
             rows.append((stack, line, thread, dur))
+    elif profiler == "in-thread":
+        import threading
+
+        sys.path.insert(0, os.environ["OMNIPROF_REF_DIR"])
+        import _inthread_ref as ref
+
+        codes = _all_codes()
+        ref.start(1000, threading.get_ident())
+        try:
+            fn(sec)
+        finally:
+            pairs, _ = ref.stop()
+        for (leaf, off), st in zip(pairs, ref.stacks()):
+            names = [codes[c].co_name if c in codes else "?" for c in reversed(st)]
+            rows.append((names, _line_of(codes.get(leaf), off), "MainThread", 1.0))
     else:
         fn(sec)
-    print("ROWS" + json.dumps({"rows": rows, "late_lived_s": wl.LATE.get("lived_s")}))
+    print("ROWS" + json.dumps({"rows": rows, "late_lived_s": wl.LATE.get("lived_s"),
+                               "main_thread_only": profiler == "in-thread"}))
+
+
+def _all_codes():
+    """id -> code object of every function in the workloads and here (the in-thread reference
+    records code addresses; these objects live as long as their functions)."""
+    out = {}
+
+    def walk(co):
+        out[id(co)] = co
+        for c in co.co_consts:
+            if hasattr(c, "co_code"):
+                walk(c)
+
+    for mod in (wl, sys.modules[__name__]):
+        for v in vars(mod).values():
+            if hasattr(v, "__code__"):
+                walk(v.__code__)
+    return out
+
+
+def _line_of(code, off):
+    if code is None:
+        return 0
+    for start, end, line in code.co_lines():
+        if start <= off < end:
+            return line or 0
+    return 0
 
 
 def _pyinst_samples(session):
@@ -163,6 +210,8 @@ def figures(workload, res, sec, truth):
         t = truth["C calls"]
         return " ".join(f"{k} {100 * c[k] / tc:.0f}/{100 * w[k] / tw:.0f}% (truth {100 * t[k]:.0f})"
                         for k in ("sort", "sha", "loop")) + "  [count/time]"
+    if res.get("main_thread_only") and workload in ("threads", "late thread"):
+        return "n/a (samples the main thread only)"
     if workload == "threads":
         per = Counter(th for st, line, th, wt in rows if st and st[-1] == "spin")
         if len(per) < 3:
@@ -193,8 +242,14 @@ def figures(workload, res, sec, truth):
                 in_gen += 1
                 rooted += st[0] in GEN_NAMES
         share = w["heavy"] / max(w["heavy"] + w["tiny"], 1e-12)
-        return (f"generator {100 * share:.1f}% (truth {100 * truth['generators']:.1f}%); "
-                f"{rooted} of {in_gen} generator samples without callers")
+        leaf = Counter()
+        for st, line, th, wt in rows:
+            if st and th == "MainThread":
+                leaf[st[-1]] += wt
+        tot = max(sum(leaf.values()), 1e-12)
+        return (f"generator {100 * share:.1f}% (truth {100 * truth['generators']:.1f}%); of all: heavy "
+                f"{100 * leaf['heavy'] / tot:.1f}% produce {100 * leaf['produce'] / tot:.1f}% consume "
+                f"{100 * leaf['consume'] / tot:.1f}%; {rooted} of {in_gen} generator samples without callers")
     # deep
     leaf = total = full = n_leaf = 0
     for st, line, th, wt in rows:
@@ -213,7 +268,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--only", default="", help="comma-separated workload names (default: all)")
-    ap.add_argument("--profilers", default="omniprof-native,omniprof-signal,py-spy,pyinstrument")
+    ap.add_argument("--profilers", default="in-thread,omniprof-native,omniprof-signal,py-spy,pyinstrument")
     ap.add_argument("--child", nargs=3)
     a = ap.parse_args()
     if a.child:
@@ -223,6 +278,15 @@ def main():
           f"(other processes share these CPUs)\n")
     truth = truths()
     only = [x.strip() for x in a.only.split(",") if x.strip()]
+    if "in-thread" in a.profilers:
+        sys.path.insert(0, ROOT)
+        from pathlib import Path
+
+        from tests.tools import build_extension
+
+        ref_dir = tempfile.mkdtemp(prefix="omniprof-ref-")
+        build_extension(sys.executable, Path(ROOT) / "tests" / "tools" / "_inthread_ref.c", Path(ref_dir))
+        os.environ["OMNIPROF_REF_DIR"] = ref_dir
     for wl_name in WORKLOADS:
         if only and not any(o in wl_name for o in only):
             continue

@@ -6,9 +6,11 @@
  * what the native engine approximates with reads from another thread, this gets exactly (at the
  * price of running on the profiled thread, which is why it is a test tool and not an engine).
  *
- *   start(interval_us, thread_ident)  record leaf (code address, byte offset) pairs of that thread
- *   stop() -> list[(code address, offset)]
- * Only the leaf frame is read: enough for self-time shares by function and by line.
+ *   start(interval_us, thread_ident)  record that thread's stack at each interrupt
+ *   stop() -> ([(code address, offset)], interrupts that landed on other threads)
+ *   stacks() -> [tuple of code addresses, leaf first] of the last run, one per pair above
+ * The chain is read by following `previous` from the current frame: the interpreter links a new
+ * frame to its caller before making it current, so the chain is whole at any instruction.
  */
 #define PY_SSIZE_T_CLEAN
 #ifndef Py_BUILD_CORE
@@ -27,8 +29,13 @@
 #include <sys/time.h>
 
 #define CAP (1 << 20)
+#define WCAP (1 << 23)
+#define MAXD 512
 static uintptr_t ref_codes[CAP];
 static int64_t ref_offs[CAP];
+static uint32_t ref_start[CAP], ref_len[CAP];
+static uintptr_t ref_words[WCAP];
+static long ref_nw;
 static volatile long ref_n, ref_missed;
 static PyThreadState *ref_ts;
 static pthread_t ref_thread;
@@ -66,6 +73,27 @@ static void on_prof(int sig) {
 #endif
     ref_codes[ref_n] = code;
     ref_offs[ref_n] = off;
+    ref_start[ref_n] = (uint32_t)ref_nw;
+    uint32_t d = 0;
+#if PY_VERSION_HEX >= 0x030B0000
+    for (_PyInterpreterFrame *g = f; g && d < MAXD && ref_nw < WCAP; g = g->previous) {
+#if PY_VERSION_HEX >= 0x030C0000
+        if (g->owner == FRAME_OWNED_BY_CSTACK) continue;
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+        ref_words[ref_nw++] = (uintptr_t)g->f_executable;
+#else
+        ref_words[ref_nw++] = (uintptr_t)g->f_code;
+#endif
+        d++;
+    }
+#else
+    for (PyFrameObject *g = f; g && d < MAXD && ref_nw < WCAP; g = g->f_back) {
+        ref_words[ref_nw++] = (uintptr_t)g->f_code;
+        d++;
+    }
+#endif
+    ref_len[ref_n] = d;
     ref_n++;
 }
 
@@ -79,6 +107,7 @@ static PyObject *start(PyObject *self, PyObject *args) {
     ref_ts = ts;
     ref_thread = (pthread_t)ident;
     ref_n = ref_missed = 0;
+    ref_nw = 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_prof;
@@ -104,7 +133,24 @@ static PyObject *stop(PyObject *self, PyObject *noargs) {
     return Py_BuildValue("(Nl)", out, (long)ref_missed);
 }
 
+static PyObject *stacks(PyObject *self, PyObject *noargs) {
+    PyObject *out = PyList_New(ref_n);
+    if (!out) return NULL;
+    for (long i = 0; i < ref_n; i++) {
+        PyObject *t = PyTuple_New(ref_len[i]);
+        if (!t) { Py_DECREF(out); return NULL; }
+        for (uint32_t k = 0; k < ref_len[i]; k++) {
+            PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)ref_words[ref_start[i] + k]);
+            if (!v) { Py_DECREF(t); Py_DECREF(out); return NULL; }
+            PyTuple_SET_ITEM(t, k, v);
+        }
+        PyList_SET_ITEM(out, i, t);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"stacks", stacks, METH_NOARGS, "stacks() -> [tuple of code addresses, leaf first] of the last run"},
     {"start", start, METH_VARARGS, "start(interval_us, thread_ident)"},
     {"stop", stop, METH_NOARGS, "stop() -> ([(code address, offset)], interrupts on other threads)"},
     {NULL, NULL, 0, NULL},
