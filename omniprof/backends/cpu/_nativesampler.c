@@ -555,7 +555,8 @@ static void copy_chunk(const char *ts) {
 static uintptr_t snap_frame;
 static int snap_ok;
 #define SNAP_MARGIN 512  /* bytes copied past the last-seen stack top: frames pushed since */
-#define SNAP_TOP 1024    /* bytes below the stack top read first: the leaf and its nearest callers */
+#define SNAP_LEAF 256    /* bytes below the stack top read first: the leaf frame */
+#define SNAP_TOP 1024    /* then down to here: its nearest callers */
 
 /* Read a thread's state, its data-stack chunk and then its current frame pointer in ONE
  * process_vm_readv, so the frames walked are those of one instant: read with syscalls microseconds
@@ -599,10 +600,13 @@ static int snapshot_once(thread_t *th, uintptr_t tstate, char *ts, uintptr_t *cf
         l[n] = (struct iovec){&current[i], 8};
         r[n++] = (struct iovec){(void *)(th->cframes[i] + O.cframe_current), 8};
     }
-    uintptr_t split = top > lo + SNAP_TOP ? top - SNAP_TOP : lo;
-    split &= ~(uintptr_t)7;
-    if (split < lo) split = lo;
-    l[n] = (struct iovec){chunk_buf + (split - lo), hi - split}; r[n++] = (struct iovec){(void *)split, hi - split};
+    /* the stack from its top down: [top - LEAF, hi) holds the leaf (a frame is rarely bigger), then
+     * [top - SNAP_TOP, top - LEAF) its nearest callers, then the rest */
+    uintptr_t split1 = top > lo + SNAP_LEAF ? (top - SNAP_LEAF) & ~(uintptr_t)7 : lo;
+    uintptr_t split2 = top > lo + SNAP_TOP ? (top - SNAP_TOP) & ~(uintptr_t)7 : lo;
+    if (split1 < lo) split1 = lo;
+    if (split2 < lo) split2 = lo;
+    l[n] = (struct iovec){chunk_buf + (split1 - lo), hi - split1}; r[n++] = (struct iovec){(void *)split1, hi - split1};
     ssize_t want = (ssize_t)(O.ts_size + 8 * (size_t)nc + (hi - lo));
     int g0 = n;
     for (int i = 0; i < th->n_gen_frames && i < SNAP_GENS && O.fr_size <= sizeof snap_gen_buf[0]; i++) {
@@ -611,7 +615,11 @@ static int snapshot_once(thread_t *th, uintptr_t tstate, char *ts, uintptr_t *cf
         want += (ssize_t)O.fr_size;
     }
     int gens = n - g0;
-    if (split > lo) { l[n] = (struct iovec){chunk_buf, split - lo}; r[n++] = (struct iovec){(void *)lo, split - lo}; }
+    if (split1 > split2) {
+        l[n] = (struct iovec){chunk_buf + (split2 - lo), split1 - split2};
+        r[n++] = (struct iovec){(void *)split2, split1 - split2};
+    }
+    if (split2 > lo) { l[n] = (struct iovec){chunk_buf, split2 - lo}; r[n++] = (struct iovec){(void *)lo, split2 - lo}; }
     ssize_t got = gather_read(l, r, n);
     if (got < want) return -1;  /* a generator frame freed since the last walk, or the chunk gone */
     uintptr_t chunk2, leaf = 0;
