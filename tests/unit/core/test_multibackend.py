@@ -221,7 +221,7 @@ def test_unavailable_backend_among_several_is_recorded_and_skipped(tmp_path, mon
     reg = registry_with(("backend", "nogpu", "nogpu_plugin:NoGpuBackend"))
     with pytest.warns(OmniprofWarning, match="backend 'nogpu' is unavailable .*no NVIDIA driver found"):
         with Profiler(backend=["cpu", "nogpu"], registry=reg) as prof:
-            busy(0.05)
+            busy(0.2)  # long enough for a sample when the engine waits for a CPU
     r = prof.result
     assert [p.backend for p in r.parts] == ["cpu"] and r.part("cpu").samples
     assert [(e.source, e.phase, e.type) for e in r.errors] == [("nogpu", "probe", "BackendUnavailableError")]
