@@ -98,12 +98,14 @@ def test_engine_on_every_cpython(version, exe, tmp_path):
     """Builds the engine with that interpreter's own headers and runs tests/tools/native_engine_check.py
     under it: heavy vs tiny against each timed alone, the hot line, 3 busy threads at >= 40% of the
     rate, 400-deep recursion, 5 kHz sampling through constant thread churn without a crash, the
-    wall / cpu / gil modes, and coroutines named by their frame and stamped after they were made."""
+    wall / cpu / gil modes, coroutines named by their frame and stamped after they were made, and the
+    leaf function's share against the in-thread reference on sub-microsecond calls."""
     build_extension(exe, ROOT / "omniprof/backends/cpu/_nativesampler.c", tmp_path)
+    build_extension(exe, ROOT / "tests/tools/_inthread_ref.c", tmp_path)
     run = subprocess.run([exe, str(ROOT / "tests/tools/native_engine_check.py"), str(tmp_path)],
-                         capture_output=True, text=True, timeout=180)
+                         capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, f"{version}:\n{run.stdout}\n{run.stderr[-3000:]}"
-    assert run.stdout.count("OK ") == 13, run.stdout
+    assert run.stdout.count("OK ") == 15, run.stdout
     assert "OK   available process_vm_readv" in run.stdout
 
 

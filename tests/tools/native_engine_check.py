@@ -224,6 +224,47 @@ def main():
     check("coroutine_frame_and_stamp", len(inside) > 30 and right >= 0.97 * len(inside),
           f"{right} of {len(inside)} samples inside a coroutine name it, {len(made)} addresses")
 
+    # 10. against where the interpreter really is: the in-thread reference (tests/tools/_inthread_ref.c,
+    #     a SIGPROF handler reading the stopped thread's own stack), when built into DIR too: the leaf
+    #     function's share on tiny(heavy(i)) and on a generator feeding a loop (calls shorter than a
+    #     microsecond, where reads from another thread go wrong), engine vs reference
+    try:
+        import _inthread_ref as ref
+    except ImportError:
+        ref = None
+    if ref is not None:
+        def nested(sec):
+            end = time.perf_counter() + sec
+            while time.perf_counter() < end:
+                s = 0
+                for i in range(2000):
+                    s += tiny(heavy(i))
+
+        names = {}
+
+        def walk(co):
+            names[id(co)] = co.co_name
+            for c in co.co_consts:
+                if hasattr(c, "co_code"):
+                    walk(c)
+
+        for v in [*vars(wl).values(), nested]:
+            if hasattr(v, "__code__"):
+                walk(v.__code__)
+        for label, fn in (("nested", nested), ("generators", wl.w_generators)):
+            ref.start(1000, threading.get_ident())
+            cpu0 = time.process_time()
+            while time.process_time() - cpu0 < 2.5:
+                fn(0.5)
+            pairs, _ = ref.stop()
+            want = Counter(names.get(code, "?") for code, _ in pairs)
+            smp, _, _ = session(lambda: fn(2.0))
+            got = Counter(names.get(id(x[4][0][0]), "?") for x in smp if x[4] and x[4][0][0] is not None)
+            rn, gn = max(sum(want.values()), 1), max(sum(got.values()), 1)
+            diff = {k: round(100 * got[k] / gn - 100 * want[k] / rn, 1) for k in ("heavy", "tiny", "produce", "consume")}
+            check(f"shares_vs_in_thread_{label}", rn > 200 and gn > 1000 and max(map(abs, diff.values())) < 12,
+                  f"engine minus reference, points: {diff} ({gn} samples, reference {rn})")
+
     sys.exit(1 if FAILS else 0)
 
 
