@@ -80,7 +80,7 @@ typedef struct {
     size_t cframe_current;
     size_t ts_size;           /* bytes of PyThreadState to read (covers every field above) */
     size_t ts_chunk, ts_top;  /* 3.11+: the thread's frame data stack (chunk, top): copied in one read */
-    size_t chunk_data, chunk_size;
+    size_t chunk_data, chunk_size, chunk_prev, chunk_top;
     int legacy;               /* 3.10: PyFrameObject chain (f_back, f_code, f_lasti in code units) */
     size_t fr_code, fr_previous, fr_instr, fr_owner, fr_size;
     size_t fr_gen;            /* 3.10: PyFrameObject.f_gen, the generator/coroutine running the frame */
@@ -133,6 +133,8 @@ static int init_offsets(PyInterpreterState *interp) {
     O.ts_top = offsetof(PyThreadState, datastack_top);
     O.chunk_data = offsetof(_PyStackChunk, data);
     O.chunk_size = offsetof(_PyStackChunk, size);
+    O.chunk_prev = offsetof(_PyStackChunk, previous);
+    O.chunk_top = offsetof(_PyStackChunk, top);
     if (O.ts_size < O.ts_top + 8) O.ts_size = O.ts_top + 8;
 #else
 #if PY_VERSION_HEX >= 0x030B0000
@@ -169,6 +171,8 @@ static int init_offsets(PyInterpreterState *interp) {
     O.ts_top = offsetof(PyThreadState, datastack_top);
     O.chunk_data = offsetof(_PyStackChunk, data);
     O.chunk_size = offsetof(_PyStackChunk, size);
+    O.chunk_prev = offsetof(_PyStackChunk, previous);
+    O.chunk_top = offsetof(_PyStackChunk, top);
 #endif
     O.ts_next = offsetof(PyThreadState, next);
     O.ts_interp = offsetof(PyThreadState, interp);
@@ -296,6 +300,8 @@ typedef struct {
     uintptr_t chunk, chunk_end;  /* 3.11+: the data-stack chunk last seen and where it ends */
     uintptr_t gen_frames[4]; int n_gen_frames;  /* generator frames met by the last walk (outside the chunk) */
     uintptr_t cframes[4]; int n_cframes;         /* 3.11/3.12: C-level eval loops seen lately, newest first */
+    uintptr_t old_lo, old_hi, old_top_at;        /* the chunk below (a deep stack's callers) and its top field */
+    uint64_t old_top;
 } thread_t;
 typedef struct { uintptr_t ptr; int32_t firstlineno; uintptr_t name, filename; int64_t nbytes; } code_t;
 typedef struct { uint64_t hash; int64_t start; int32_t len; int32_t reported; } stack_t_;
@@ -468,6 +474,8 @@ static thread_t *thread_entry(uint64_t tid, unsigned long native) {
     t->chunk = t->chunk_end = 0;
     t->n_gen_frames = 0;
     t->n_cframes = 0;
+    t->old_lo = t->old_hi = t->old_top_at = 0;
+    t->old_top = 0;
     return t;
 }
 
@@ -524,9 +532,18 @@ static uintptr_t snap_gen_addr[SNAP_GENS];
 static char snap_gen_buf[SNAP_GENS][128];
 static int snap_n_gens;
 
+/* The chunk below the current one, read in the same call: a stack deeper than one chunk (16 KiB,
+ * ~120 frames) otherwise had its callers read one system call each (64 us a tick at 120 frames). */
+static char *old_buf;
+static uintptr_t old_lo, old_hi;
+
 static inline int read_frame(char *dst, uintptr_t frame, size_t n) {
     if (frame >= chunk_lo && frame < chunk_hi && n <= chunk_hi - frame) {  /* no overflow on a torn pointer */
         memcpy(dst, chunk_buf + (frame - chunk_lo), n);
+        return 0;
+    }
+    if (frame >= old_lo && frame < old_hi && n <= old_hi - frame) {
+        memcpy(dst, old_buf + (frame - old_lo), n);
         return 0;
     }
     for (int i = 0; i < snap_n_gens; i++)
@@ -539,6 +556,7 @@ static inline int read_frame(char *dst, uintptr_t frame, size_t n) {
 
 static void copy_chunk(const char *ts) {
     chunk_lo = chunk_hi = 0;
+    old_lo = old_hi = 0;
     snap_n_gens = 0;
     if (O.legacy || !O.ts_top || !chunk_buf) return;
     uintptr_t chunk, top;
@@ -570,9 +588,20 @@ static int snapshot_once(thread_t *th, uintptr_t tstate, char *ts, uintptr_t *cf
     if (!chunk) return -1;
     if (th->chunk != chunk) {
         uint64_t size = 0;
+        uintptr_t prev = 0;
         if (safe_read(&size, chunk + O.chunk_size, 8) < 0 || size < O.chunk_data || size > (1ULL << 32)) return -1;
+        if (safe_read(&prev, chunk + O.chunk_prev, 8) < 0) return -1;
         th->chunk = chunk;
         th->chunk_end = chunk + size;
+        th->old_lo = th->old_hi = th->old_top_at = 0;
+        uint64_t ptop = 0, psize = 0;
+        if (prev && safe_read(&ptop, prev + O.chunk_top, 8) == 0 && safe_read(&psize, prev + O.chunk_size, 8) == 0 &&
+            ptop > 0 && O.chunk_data + ptop * 8 <= psize && ptop * 8 <= CHUNK_COPY_MAX) {
+            th->old_lo = prev + O.chunk_data;
+            th->old_hi = th->old_lo + ptop * 8;
+            th->old_top_at = prev + O.chunk_top;
+            th->old_top = ptop;
+        }
     }
     uintptr_t lo = chunk + O.chunk_data;
     uintptr_t hi = top + SNAP_MARGIN;
@@ -582,7 +611,7 @@ static int snapshot_once(thread_t *th, uintptr_t tstate, char *ts, uintptr_t *cf
     static char fresh[4096];
     if (O.ts_size > sizeof fresh) return -1;
     uintptr_t current[4] = {0, 0, 0, 0};
-    struct iovec l[8 + SNAP_GENS], r[8 + SNAP_GENS];
+    struct iovec l[10 + SNAP_GENS], r[10 + SNAP_GENS];
     int n = 0;
     /* Order matters, as the thread runs on while we read (hot cache lines cost a transfer from its
      * core each: the whole read takes hundreds of nanoseconds). First the thread state, then the
@@ -620,8 +649,27 @@ static int snapshot_once(thread_t *th, uintptr_t tstate, char *ts, uintptr_t *cf
         r[n++] = (struct iovec){(void *)split2, split1 - split2};
     }
     if (split2 > lo) { l[n] = (struct iovec){chunk_buf, split2 - lo}; r[n++] = (struct iovec){(void *)lo, split2 - lo}; }
+    /* the chunk below: its frames are all suspended callers (they run again only once this chunk is
+     * gone), so it is read last; its top field with it, to notice a chunk popped and pushed again at
+     * the same address over a different stack */
+    uint64_t old_top_now = 0;
+    int with_old = th->old_hi > th->old_lo && old_buf != NULL;
+    if (with_old) {
+        l[n] = (struct iovec){old_buf, th->old_hi - th->old_lo};
+        r[n++] = (struct iovec){(void *)th->old_lo, th->old_hi - th->old_lo};
+        l[n] = (struct iovec){&old_top_now, 8}; r[n++] = (struct iovec){(void *)th->old_top_at, 8};
+    }
     ssize_t got = gather_read(l, r, n);
     if (got < want) return -1;  /* a generator frame freed since the last walk, or the chunk gone */
+    old_lo = old_hi = 0;
+    if (with_old) {
+        if (got == want + (ssize_t)(th->old_hi - th->old_lo) + 8 && old_top_now == th->old_top) {
+            old_lo = th->old_lo;
+            old_hi = th->old_hi;
+        } else {
+            th->chunk = 0;  /* read the chunks' headers again next time */
+        }
+    }
     uintptr_t chunk2, leaf = 0;
     memcpy(&chunk2, fresh + O.ts_chunk, 8);
     if (chunk2 != chunk) return -1;  /* moved on to another chunk */
@@ -653,6 +701,7 @@ static int snapshot_once(thread_t *th, uintptr_t tstate, char *ts, uintptr_t *cf
 static int snapshot(thread_t *th, uintptr_t tstate, char *ts) {
     snap_ok = 0;
     chunk_lo = chunk_hi = 0;
+    old_lo = old_hi = 0;
     snap_n_gens = 0;
     if (O.legacy || !O.ts_top || !chunk_buf) return -1;
     uintptr_t cframe_now = 0;
@@ -851,6 +900,7 @@ static void *engine_main(void *arg) {
     uint64_t *w = malloc((size_t)E.max_depth * 2 * 8 + 16);
     char *ts = malloc(O.ts_size + 16);
     if (!chunk_buf) chunk_buf = malloc(CHUNK_COPY_MAX);
+    if (!old_buf) old_buf = malloc(CHUNK_COPY_MAX);
     if (!w || !ts) { free(w); free(ts); snprintf(E.error, sizeof E.error, "out of memory"); E.running = 0; return NULL; }
     int64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
     int64_t due = now_ns(CLOCK_MONOTONIC);
