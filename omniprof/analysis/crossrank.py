@@ -42,19 +42,21 @@ from array import array
 import re
 import statistics
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from omniprof.analysis.sketch import DurationSketch
 from omniprof.core.results import BackendResult, ProfileResult, Span
 from omniprof.errors import InvalidArgumentError, TraceReadError
 
 __all__ = [
-    "RankSummary", "StepRow", "Straggler", "CrossRankReport", "RankReducer", "reduce_rank", "reduce_file",
-    "reduce_local", "rank_inputs", "combine", "analyze",
+    "RankSummary", "StepRow", "StepTable", "CollectiveTable", "Straggler", "CrossRankReport", "RankReducer",
+    "reduce_rank", "reduce_file", "reduce_local", "iter_reduce_local", "Combiner", "WaitTable", "DurationSketch",
+    "rank_inputs", "combine", "analyze",
     "analyze_result", "analyze_dir", "is_comm", "union", "COMM_PATTERN", "text_blocks", "load_kineto_dir",
     "DurationRow", "RankDurations", "duration_stats", "duration_rows",
 ]
@@ -172,10 +174,109 @@ class StepRow:
     top_ops: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=lambda x: tuple(tuple(r) for r in x))
 
 
+def _q(values: Iterable[int] = ()) -> array[int]:
+    return array("q", values)
+
+
+@attrs.frozen
+class StepTable:
+    """A rank's steps column by column (8 bytes a figure, not a Python object a row): a sequence of
+    :class:`StepRow` (each row built when asked for). ``top_*``: each step's top ops, rows
+    ``top_at[i]:top_at[i + 1]`` of ``top_name`` (index into ``names``) and ``top_ns``."""
+
+    step: array[int] = attrs.field(factory=_q)
+    start_ns: array[int] = attrs.field(factory=_q)
+    dur_ns: array[int] = attrs.field(factory=_q)
+    compute_ns: array[int] = attrs.field(factory=_q)
+    communication_ns: array[int] = attrs.field(factory=_q)
+    idle_ns: array[int] = attrs.field(factory=_q)
+    top_at: array[int] = attrs.field(factory=lambda: array("q", [0]))
+    top_name: array[int] = attrs.field(factory=_q)
+    top_ns: array[int] = attrs.field(factory=_q)
+    names: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, rows: Iterable[StepRow]) -> StepTable:
+        t = cls()
+        ids: dict[str, int] = {}
+        names: list[str] = []
+        for r in rows:
+            t.step.append(r.step)
+            t.start_ns.append(r.start_ns)
+            t.dur_ns.append(r.dur_ns)
+            t.compute_ns.append(r.compute_ns)
+            t.communication_ns.append(r.communication_ns)
+            t.idle_ns.append(r.idle_ns)
+            for name, ns in r.top_ops:
+                i = ids.get(name)
+                if i is None:
+                    i = ids[name] = len(names)
+                    names.append(name)
+                t.top_name.append(i)
+                t.top_ns.append(ns)
+            t.top_at.append(len(t.top_ns))
+        return attrs.evolve(t, names=tuple(names))
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def __getitem__(self, i: int) -> StepRow:
+        if not -len(self.step) <= i < len(self.step):
+            raise IndexError(f"step row {i} of {len(self.step)}")
+        i %= len(self.step)
+        tops = tuple((self.names[self.top_name[k]], self.top_ns[k]) for k in range(self.top_at[i], self.top_at[i + 1]))
+        return StepRow(self.step[i], self.start_ns[i], self.dur_ns[i], self.compute_ns[i], self.communication_ns[i],
+                       self.idle_ns[i], tops)
+
+    def __iter__(self) -> Iterator[StepRow]:
+        return (self[i] for i in range(len(self.step)))
+
+
+@attrs.frozen
+class CollectiveTable:
+    """A rank's collectives column by column: a sequence of ``(name, start_ns, dur_ns)`` in start
+    order; ``name`` indexes ``names``."""
+
+    name: array[int] = attrs.field(factory=_q)
+    start_ns: array[int] = attrs.field(factory=_q)
+    dur_ns: array[int] = attrs.field(factory=_q)
+    names: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, int, int]]) -> CollectiveTable:
+        t = cls()
+        ids: dict[str, int] = {}
+        for name, a, d in rows:
+            i = ids.setdefault(name, len(ids))
+            t.name.append(i)
+            t.start_ns.append(a)
+            t.dur_ns.append(d)
+        return attrs.evolve(t, names=tuple(ids))
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    def __getitem__(self, i: int) -> tuple[str, int, int]:
+        return (self.names[self.name[i]], self.start_ns[i], self.dur_ns[i])
+
+    def __iter__(self) -> Iterator[tuple[str, int, int]]:
+        names = self.names
+        return ((names[n], a, d) for n, a, d in zip(self.name, self.start_ns, self.dur_ns))
+
+
+def _step_table(x: Iterable[StepRow]) -> StepTable:
+    return x if isinstance(x, StepTable) else StepTable.of(x)
+
+
+def _collective_table(x: Iterable[tuple[str, int, int]]) -> CollectiveTable:
+    return x if isinstance(x, CollectiveTable) else CollectiveTable.of(x)
+
+
 @attrs.frozen
 class RankSummary:
-    """One rank reduced: see the module docs for every figure's meaning. ``collectives`` are
-    ``(name, start_ns, dur_ns)`` of its communication spans in start order (the primary kind only:
+    """One rank reduced: see the module docs for every figure's meaning. Its size does not depend on
+    the number of events nor of ranks: ``steps`` holds one row per step (8 bytes a figure),
+    ``collectives`` one ``(name, start_ns, dur_ns)`` per communication span (20 bytes each), in start order (the primary kind only:
     GPU communication kernels, else ``gloo:``/``nccl:`` spans, else any). ``read_notes``: what
     reading the rank lost (malformed events, unread phases, samples its backends dropped), one line
     each; the report lists them."""
@@ -192,17 +293,20 @@ class RankSummary:
     exposed_memory_ns: int
     idle_ns: int
     idle_causes: dict[str, int]
-    steps: tuple[StepRow, ...]
-    collectives: tuple[tuple[str, int, int], ...]
+    steps: StepTable = attrs.field(converter=_step_table)
+    collectives: CollectiveTable = attrs.field(converter=_collective_table)
     clock_offset_ns: int = 0
     clock_uncertainty_ns: int = 0
     label: str = ""
-    #: name -> ``(count, median_ns, p90_ns, max_ns, total_ns)`` of every kernel (GPU ranks: compute,
+    #: name -> :class:`~omniprof.analysis.sketch.DurationSketch` of every kernel (GPU ranks: compute,
     #: communication, memcpy/memset) or op (CPU ranks: CPU and XLA ops, communication spans) the
-    #: breakdown classified, over the whole trace (see :func:`duration_stats`).
-    durations: dict[str, tuple[int, int, int, int, int]] = attrs.field(factory=dict)
-    #: names left out of ``durations`` (those with the least total time past :data:`MAX_DURATION_NAMES`).
+    #: breakdown classified, over the whole trace: at most :data:`MAX_DURATION_NAMES` names, those
+    #: with the most total time.
+    durations: dict[str, DurationSketch] = attrs.field(factory=dict)
+    #: how many names past :data:`MAX_DURATION_NAMES` (those with the least total time) are summed
+    #: into ``durations_other`` (one sketch of all their runs) instead.
     durations_left_out: int = 0
+    durations_other: DurationSketch | None = None
     read_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @property
@@ -400,32 +504,31 @@ class RankReducer:
         idle = window - _length(busy)
         causes = self._gpu_idle_causes(busy, lo, hi) if self.has_gpu else {"host outside ops": idle}
         best = min((c[0] for c in coll), default=0)
-        collectives = tuple((name, a, d) for pr, a, d, name in sorted(coll, key=lambda c: c[1]) if pr == best)
-        rows = []
+        collectives = CollectiveTable.of((name, a, d) for pr, a, d, name in sorted(coll, key=lambda c: c[1])
+                                         if pr == best)
+        table = StepTable()
+        top_ids: dict[str, int] = {}
         c_at, m_at, busy_at = _Within(C), _Within(M), _Within(busy)
         for (num, a, b), top in zip(steps, _top_ops_by_step(ops, steps)):
-            rows.append(StepRow(num, a, b - a, c_at.length(a, b), m_at.length(a, b), (b - a) - busy_at.length(a, b),
-                                top))
-        per_name: dict[str, array[int]] = {}
-        for o in (ops, memops):
-            for d, n in zip(o.dur, o.name):
-                per_name.setdefault(o.names[n], array("q")).append(d)
-        for _, _, d, name in coll:
-            per_name.setdefault(name, array("q")).append(d)
-        durations = {name: duration_stats(ds) for name, ds in per_name.items()}
-        del per_name
-        left_out = 0
-        if len(durations) > MAX_DURATION_NAMES:  # a summary stays small: the names with the least time go
-            kept = sorted(durations.items(), key=lambda kv: (-kv[1][4], kv[0]))[:MAX_DURATION_NAMES]
-            left_out = len(durations) - len(kept)
-            durations = dict(kept)
+            table.step.append(num)
+            table.start_ns.append(a)
+            table.dur_ns.append(b - a)
+            table.compute_ns.append(c_at.length(a, b))
+            table.communication_ns.append(m_at.length(a, b))
+            table.idle_ns.append((b - a) - busy_at.length(a, b))
+            for name, ns in top:
+                table.top_name.append(top_ids.setdefault(name, len(top_ids)))
+                table.top_ns.append(ns)
+            table.top_at.append(len(table.top_ns))
+        table = attrs.evolve(table, names=tuple(top_ids))
+        durations, left_out, other = _duration_sketches(ops, memops, coll)
         return RankSummary(rank=rank, host=host, source="gpu" if self.has_gpu else "cpu", window_ns=window,
                            compute_ns=_length(C), communication_ns=_length(M), memory_ns=_length(X),
                            overlap_ns=_length(_intersect(M, C)), exposed_communication_ns=_length(_minus(M, C)),
                            exposed_memory_ns=_length(_minus(X, CM)), idle_ns=idle, idle_causes=causes,
-                           steps=tuple(rows), collectives=collectives, clock_offset_ns=self.clock_offset_ns,
+                           steps=table, collectives=collectives, clock_offset_ns=self.clock_offset_ns,
                            clock_uncertainty_ns=clock_uncertainty_ns, label=label, durations=durations,
-                           durations_left_out=left_out)
+                           durations_left_out=left_out, durations_other=other)
 
     def _gpu_idle_causes(self, busy: Intervals, lo: int, hi: int) -> dict[str, int]:
         """Split each idle gap of the device by what ended it: the next kernel's launch on the host."""
@@ -480,6 +583,33 @@ def _top_ops_by_step(ops: _Ops, steps: list[tuple[int, int, int]]) -> list[tuple
             for top in tops]
 
 
+def _duration_sketches(ops: _Ops, memops: _Ops, coll: list[tuple[int, int, int, str]]
+                       ) -> tuple[dict[str, DurationSketch], int, DurationSketch | None]:
+    """Each name's durations as a sketch; past :data:`MAX_DURATION_NAMES` names, those with the
+    least total time summed into one sketch (with how many they were)."""
+    per_name: dict[str, array[int]] = {}
+    for o in (ops, memops):
+        by_id: dict[int, array[int]] = {}
+        for d, n in zip(o.dur, o.name):
+            got = by_id.get(n)
+            if got is None:
+                got = by_id[n] = per_name.setdefault(o.names[n], array("q"))
+            got.append(d)
+    for _, _, d, name in coll:
+        per_name.setdefault(name, array("q")).append(d)
+    sketches = {}
+    while per_name:
+        name, ds = per_name.popitem()
+        sketches[name] = DurationSketch.of(ds)
+    if len(sketches) <= MAX_DURATION_NAMES:
+        return sketches, 0, None
+    order = sorted(sketches, key=lambda n: (-sketches[n].total_ns, n))
+    other = DurationSketch.of(())
+    for name in order[MAX_DURATION_NAMES:]:
+        other = other.merge(sketches.pop(name))
+    return sketches, len(order) - MAX_DURATION_NAMES, other
+
+
 def reduce_rank(parts: Sequence[BackendResult], *, rank: int, host: str = "", clock_offset_ns: int = 0,
                 clock_uncertainty_ns: int = 0, label: str = "") -> RankSummary:
     """Reduce one rank's parts (all on the same host clock after each part's offset) to a summary.
@@ -526,7 +656,7 @@ class CrossRankReport:
     """
 
     ranks: tuple[RankSummary, ...]
-    wait_ns: dict[tuple[int, int], int]
+    wait_ns: Mapping[tuple[int, int], int]
     stragglers: tuple[Straggler, ...]
     notes: tuple[str, ...] = ()
 
@@ -554,12 +684,13 @@ class CrossRankReport:
     def step_rows(self) -> list[dict[str, Any]]:
         """One row per (step, rank): duration, waiting on peers, own time."""
         rows = []
+        wait = self.wait_ns
         for r in self.ranks:
-            for s in r.steps:
-                w = self.wait_ns.get((r.rank, s.step), 0)
-                rows.append({"step": s.step, "rank": r.rank, "dur_ns": s.dur_ns, "wait_ns": w,
-                             "own_ns": s.dur_ns - w, "compute_ns": s.compute_ns,
-                             "communication_ns": s.communication_ns, "idle_ns": s.idle_ns})
+            t = r.steps
+            ws = wait.column(r.rank) if isinstance(wait, WaitTable) else [wait.get((r.rank, st), 0) for st in t.step]
+            for st, d, w, c, m, i in zip(t.step, t.dur_ns, ws, t.compute_ns, t.communication_ns, t.idle_ns):
+                rows.append({"step": st, "rank": r.rank, "dur_ns": d, "wait_ns": w, "own_ns": d - w, "compute_ns": c,
+                             "communication_ns": m, "idle_ns": i})
         rows.sort(key=lambda x: (x["step"], x["rank"]))
         return rows
 
@@ -572,71 +703,176 @@ class CrossRankReport:
         return duration_rows(self.ranks, top)
 
 
+class WaitTable(Mapping[tuple[int, int], int]):
+    """``{(rank, step): ns}`` waited in collectives for slower peers, held as one array per rank
+    aligned with its :class:`StepTable` (a key exists where a compared collective fell in the step)."""
+
+    def __init__(self, per_rank: dict[int, tuple[array[int], array[int], bytearray]]) -> None:
+        self._cols = per_rank  # rank -> (step numbers, wait per step, whether the step holds a compared collective)
+        self._index: dict[int, dict[int, int]] = {}
+
+    def column(self, rank: int) -> array[int]:
+        """The rank's waiting per step, in its steps' order."""
+        return self._cols[rank][1]
+
+    def __getitem__(self, key: tuple[int, int]) -> int:
+        rank, step = key
+        cols = self._cols.get(rank)
+        if cols is None:
+            raise KeyError(key)
+        idx = self._index.get(rank)
+        if idx is None:
+            idx = self._index[rank] = {st: i for i, st in enumerate(cols[0])}
+        i = idx.get(step)
+        if i is None or not cols[2][i]:
+            raise KeyError(key)
+        return cols[1][i]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for rank in sorted(self._cols):
+            steps, _, has = self._cols[rank]
+            for st, h in zip(steps, has):
+                if h:
+                    yield (rank, st)
+
+    def __len__(self) -> int:
+        return sum(sum(has) for _, _, has in self._cols.values())
+
+    def __repr__(self) -> str:
+        return f"WaitTable({dict(self.items())!r})"
+
+
+class Combiner:
+    """Rank summaries brought together as they arrive, in any order: each collective's shortest
+    duration on any rank so far is kept per name and occurrence (one array per name, folded with
+    each arrival, never one entry per rank), and each rank's summary, whose size does not depend on
+    its number of events. :meth:`report` works out waiting, own time and stragglers.
+
+    .. versionadded:: 0.2
+    """
+
+    def __init__(self, source: str = "") -> None:
+        self.source = source
+        self.summaries: dict[int, RankSummary] = {}
+        self.shortest: dict[str, array[int]] = {}
+        self.counts: dict[str, dict[int, int]] = {}
+
+    def add(self, s: RankSummary) -> None:
+        if s.rank in self.summaries:
+            where = f"{self.source}: several files claim" if self.source else "several summaries claim"
+            raise TraceReadError(f"{where} rank(s) [{s.rank}]; keep one trace per rank in the directory")
+        self.summaries[s.rank] = s
+        c = s.collectives
+        seen = [0] * len(c.names)
+        tables = [self.shortest.setdefault(name, array("q")) for name in c.names]
+        for n, d in zip(c.name, c.dur_ns):
+            k = seen[n]
+            seen[n] = k + 1
+            t = tables[n]
+            if k < len(t):
+                if d < t[k]:
+                    t[k] = d
+            else:
+                t.append(d)
+        for name, n in zip(c.names, seen):
+            self.counts.setdefault(name, {})[s.rank] = n
+
+    def report(self, *, threshold: float = 0.2, min_excess_ns: int = 1_000_000) -> CrossRankReport:
+        ranks = tuple(self.summaries[r] for r in sorted(self.summaries))
+        notes: list[str] = []
+        common: dict[str, int] = {}  # per name: occurrences seen on every rank (those compared)
+        for name, per in sorted(self.counts.items()):
+            if len(set(per.values())) > 1 or len(per) != len(ranks):
+                notes.append(f"collective {name!r} occurs {dict(sorted(per.items()))} times by rank; only occurrences "
+                             f"seen on every rank are compared")
+            common[name] = min(per.values()) if len(per) == len(ranks) and len(ranks) >= 2 else 0
+        cols: dict[int, tuple[array[int], array[int], bytearray]] = {}
+        for r in ranks:
+            st = r.steps
+            wait = array("q", bytes(8 * len(st)))
+            has = bytearray(len(st))
+            c = r.collectives
+            seen = [0] * len(c.names)
+            limit = [common.get(name, 0) for name in c.names]
+            shortest = [self.shortest[name] for name in c.names]
+            starts, durs = st.start_ns, st.dur_ns
+            for n, a, d in zip(c.name, c.start_ns, c.dur_ns):
+                k = seen[n]
+                seen[n] = k + 1
+                if k >= limit[n]:
+                    continue
+                i = bisect.bisect_right(starts, a) - 1
+                if i < 0 or a >= starts[i] + durs[i]:
+                    continue
+                wait[i] += d - shortest[n][k]
+                has[i] = 1
+            cols[r.rank] = (st.step, wait, has)
+        table = WaitTable(cols)
+        stragglers = _stragglers(ranks, table, threshold, min_excess_ns)
+        for r in ranks:
+            if r.durations_left_out and r.durations_other is not None:
+                o = r.durations_other
+                notes.append(f"rank {r.rank} ran more than {MAX_DURATION_NAMES} distinct kernel/op names: the "
+                             f"{r.durations_left_out} with the least total time are summed as one row out of the "
+                             f"duration distribution ({o.count:,} runs, {_ms(o.total_ns)} ms)")
+        notes += [n for r in ranks for n in r.read_notes]
+        return CrossRankReport(ranks, table, tuple(stragglers), tuple(notes))
+
+
 def combine(summaries: Iterable[RankSummary], *, threshold: float = 0.2, min_excess_ns: int = 1_000_000) -> CrossRankReport:
-    """Match collectives across ranks, work out waiting and own time per step, name stragglers."""
-    ranks = tuple(sorted(summaries, key=lambda r: r.rank))
-    notes: list[str] = []
-    wait: dict[tuple[int, int], int] = {}
-    # k-th occurrence of each collective name on each rank
-    occ: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
-    counts: dict[str, dict[int, int]] = {}
-    for r in ranks:
-        seen: dict[str, int] = {}
-        for name, a, d in r.collectives:
-            k = seen.get(name, 0)
-            seen[name] = k + 1
-            occ.setdefault((name, k), {})[r.rank] = (a, d)
-        for name, n in seen.items():
-            counts.setdefault(name, {})[r.rank] = n
-    for name, per in sorted(counts.items()):
-        if len(set(per.values())) > 1 or len(per) != len(ranks):
-            notes.append(f"collective {name!r} occurs {dict(sorted(per.items()))} times by rank; only occurrences "
-                         f"seen on every rank are compared")
-    step_starts = {r.rank: ([s.start_ns for s in r.steps], r.steps) for r in ranks}
-    for (name, k), per in occ.items():
-        if len(per) != len(ranks) or len(ranks) < 2:
-            continue
-        shortest = min(d for _, d in per.values())
-        for rank, (a, d) in per.items():
-            starts, steps = step_starts[rank]
-            i = bisect.bisect_right(starts, a) - 1
-            if i < 0 or a >= steps[i].start_ns + steps[i].dur_ns:
-                continue
-            key = (rank, steps[i].step)
-            wait[key] = wait.get(key, 0) + (d - shortest)
-    stragglers = _stragglers(ranks, wait, threshold, min_excess_ns)
-    notes += [n for r in ranks for n in r.read_notes]
-    return CrossRankReport(ranks, wait, tuple(stragglers), tuple(notes))
+    """Match collectives across ranks, work out waiting and own time per step, name stragglers
+    (a :class:`Combiner` fed every summary)."""
+    c = Combiner()
+    for s in summaries:
+        c.add(s)
+    return c.report(threshold=threshold, min_excess_ns=min_excess_ns)
 
 
-def _stragglers(ranks: Sequence[RankSummary], wait: dict[tuple[int, int], int], threshold: float,
+def _stragglers(ranks: Sequence[RankSummary], wait: WaitTable, threshold: float,
                 min_excess_ns: int) -> list[Straggler]:
     if len(ranks) < 2:
         return []
-    own: dict[int, dict[int, int]] = {}
+    n = len(ranks)
+    present: dict[int, int] = {}
     for r in ranks:
-        for s in r.steps:
-            own.setdefault(s.step, {})[r.rank] = s.dur_ns - wait.get((r.rank, s.step), 0)
-    common = sorted(step for step, per in own.items() if len(per) == len(ranks))
+        for st in r.steps.step:
+            present[st] = present.get(st, 0) + 1
+    common = sorted(st for st, k in present.items() if k == n)
+    del present
     if not common:
         return []
-    median = {step: int(statistics.median(own[step].values())) for step in common}
+    col = {st: c for c, st in enumerate(common)}
+    own = array("q", bytes(8 * len(common) * n))  # own[c * n + i]: rank i's own time in common step c
+    wait_sum = array("q", bytes(8 * len(common)))  # all ranks' waiting in common step c
+    for i, r in enumerate(ranks):
+        w = wait.column(r.rank)
+        for st, d, x in zip(r.steps.step, r.steps.dur_ns, w):
+            c = col.get(st)
+            if c is not None:
+                own[c * n + i] = d - x
+                wait_sum[c] += x
+    median = [int(statistics.median(own[c * n:(c + 1) * n])) for c in range(len(common))]
     out = []
-    for r in ranks:
-        slow = [st for st in common if own[st][r.rank] - median[st] > max(min_excess_ns, threshold * median[st])]
+    for i, r in enumerate(ranks):
+        slow = [c for c in range(len(common))
+                if own[c * n + i] - median[c] > max(min_excess_ns, threshold * median[c])]
         if not slow or 2 * len(slow) < len(common):
             continue
-        by_step = {s.step: s for s in r.steps}
+        w = wait.column(r.rank)
+        by_step = {st: k for k, st in enumerate(r.steps.step)}
         top: dict[str, int] = {}
-        outside = 0
-        for st in slow:
-            for name, ns in by_step[st].top_ops:
+        outside = others = 0
+        for c in slow:
+            row = r.steps[by_step[common[c]]]
+            for name, ns in row.top_ops:
                 top[name] = top.get(name, 0) + ns
-            outside += by_step[st].idle_ns
-        others = sum(wait.get((o.rank, st), 0) for o in ranks if o.rank != r.rank for st in slow)
-        out.append(Straggler(rank=r.rank, slow_steps=tuple(slow), steps=len(common),
-                             own_ns={st: own[st][r.rank] for st in slow}, median_own_ns={st: median[st] for st in slow},
-                             step_ns={st: by_step[st].dur_ns for st in slow}, others_wait_ns=others,
+            outside += row.idle_ns
+            others += wait_sum[c] - w[by_step[common[c]]]
+        slow_steps = [common[c] for c in slow]
+        out.append(Straggler(rank=r.rank, slow_steps=tuple(slow_steps), steps=len(common),
+                             own_ns={common[c]: own[c * n + i] for c in slow},
+                             median_own_ns={common[c]: median[c] for c in slow},
+                             step_ns={st: r.steps.dur_ns[by_step[st]] for st in slow_steps}, others_wait_ns=others,
                              top_ops=tuple(sorted(top.items(), key=lambda kv: (-kv[1], kv[0]))[:_TOP_OPS]),
                              outside_ops_ns=outside))
     return out
@@ -772,10 +1008,36 @@ def load_kineto_dir(path: str | os.PathLike[str]) -> ProfileResult:
     return merge_ranks(results)
 
 
-def reduce_local(inputs: Sequence[tuple[str, str, int | None]], workers: int | None = None) -> list[RankSummary]:
+def iter_reduce_local(inputs: Sequence[tuple[str, str, int | None]], workers: int | None = None
+                      ) -> Iterator[RankSummary]:
     """:func:`reduce_file` of every input in ``workers`` processes here (default: one per core, at
-    most one per rank; 1 reads them one after another in this process). Each worker holds one
-    rank's reduction at a time and sends back only its summary."""
+    most one per rank; 1 reads them one after another in this process), each summary yielded as
+    soon as it is done (in any order). At most ``2 * workers`` ranks are in flight, so finished
+    summaries do not pile up in the pool."""
+    n = workers if workers is not None else min(len(inputs), os.cpu_count() or 1)
+    if n < 1:
+        raise InvalidArgumentError(f"'workers' must be >= 1 (got {workers})")
+    if n == 1 or len(inputs) <= 1:
+        for x in inputs:
+            yield reduce_file(*x)
+        return
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    # spawn, not fork: the parent may hold threads (a torch job, a profiler's sampler).
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
+        todo = list(reversed(inputs))
+        running: set[Any] = set()
+        while todo or running:
+            while todo and len(running) < 2 * n:
+                running.add(ex.submit(reduce_file, *todo.pop()))
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for f in done:
+                yield f.result()
+
+
+def reduce_local(inputs: Sequence[tuple[str, str, int | None]], workers: int | None = None) -> list[RankSummary]:
+    """:func:`reduce_file` of every input (see :func:`iter_reduce_local`), as a list in the inputs' order."""
     n = workers if workers is not None else min(len(inputs), os.cpu_count() or 1)
     if n < 1:
         raise InvalidArgumentError(f"'workers' must be >= 1 (got {workers})")
@@ -783,15 +1045,14 @@ def reduce_local(inputs: Sequence[tuple[str, str, int | None]], workers: int | N
         return [reduce_file(*x) for x in inputs]
     import multiprocessing
 
-    # spawn, not fork: the parent may hold threads (a torch job, a profiler's sampler).
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
         return list(ex.map(reduce_file, *zip(*inputs)))
 
 
 def analyze_dir(path: str | os.PathLike[str], *, workers: int | None = None, executor: Any = None,
                 **kw: Any) -> CrossRankReport:
-    """Analyse every rank under ``path``: each rank read (in a stream) and reduced alone, and only
-    the small per-rank summaries brought together.
+    """Analyse every rank under ``path``: each rank read (in a stream) and reduced alone, and each
+    small per-rank summary folded into a :class:`Combiner` as it arrives.
 
     Args:
         workers: processes here (default: one per core, at most one per rank).
@@ -800,16 +1061,15 @@ def analyze_dir(path: str | os.PathLike[str], *, workers: int | None = None, exe
             the directory as the workers see it. ``workers`` does not apply.
     """
     if executor is not None:
-        from omniprof.analysis.executor import map_reduce_ranks
+        from omniprof.analysis.executor import iter_reduce_ranks
 
-        summaries = map_reduce_ranks(path, executor)
+        summaries: Iterable[RankSummary] = iter_reduce_ranks(path, executor)
     else:
-        summaries = reduce_local(rank_inputs(path), workers)
-    ranks = [s.rank for s in summaries]
-    if len(set(ranks)) != len(ranks):
-        dup = sorted({r for r in ranks if ranks.count(r) > 1})
-        raise TraceReadError(f"{path}: several files claim rank(s) {dup}; keep one trace per rank in the directory")
-    return combine(summaries, **kw)
+        summaries = iter_reduce_local(rank_inputs(path), workers)
+    c = Combiner(str(path))
+    for s in summaries:
+        c.add(s)
+    return c.report(**kw)
 
 
 def analyze(source: ProfileResult | str | os.PathLike[str], **kw: Any) -> CrossRankReport:
@@ -987,8 +1247,8 @@ def duration_rows(ranks: Sequence[RankSummary], top: int | None = None) -> list[
     """:meth:`CrossRankReport.durations` over rank summaries."""
     names: dict[str, list[RankDurations]] = {}
     for r in ranks:
-        for name, (count, med, p90, mx, total) in r.durations.items():
-            names.setdefault(name, []).append(RankDurations(r.rank, count, med, p90, mx, total))
+        for name, sketch in r.durations.items():
+            names.setdefault(name, []).append(RankDurations(r.rank, *sketch.stats()))
     all_ranks = {r.rank for r in ranks}
     rows = []
     for name, per in names.items():
@@ -1003,7 +1263,7 @@ def duration_rows(ranks: Sequence[RankSummary], top: int | None = None) -> list[
 
 _TOP_KERNELS = 10
 #: per rank, the duration distribution keeps this many kernel/op names (those with the most time).
-MAX_DURATION_NAMES = 5000
+MAX_DURATION_NAMES = 1000
 _NAME_WIDTH = 60
 
 
@@ -1035,8 +1295,4 @@ def _duration_blocks(rep: CrossRankReport) -> list[tuple[Any, ...]]:
                                                          f"{what}s with the most total time{note}; * = its slowest "
                                                          f"rank (highest median); spread = slowest median / fastest")]
     out.append(("grid", [what, "rank", "count", "median", "p90", "max", "total ms", "spread"], grid, "lrrrrrrr"))
-    for r in rep.ranks:
-        if r.durations_left_out:
-            out.append(("line", f"note: rank {r.rank} ran more than {MAX_DURATION_NAMES} distinct {what} names; "
-                                f"the {r.durations_left_out} with the least total time are left out of the distribution"))
     return out

@@ -3,7 +3,7 @@
 ``crossrank.analyze(path, executor="dask://host:port")`` (and ``omniprof report RUN_DIR --executor
 dask://host:port``) sends each rank's :func:`omniprof.analysis.crossrank.reduce_file` to a worker
 that sees that rank's file, and brings back only its :class:`~omniprof.analysis.crossrank.RankSummary`
-(a few kB); the traces never travel. Which worker sees which file is asked of every worker first
+(its size independent of the trace's length), as soon as it is done; the traces never travel. Which worker sees which file is asked of every worker first
 (``Client.run``), so traces on each host's local disk are read on that host; on a shared
 filesystem any worker may read any rank.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from omniprof.errors import InvalidArgumentError, TraceReadError
@@ -31,7 +32,7 @@ from omniprof.errors import InvalidArgumentError, TraceReadError
 if TYPE_CHECKING:
     from omniprof.analysis.crossrank import RankSummary
 
-__all__ = ["parse_address", "map_reduce_ranks", "CONNECT_TIMEOUT_S"]
+__all__ = ["parse_address", "iter_reduce_ranks", "map_reduce_ranks", "CONNECT_TIMEOUT_S"]
 
 #: seconds to wait for the scheduler before saying it cannot be reached
 CONNECT_TIMEOUT_S = 10.0
@@ -88,9 +89,11 @@ def _visible(path: str) -> list[tuple[str, str, int | None]] | None:
         return None
 
 
-def map_reduce_ranks(path: str | os.PathLike[str], executor: Any, *,
-                     timeout_s: float = CONNECT_TIMEOUT_S) -> list[RankSummary]:
-    """Every rank under ``path`` (as the workers see it) read and reduced on a worker that sees it.
+def iter_reduce_ranks(path: str | os.PathLike[str], executor: Any, *,
+                      timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[RankSummary]:
+    """Every rank under ``path`` (as the workers see it) read and reduced on a worker that sees it,
+    each summary yielded as soon as it is back (in any order) and released on the cluster then, so
+    neither the workers nor this process hold the summaries already handed on.
 
     Raises:
         InvalidArgumentError: a bad or unreachable address, or dask not installed.
@@ -101,6 +104,8 @@ def map_reduce_ranks(path: str | os.PathLike[str], executor: Any, *,
 
     client, owned = _client(executor, timeout_s)
     try:
+        from distributed import as_completed
+
         seen: dict[str, Any] = client.run(_visible, str(path))
         where: dict[tuple[str, str, int | None], list[str]] = {}
         for worker, inputs in sorted(seen.items()):
@@ -113,8 +118,18 @@ def map_reduce_ranks(path: str | os.PathLike[str], executor: Any, *,
         futures = [client.submit(reduce_file, *x, workers=ws, allow_other_workers=False, pure=False,
                                  key=f"omniprof-reduce-{i}-{Path(x[0]).name}")
                    for i, (x, ws) in enumerate(sorted(where.items()))]
-        return list(client.gather(futures))
+        done = as_completed(futures, loop=client.loop)
+        del futures  # as_completed holds them now, and lets each go once it is handed on
+        for f in done:
+            s = f.result()
+            f.release()
+            yield s
     finally:
         if owned:
             client.close()
 
+
+def map_reduce_ranks(path: str | os.PathLike[str], executor: Any, *,
+                     timeout_s: float = CONNECT_TIMEOUT_S) -> list[RankSummary]:
+    """:func:`iter_reduce_ranks` as a list, in rank order."""
+    return sorted(iter_reduce_ranks(path, executor, timeout_s=timeout_s), key=lambda s: s.rank)

@@ -72,7 +72,7 @@ def test_cpu_breakdown_hand_worked() -> None:
     (row,) = s.steps
     assert (row.step, row.dur_ns, row.compute_ns, row.communication_ns, row.idle_ns) == (7, 100, 50, 45, 15)
     assert row.top_ops == (("aten::add", 30), ("aten::mm", 30))  # longest first, ties by name; no comm ops
-    assert s.collectives == (("gloo:all_reduce", 40, 40),)  # gloo: spans are the primary kind
+    assert tuple(s.collectives) == (("gloo:all_reduce", 40, 40),)  # gloo: spans are the primary kind
 
 
 def test_gpu_breakdown_on_a_real_trace_matches_the_sweep() -> None:
@@ -304,10 +304,16 @@ def test_slowest_rank_spread_and_text() -> None:
 
 
 def test_distribution_keeps_the_names_with_most_time_and_says_how_many_went(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past MAX_DURATION_NAMES distinct names on a rank, those with the least total time are left
-    out, counted, and the text says so."""
+    """Past MAX_DURATION_NAMES distinct names on a rank, those with the least total time are summed
+    into one counted row (their runs and time exact), and the report says so."""
     monkeypatch.setattr(cr, "MAX_DURATION_NAMES", 3)
-    s = _rank_with(0, {f"k{i}": [100 * (i + 1)] for i in range(5)})
+    s = _rank_with(0, {f"k{i}": [100 * (i + 1)] * (i + 1) for i in range(5)})
     assert sorted(s.durations) == ["k2", "k3", "k4"] and s.durations_left_out == 2
-    text = cr.combine([s]).to_text()
-    assert "note: rank 0 ran more than 3 distinct kernel names; the 2 with the least total time are left out" in text
+    assert s.durations_other is not None
+    assert (s.durations_other.count, s.durations_other.total_ns) == (1 + 2, 100 + 2 * 200)
+    rep = cr.combine([s])
+    assert [r.name for r in rep.durations()] == ["k4", "k3", "k2"]
+    note = ("rank 0 ran more than 3 distinct kernel/op names: the 2 with the least total time are summed as one row "
+            "out of the duration distribution (3 runs, 0.001 ms)")
+    assert note in rep.notes
+    assert "note: rank 0 ran more than 3 distinct kernel/op names" in rep.to_text()

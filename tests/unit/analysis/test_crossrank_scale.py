@@ -9,6 +9,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle
+import random
 import socket
 import tracemalloc
 import warnings
@@ -34,9 +36,9 @@ def _read(path: Path):
         return read_trace(path)
 
 
-def _trace(path: Path, rank: int, steps: int, *, slow: float = 1.0, seed: int = 0) -> None:
-    """A GPU-rank trace: per step 4 launched GEMM kernels, a memcpy, an NCCL all-reduce that ends when
-    the slowest rank's compute is done, and the step annotation (times in µs, as Kineto writes)."""
+def _trace(path: Path, rank: int, steps: int, *, slow: float = 1.0, seed: int = 0, kernels: int = 4) -> None:
+    """A GPU-rank trace: per step ``kernels`` launched GEMM kernels (3 names), a memcpy, an NCCL
+    all-reduce that ends when the slowest rank's compute is done, and the step annotation (times in µs, as Kineto writes)."""
     import random
 
     rng = random.Random(seed * 1000 + rank)
@@ -45,7 +47,7 @@ def _trace(path: Path, rank: int, steps: int, *, slow: float = 1.0, seed: int = 
     t0 = 1_000_000.0
     for st in range(steps):
         t = t0
-        for k in range(4):
+        for k in range(kernels):
             corr += 1
             d = round(rng.uniform(900, 1100) * slow, 3)
             ev.append({"ph": "X", "cat": "cpu_op", "name": f"aten::op{k % 2}", "pid": 1, "tid": 1, "ts": t, "dur": d})
@@ -56,7 +58,7 @@ def _trace(path: Path, rank: int, steps: int, *, slow: float = 1.0, seed: int = 
             t += d + 8
         ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": t, "dur": 4,
                    "args": {"device": 0, "stream": 7}})
-        end = t0 + 4 * (1100 * 1.5 + 8) + 20
+        end = t0 + kernels * (1100 * 1.5 + 8) + 20
         ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce", "pid": 0, "tid": 8, "ts": t + 2,
                    "dur": round(end - t, 3), "args": {"device": 0, "stream": 8}})
         ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{st}", "pid": 1, "tid": 1, "ts": t0,
@@ -159,6 +161,158 @@ def test_read_losses_reach_the_report(tmp_path: Path) -> None:
     rep = cr.analyze(tmp_path, workers=1)
     assert any("rank0.json: 1 malformed events skipped" in n for n in rep.notes), rep.notes
     assert any("'Z' x1" in n for n in rep.notes), rep.notes
+
+
+def _sizes(s: cr.RankSummary) -> dict[str, int]:
+    """What a summary weighs: pickled bytes (what travels back from a worker) and bytes allocated
+    to hold it once unpickled (tracemalloc: what the combining process keeps), whole and in parts."""
+    blob = pickle.dumps(s)
+    tracemalloc.start()
+    try:
+        held = pickle.loads(blob)
+        mem = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del held
+    return {"pickled": len(blob), "memory": mem, "durations": len(pickle.dumps(s.durations)),
+            "sketch_entries": sum(x.entries for x in s.durations.values())}
+
+
+def test_summary_size_independent_of_ranks_and_of_events(tmp_path: Path) -> None:
+    """A rank's summary weighs the same in a run of 4 ranks and of 24; the combiner folds the
+    collectives into one shortest-duration table per name (as long as one rank's, not 24 ranks');
+    and 4x the kernels per step (4x the events) adds nothing to the duration distribution's size."""
+    d = tmp_path / "many"
+    d.mkdir()
+    for r in range(24):
+        _trace(d / f"rank{r}.pt.trace.json.gz", r, 20, seed=r % 3)
+    few = tmp_path / "few"
+    few.mkdir()
+    for r in range(4):
+        (few / f"rank{r}.pt.trace.json.gz").symlink_to(d / f"rank{r}.pt.trace.json.gz")
+    combiners = {}
+    for name, where in (("few", few), ("many", d)):
+        c = cr.Combiner(str(where))
+        for x in cr.rank_inputs(where):
+            c.add(cr.reduce_file(*x))
+        combiners[name] = c
+    a, b = combiners["few"], combiners["many"]
+    for r in range(4):  # the same rank, reduced in a run of 4 and of 24: the same object, the same weight
+        assert a.summaries[r] == b.summaries[r]
+        sa, sb = _sizes(a.summaries[r]), _sizes(b.summaries[r])
+        assert sa["pickled"] == sb["pickled"] and abs(sa["memory"] - sb["memory"]) <= 512, (sa, sb)
+    weights = [_sizes(s)["pickled"] for s in b.summaries.values()]
+    assert max(weights) - min(weights) <= 64, weights  # every rank alike, whatever its number
+    assert {k: len(v) for k, v in a.shortest.items()} == {k: len(v) for k, v in b.shortest.items()} \
+        == {"ncclDevKernel_AllReduce": 20}
+    # Steps hold 8 bytes a figure; collectives 8 per number.
+    s0 = b.summaries[0]
+    assert [len(s0.steps.step), len(s0.collectives)] == [20, 20]
+    # 4x the kernels per step (4x the events): every GEMM's sketch past its exact limit holds as many
+    # buckets as before (those its durations' span needs), so the distribution weighs the same.
+    longs = []
+    for k in (24, 96):
+        _trace(tmp_path / f"rank0_{k}.json.gz", 0, 200, kernels=k, seed=5)
+        longs.append(cr.reduce_file(str(tmp_path / f"rank0_{k}.json.gz"), "kineto", None))
+    short, long = longs
+    gemms = [n for n in short.durations if n.startswith("gemm")]
+    assert len(gemms) == 3 and all(not short.durations[n].exact for n in gemms)
+    assert [long.durations[n].count for n in gemms] == [4 * short.durations[n].count for n in gemms]
+    assert [long.durations[n].entries for n in gemms] == [short.durations[n].entries for n in gemms]
+    assert all(short.durations[n].entries <= 40 for n in gemms)  # 900..1650 µs: ln(1.83) / ln(GAMMA) = 30 buckets
+    assert abs(_sizes(long)["durations"] - _sizes(short)["durations"]) <= 64 * len(short.durations)
+
+
+def test_bucketed_quantiles_from_a_trace_within_the_error_of_numpy_over_the_raw_json(tmp_path: Path) -> None:
+    """A rank whose kernels have more distinct durations than EXACT_VALUES: the report's median and
+    p90 per kernel are within the sketch's 1 % of numpy's over the trace's own `dur` values (read
+    with the json module), count, max and total exact; the sketch says it is approximate."""
+    import numpy as np
+
+    from omniprof.analysis import sketch as sk
+
+    for r in range(2):
+        _trace(tmp_path / f"rank{r}.pt.trace.json.gz", r, 1100, slow=1.2 if r else 1.0)
+    rep = cr.analyze(tmp_path, workers=1)
+    checked = 0
+    for r in range(2):
+        with gzip.open(tmp_path / f"rank{r}.pt.trace.json.gz", "rt") as fh:
+            events = json.load(fh)["traceEvents"]
+        by: dict[str, list[float]] = {}
+        for e in events:
+            if e.get("cat") in ("kernel", "gpu_memcpy"):
+                by.setdefault(e["name"], []).append(round(float(e["dur"]) * 1000))
+        summary = rep.rank(r)
+        for name, durs in by.items():
+            got = next(x for x in rep.durations() if x.name == name).rank(r)
+            sketch = summary.durations[name]
+            a = np.array(durs, dtype=np.float64)
+            if len(set(durs)) > sk.EXACT_VALUES:
+                assert not sketch.exact and sketch.relative_error == sk.RELATIVE_ERROR
+                checked += 1
+            else:
+                assert sketch.exact
+            assert (got.count, got.max_ns, got.total_ns) == (len(durs), max(durs), sum(durs))
+            for ours, q in ((got.median_ns, 0.5), (got.p90_ns, 0.9)):
+                ref = float(np.quantile(a, q))
+                assert abs(ours - ref) <= sketch.relative_error * ref + 0.5, (name, q, ours, ref)
+    assert checked == 8  # the 3 GEMMs and the all-reduce went past the exact limit on both ranks
+
+
+def _reference_waits(ranks: list[cr.RankSummary]) -> dict[tuple[int, int], int]:
+    """The waiting worked out the plain way: every (name, k-th occurrence) on every rank, its
+    shortest duration over the ranks, each rank's excess added to the step its start falls in."""
+    occ: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
+    for r in ranks:
+        seen: dict[str, int] = {}
+        for name, a, dur in r.collectives:
+            k = seen.get(name, 0)
+            seen[name] = k + 1
+            occ.setdefault((name, k), {})[r.rank] = (a, dur)
+    out: dict[tuple[int, int], int] = {}
+    for per in occ.values():
+        if len(per) != len(ranks) or len(ranks) < 2:
+            continue
+        low = min(x for _, x in per.values())
+        for rank, (a, dur) in per.items():
+            steps = [s for s in next(r for r in ranks if r.rank == rank).steps if s.start_ns <= a]
+            if steps and a < steps[-1].start_ns + steps[-1].dur_ns:
+                key = (rank, steps[-1].step)
+                out[key] = out.get(key, 0) + dur - low
+    return out
+
+
+def test_combiner_in_any_arrival_order_equals_a_plain_reference() -> None:
+    """Random ranks (two collective names, some ranks with extra or missing occurrences, some
+    collectives outside every step) added in shuffled orders: the waits equal the plain
+    reference's, the report is the same whatever the order, and the mismatches are noted."""
+    from omniprof.core.results import BackendResult, Span, Track
+
+    rng = random.Random(11)
+    ranks = []
+    for rank in range(9):
+        spans = [Span(f"ProfilerStep#{i}", "main", i * 1000, 900, "step") for i in range(12)]
+        for i in range(12):
+            for name in ("gloo:all_reduce", "gloo:broadcast"):
+                if rank == 4 and name == "gloo:broadcast" and i == 11:
+                    continue  # one occurrence short on rank 4
+                a = i * 1000 + rng.randrange(0, 800)
+                spans.append(Span(name, "gloo", a, rng.randrange(1, 300), "annotation"))
+        spans.append(Span("gloo:all_reduce", "gloo", 50_000 + rank, 40, "annotation"))  # after every step
+        part = BackendResult("torch", tracks=[Track("main", "main"), Track("gloo", "gloo")], spans=spans)
+        ranks.append(cr.reduce_rank([part], rank=rank))
+    ref = _reference_waits(ranks)
+    reports = []
+    for _ in range(3):
+        order = ranks[:]
+        rng.shuffle(order)
+        reports.append(cr.combine(order))
+    assert dict(reports[0].wait_ns) == ref and len(ref) > 9 * 10
+    assert reports[0] == reports[1] == reports[2]
+    assert any("'gloo:broadcast' occurs" in n and "4: 11" in n for n in reports[0].notes), reports[0].notes
+    for rank in range(9):  # step rows carry the same waits
+        for row in reports[0].step_rows():
+            assert row["wait_ns"] == ref.get((row["rank"], row["step"]), 0)
 
 
 # -- Dask ---------------------------------------------------------------------------------------------
