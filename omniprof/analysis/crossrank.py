@@ -92,39 +92,94 @@ def union(intervals: Iterable[tuple[int, int]]) -> Intervals:
     return out
 
 
-def _length(u: Intervals) -> int:
-    return sum(b - a for a, b in u)
+class _Iv:
+    """Sorted, disjoint half-open intervals as two int64 columns (16 bytes an interval, not a tuple
+    of two ints: what a rank's reduction holds of its busy time at its peak)."""
+
+    __slots__ = ("s", "e")
+
+    def __init__(self, s: array[int] | None = None, e: array[int] | None = None) -> None:
+        self.s = s if s is not None else array("q")
+        self.e = e if e is not None else array("q")
+
+    def __len__(self) -> int:
+        return len(self.s)
+
+    def length(self) -> int:
+        return sum(self.e) - sum(self.s)
+
+    def pairs(self) -> Intervals:
+        return list(zip(self.s, self.e))
 
 
-def _intersect(x: Intervals, y: Intervals) -> Intervals:
-    out: Intervals = []
-    i = j = 0
-    while i < len(x) and j < len(y):
-        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
-        if a < b:
-            out.append((a, b))
-        if x[i][1] < y[j][1]:
-            i += 1
+def _iv_of(starts: array[int], ends: array[int]) -> _Iv:
+    """The union of (unsorted, possibly overlapping, non-empty) intervals."""
+    out = _Iv()
+    os_, oe = out.s, out.e
+    for i in sorted(range(len(starts)), key=starts.__getitem__):
+        a, b = starts[i], ends[i]
+        if oe and a <= oe[-1]:
+            if b > oe[-1]:
+                oe[-1] = b
         else:
-            j += 1
+            os_.append(a)
+            oe.append(b)
     return out
 
 
-def _minus(x: Intervals, y: Intervals) -> Intervals:
-    out: Intervals = []
-    j = 0
-    for a, b in x:
-        while j < len(y) and y[j][1] <= a:
+def _iv_union(x: _Iv, y: _Iv) -> _Iv:
+    """The union of two sorted disjoint sets, in one merge pass."""
+    out = _Iv()
+    os_, oe = out.s, out.e
+    xs, xe, ys, ye = x.s, x.e, y.s, y.e
+    i = j = 0
+    nx, ny = len(xs), len(ys)
+    while i < nx or j < ny:
+        if j >= ny or (i < nx and xs[i] <= ys[j]):
+            a, b = xs[i], xe[i]
+            i += 1
+        else:
+            a, b = ys[j], ye[j]
             j += 1
-        k = j
-        cur = a
-        while k < len(y) and y[k][0] < b:
-            if y[k][0] > cur:
-                out.append((cur, y[k][0]))
-            cur = max(cur, y[k][1])
-            k += 1
-        if cur < b:
-            out.append((cur, b))
+        if oe and a <= oe[-1]:
+            if b > oe[-1]:
+                oe[-1] = b
+        else:
+            os_.append(a)
+            oe.append(b)
+    return out
+
+
+def _iv_overlap(x: _Iv, y: _Iv) -> int:
+    """Length of the intersection of two sorted disjoint sets (nothing built)."""
+    xs, xe, ys, ye = x.s, x.e, y.s, y.e
+    i = j = total = 0
+    nx, ny = len(xs), len(ys)
+    while i < nx and j < ny:
+        a = xs[i] if xs[i] > ys[j] else ys[j]
+        b = xe[i] if xe[i] < ye[j] else ye[j]
+        if a < b:
+            total += b - a
+        if xe[i] < ye[j]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _iv_clip(u: _Iv, lo: int, hi: int) -> _Iv:
+    if hi <= lo:
+        return _Iv()
+    if not u.s or (u.s[0] >= lo and u.e[-1] <= hi):
+        return u  # all inside already: no copy
+    i = max(0, bisect.bisect_right(u.s, lo) - 1)
+    out = _Iv()
+    while i < len(u.s) and u.s[i] < hi:
+        a, b = max(u.s[i], lo), min(u.e[i], hi)
+        if a < b:
+            out.s.append(a)
+            out.e.append(b)
+        i += 1
     return out
 
 
@@ -132,30 +187,21 @@ class _Within:
     """Length of a sorted disjoint union inside a window, found by bisection (per-step figures
     cost O(log n + intervals in the step), not a pass over the whole union per step)."""
 
-    __slots__ = ("u", "starts")
+    __slots__ = ("u",)
 
-    def __init__(self, u: Intervals) -> None:
+    def __init__(self, u: _Iv) -> None:
         self.u = u
-        self.starts = [x[0] for x in u]
 
     def length(self, lo: int, hi: int) -> int:
-        u = self.u
-        i = max(0, bisect.bisect_right(self.starts, lo) - 1)
+        s, e = self.u.s, self.u.e
+        i = max(0, bisect.bisect_right(s, lo) - 1)
         total = 0
-        while i < len(u) and u[i][0] < hi:
-            a, b = u[i]
+        while i < len(s) and s[i] < hi:
+            a, b = s[i], e[i]
             if b > lo:
                 total += min(b, hi) - max(a, lo)
             i += 1
         return total
-
-
-def _clip(u: Intervals, lo: int, hi: int) -> Intervals:
-    if hi <= lo:
-        return []
-    if not u or (u[0][0] >= lo and u[-1][1] <= hi):
-        return u  # all inside already: no copy
-    return _intersect(u, [(lo, hi)])
 
 
 # -- per-rank reduction -----------------------------------------------------------------------------
@@ -324,15 +370,17 @@ _LINKED_CATS = frozenset({"runtime", "kernel", "memcpy", "memset", "sync"})
 
 
 class _Union:
-    """A union of intervals built as they stream in (any order): a buffer, merged every ``_CHUNK``
-    intervals, so memory follows the number of disjoint busy stretches, not of events. ``lo``/``hi``:
-    the first start and last end of every interval added, empty ones included."""
+    """A union of intervals built as they stream in (any order): a buffer of two int64 columns,
+    merged every ``_CHUNK`` intervals, so memory follows the number of disjoint busy stretches, not
+    of events. ``lo``/``hi``: the first start and last end of every interval added, empty ones
+    included."""
 
-    __slots__ = ("merged", "buf", "lo", "hi")
+    __slots__ = ("merged", "bs", "be", "lo", "hi")
 
     def __init__(self) -> None:
-        self.merged: Intervals = []
-        self.buf: list[tuple[int, int]] = []
+        self.merged = _Iv()
+        self.bs = array("q")
+        self.be = array("q")
         self.lo: int | None = None
         self.hi: int | None = None
 
@@ -342,15 +390,19 @@ class _Union:
         if self.hi is None or b > self.hi:
             self.hi = b
         if b > a:
-            self.buf.append((a, b))
-            if len(self.buf) >= _CHUNK:
-                self.merged = union(self.merged + union(self.buf))
-                self.buf = []
+            self.bs.append(a)
+            self.be.append(b)
+            if len(self.bs) >= _CHUNK:
+                self._flush()
 
-    def result(self) -> Intervals:
-        if self.buf:
-            self.merged = union(self.merged + self.buf)
-            self.buf = []
+    def _flush(self) -> None:
+        self.merged = _iv_union(self.merged, _iv_of(self.bs, self.be))
+        self.bs = array("q")
+        self.be = array("q")
+
+    def result(self) -> _Iv:
+        if self.bs:
+            self._flush()
         return self.merged
 
 
@@ -496,12 +548,12 @@ class RankReducer:
         else:
             lo = hi = 0
         window = max(0, hi - lo)
-        C = _clip(comp.result(), lo, hi)
-        M = _clip(comm.result(), lo, hi)
-        X = _clip(mem.result(), lo, hi)
-        CM = union(C + M)
-        busy = union(CM + X)
-        idle = window - _length(busy)
+        C = _iv_clip(comp.result(), lo, hi)
+        M = _iv_clip(comm.result(), lo, hi)
+        X = _iv_clip(mem.result(), lo, hi)
+        CM = _iv_union(C, M)
+        busy = _iv_union(CM, X)
+        idle = window - busy.length()
         causes = self._gpu_idle_causes(busy, lo, hi) if self.has_gpu else {"host outside ops": idle}
         best = min((c[0] for c in coll), default=0)
         collectives = CollectiveTable.of((name, a, d) for pr, a, d, name in sorted(coll, key=lambda c: c[1])
@@ -522,41 +574,66 @@ class RankReducer:
             table.top_at.append(len(table.top_ns))
         table = attrs.evolve(table, names=tuple(top_ids))
         durations, left_out, other = _duration_sketches(ops, memops, coll)
+        overlap = _iv_overlap(M, C)
         return RankSummary(rank=rank, host=host, source="gpu" if self.has_gpu else "cpu", window_ns=window,
-                           compute_ns=_length(C), communication_ns=_length(M), memory_ns=_length(X),
-                           overlap_ns=_length(_intersect(M, C)), exposed_communication_ns=_length(_minus(M, C)),
-                           exposed_memory_ns=_length(_minus(X, CM)), idle_ns=idle, idle_causes=causes,
+                           compute_ns=C.length(), communication_ns=M.length(), memory_ns=X.length(),
+                           overlap_ns=overlap, exposed_communication_ns=M.length() - overlap,
+                           exposed_memory_ns=X.length() - _iv_overlap(X, CM), idle_ns=idle, idle_causes=causes,
                            steps=table, collectives=collectives, clock_offset_ns=self.clock_offset_ns,
                            clock_uncertainty_ns=clock_uncertainty_ns, label=label, durations=durations,
                            durations_left_out=left_out, durations_other=other)
 
-    def _gpu_idle_causes(self, busy: Intervals, lo: int, hi: int) -> dict[str, int]:
+    def _gpu_idle_causes(self, busy: _Iv, lo: int, hi: int) -> dict[str, int]:
         """Split each idle gap of the device by what ended it: the next kernel's launch on the host."""
         out = {"waiting on host launch": 0, "waiting on sync/dependency": 0, "before first / after last kernel": 0}
         if not busy:
             out["before first / after last kernel"] = hi - lo
             return out
-        out["before first / after last kernel"] = max(0, busy[0][0] - lo) + max(0, hi - busy[-1][1])
-        gap_ends = {g1 for g1, _ in busy[1:]}
-        # Only the launch links of work that starts a busy stretch matter: look those up alone.
-        want: dict[int, list[int]] = {}
+        bs, be = busy.s, busy.e
+        out["before first / after last kernel"] = max(0, bs[0] - lo) + max(0, hi - be[-1])
+        nb = len(bs)
+        # Only the launch links of work that starts a busy stretch (after the first) matter: those
+        # (flow, stretch) pairs, joined with the host launches by flow id after sorting both by flow
+        # (columns and index lists: no dict or set per kernel).
+        wf, wi = array("q"), array("q")
         for a, f in zip(self.k_start, self.k_flow):
-            if a in gap_ends:
-                want.setdefault(f, []).append(a)
-        launch_at: dict[int, list[int]] = {}
-        for f, t in zip(self.f_id, self.f_time):
-            if f in want:
-                launch_at.setdefault(f, []).append(t)
-        by_start: dict[int, int] = {}
-        for f, starts in want.items():
-            for a in starts:
-                ts = [t for t in launch_at.get(f, ()) if t <= a]
-                if ts:
-                    by_start[a] = max(by_start.get(a, ts[0]), max(ts))
-        for (_, g0), (g1, _) in zip(busy, busy[1:]):
+            i = bisect.bisect_left(bs, a)
+            if 0 < i < nb and bs[i] == a:
+                wf.append(f)
+                wi.append(i)
+        launch = array("q", bytes(8 * nb))  # per stretch: the latest launch at or before its start
+        has = bytearray(nb)
+        if wf:
+            fid, ftime = self.f_id, self.f_time
+            w_order = sorted(range(len(wf)), key=wf.__getitem__)
+            l_order = sorted(range(len(fid)), key=fid.__getitem__)
+            j = 0
+            k = 0
+            while k < len(w_order):
+                f = wf[w_order[k]]
+                k1 = k
+                while k1 < len(w_order) and wf[w_order[k1]] == f:
+                    k1 += 1
+                while j < len(l_order) and fid[l_order[j]] < f:
+                    j += 1
+                j1 = j
+                while j1 < len(l_order) and fid[l_order[j1]] == f:
+                    j1 += 1
+                times = sorted(ftime[l_order[x]] for x in range(j, j1))
+                for x in range(k, k1):
+                    i = wi[w_order[x]]
+                    p = bisect.bisect_right(times, bs[i])
+                    if p:
+                        t = times[p - 1]
+                        if not has[i] or t > launch[i]:
+                            launch[i] = t
+                            has[i] = 1
+                k, j = k1, j1
+            del w_order, l_order
+        for i in range(1, nb):
+            g0, g1 = be[i - 1], bs[i]
             gap = g1 - g0
-            launch = by_start.get(g1)
-            host = min(gap, launch - g0) if launch is not None and launch > g0 else 0
+            host = min(gap, launch[i] - g0) if has[i] and launch[i] > g0 else 0
             out["waiting on host launch"] += host
             out["waiting on sync/dependency"] += gap - host
         return out
