@@ -17,22 +17,37 @@ against 1, and the same analysis through the Dask executor on a local cluster.
    ``analyze_dir(executor=address)``; its start time is printed apart.
 
 Memory is measured honestly: a sampler thread sums the RSS of the analysing process and all its
-descendants (the pool's workers; the Dask nannies and workers) every 20 ms, and the peak of that
-sum less the analysing process's RSS before reading is the analysis's peak. Every run's report must
-equal the serial one exactly (each rank's figures, waiting, stragglers), and the straggler found
-must be the slowed rank.
+descendants every 20 ms, and the peak of that sum less the tree's RSS before reading is the
+analysis's peak. For the pool that counts the worker processes it spawns (about 27 MiB each for
+the interpreter and imports alone); for Dask, the client, the scheduler (in the client's process
+with a LocalCluster) and every nanny and worker process, less their RSS once started and warm.
+RSS counts pages shared between processes once per process, so the sum is an upper bound. Every
+run's report must equal the serial one exactly (a SHA-256 over each rank's figures, the waits, the
+notes and the stragglers), and the straggler found must be the slowed rank. The size of one
+rank's summary is also measured apart (tracemalloc of it unpickled: what the combining process
+keeps per rank), the independent figure the per-rank growth should match.
+
+``--scaling 4,8,16,32`` measures the peak of every mode at each rank count instead (the first N
+ranks of one set of traces) and prints the growth per rank added (least squares) and the peak it
+predicts at ``--predict`` ranks (64).
 
 Run: ``python benchmarks/distributed_analysis.py`` (the full size; ``--ranks 8 --events 100000``
 for a short run; ``--keep DIR`` to keep the traces and ``--traces DIR`` to reuse them; ``--no-dask``).
+The per-rank growth in minutes: ``python benchmarks/distributed_analysis.py --scaling 4,8,16,32
+--events 250000``.
 
 Cost at the full size: the traces are 64 x 132 MiB = 8.3 GiB of JSON in the temp dir. Reading
-is the slow part, not generating: a 10^6-event rank takes 9.7 s of CPU to read and reduce,
+is the slow part, not generating: a 10^6-event rank takes about 10 s of CPU to read and reduce,
 generating it 0.9 s of CPU (plus the disk write). The runs read 64 ranks three times (workers=1,
 workers=N, Dask) plus the largest twice, so on a quiet 2-core machine expect about 2 min to
-generate and 10.5 + 5.5 + 5.5 min to analyse: some 25 min in all. Measured on 2 loaded cores
-(load average 14-16) with ``--ranks 4 --events 1000000``: unit (one rank in memory) 298 MiB;
-peaks: one rank streamed 200 MiB (0.67x), workers=1 246 MiB (0.83x), workers=2 482 MiB (1.62x),
-Dask 397 MiB (1.33x); reports equal exactly; straggler found.
+generate and 10.5 + 5.5 + 5.5 min to analyse: some 25 min in all.
+
+Measured (2 cores shared with other work, load average 3.5-7.4), ``--scaling 4,8,16,32 --events
+250000``: one rank in memory 75 MiB (the unit); one rank streamed 17 MiB (0.22x); one rank's
+summary 584 KiB (5,813 steps); peaks at 4 / 8 / 16 / 32 ranks: workers=1 22 / 26 / 29 / 41 MiB,
+workers=2 92 / 98 / 101 / 108 MiB, Dask 40 / 40 / 50 / 62 MiB; growth per rank added 0.65 / 0.50 /
+0.84 MiB (the summary's 0.57 MiB); predicted at 64 ranks 0.82x / 1.66x / 1.19x the unit (workers=2
+carries its two interpreters, 0.7x of this small unit); reports equal in every mode.
 """
 
 from __future__ import annotations
@@ -160,6 +175,14 @@ elif mode == "stream":
     s = crossrank.reduce_file(path, "kineto", None)
     wall = time.perf_counter() - t0
     out = None
+    import pickle, tracemalloc
+    blob = pickle.dumps(s)
+    tracemalloc.start()
+    s2 = pickle.loads(blob)  # what one rank's summary holds in the combining process
+    extra["summary_bytes"] = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    extra["summary_pickled_bytes"] = len(blob)
+    extra["steps"], extra["collectives"] = len(s.steps), len(s.collectives)
 elif mode == "dask":
     rep = crossrank.analyze(path, executor=cluster.scheduler_address)
     wall = time.perf_counter() - t0
@@ -170,10 +193,17 @@ else:
     out = rep
 stop.set(); th.join()
 if out is not None:
-    import attrs
+    import array, hashlib, attrs
+    def plain(o):
+        return list(o) if isinstance(o, array.array) else str(o)
+    h = hashlib.sha256()  # every figure of every rank, the waits and the notes, one rank at a time
+    for r in out.ranks:
+        h.update(json.dumps(attrs.asdict(r), sort_keys=True, default=plain).encode())
+    h.update(json.dumps(sorted(map(list, out.wait_ns.items()))).encode())
+    h.update(json.dumps([list(out.notes), [attrs.asdict(s) for s in out.stragglers]], sort_keys=True,
+                        default=plain).encode())
+    extra["report"] = h.hexdigest()
     extra["stragglers"] = [s.rank for s in out.stragglers]
-    extra["report"] = json.dumps([attrs.asdict(r) for r in out.ranks] + [sorted(map(list, out.wait_ns.items()))]
-                                 + [list(out.notes)], sort_keys=True, default=str)
     extra["breakdown"] = out.breakdown_rows()[:2]
 if client is not None:
     client.close(); cluster.close()
@@ -189,6 +219,60 @@ def _measure(mode: str, path: Path, n: int = 1) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _load() -> str:
+    a, b, c = os.getloadavg()
+    return f"load {a:.2f} {b:.2f} {c:.2f}"
+
+
+def _slope(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """Least-squares line ``y = a + b x``: ``(a, b)``."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    return my - b * mx, b
+
+
+def _subset(d: Path, files: list[Path], n: int, into: Path) -> Path:
+    """A directory holding the first ``n`` ranks' traces (symlinks)."""
+    sub = into / f"ranks{n}"
+    sub.mkdir(exist_ok=True)
+    for f in files[:n]:
+        link = sub / f.name
+        if not link.exists():
+            link.symlink_to(f.resolve())
+    return sub
+
+
+def scaling(ns: argparse.Namespace, d: Path, files: list[Path], unit: int, counts: list[int | None]) -> bool:
+    """Peak memory at several rank counts, per mode; the per-rank slope and what it predicts."""
+    sizes = sorted({min(int(x), len(files)) for x in ns.scaling.split(",")})
+    modes = [("workers=1", "workers", 1), (f"workers={ns.workers}", "workers", ns.workers)]
+    if not ns.no_dask:
+        modes.append((f"Dask {ns.workers} workers", "dask", ns.workers))
+    work = Path(tempfile.mkdtemp(prefix="omniprof-xrank-sub-"))
+    peaks: dict[str, list[float]] = {m[0]: [] for m in modes}
+    same = True
+    try:
+        print(f"{'ranks':>5} " + " ".join(f"{m[0] + ' MiB':>18} {'x unit':>6}" for m in modes) + "  wall s (per mode)  load")
+        for n in sizes:
+            sub = _subset(d, files, n, work)
+            got = [_measure(kind, sub, w) for _, kind, w in modes]
+            same &= all(g["report"] == got[0]["report"] for g in got)
+            for (name, _, _), g in zip(modes, got):
+                peaks[name].append(g["peak_bytes"] / 2**20)
+            print(f"{n:>5} " + " ".join(f"{g['peak_bytes'] / 2**20:>18.0f} {g['peak_bytes'] / unit:>6.2f}" for g in got)
+                  + "  " + " / ".join(f"{g['wall_s']:.1f}" for g in got) + f"  {_load()}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"per rank added (least squares over {sizes}), and the peak it predicts at {ns.predict} ranks of this size:")
+    for name, ys in peaks.items():
+        a, b = _slope(sizes, ys)
+        pred = a + b * ns.predict
+        print(f"  {name:<18} {b:+7.2f} MiB/rank; at {ns.predict} ranks {pred:7.0f} MiB = {pred * 2**20 / unit:.2f}x unit")
+    print(f"reports equal across modes at every size: {same}")
+    return same
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=64)
@@ -198,16 +282,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", type=Path, help="reuse traces generated before (with --keep) instead of generating")
     ap.add_argument("--keep", type=Path, help="generate into this directory and keep it")
     ap.add_argument("--no-dask", action="store_true", help="skip the Dask executor run")
+    ap.add_argument("--scaling", help="comma-separated rank counts (e.g. 4,8,16,32): peak memory at each, per mode, "
+                                      "and the growth per rank added, instead of the one full comparison")
+    ap.add_argument("--predict", type=int, default=64, help="with --scaling: the rank count to predict the peak at")
     ns = ap.parse_args(argv)
+    if ns.scaling:
+        ns.ranks = max(int(x) for x in ns.scaling.split(","))
     ns.slow_rank = min(ns.slow_rank, ns.ranks - 1)
-    load = os.getloadavg()
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} cores")
+    print(f"{_load()} before; {os.cpu_count()} cores")
     tmp = None
     if ns.traces:
         d = ns.traces
-        files = sorted(d.glob("rank*.pt.trace.json"))
+        files = sorted(d.glob("rank*.pt.trace.json"), key=lambda p: int(p.name[4:].split(".")[0]))
         sizes = [f.stat().st_size for f in files]
-        counts = [None] * len(files)
+        counts: list[int | None] = [None] * len(files)
         print(f"reusing {len(files)} traces in {d}")
     else:
         d = ns.keep or Path(tempfile.mkdtemp(prefix="omniprof-xrank-"))
@@ -225,7 +313,19 @@ def main(argv: list[str] | None = None) -> int:
         largest = files[max(range(len(files)), key=lambda i: sizes[i])]
         mem = _measure("memory", largest)
         unit = mem["resident_bytes"]
-        rows = [("one rank: read_trace (in memory)", mem), ("one rank: reduce_file (streamed)", _measure("stream", largest))]
+        stream = _measure("stream", largest)
+        print(f"largest rank in memory (read_trace, {mem['spans']:,} spans): {unit / 2**20:.0f} MiB resident "
+              f"(the unit of the target); reduced and streamed: peak {stream['peak_bytes'] / 2**20:.0f} MiB "
+              f"({stream['peak_bytes'] / unit:.2f}x)")
+        print(f"one rank's summary ({stream['steps']:,} steps, {stream['collectives']:,} collectives): "
+              f"{stream['summary_bytes'] / 2**10:,.0f} KiB in memory (tracemalloc of the unpickled summary), "
+              f"{stream['summary_pickled_bytes'] / 2**10:,.0f} KiB pickled; x {ns.predict} ranks = "
+              f"{ns.predict * stream['summary_bytes'] / 2**20:.0f} MiB")
+        if ns.scaling:
+            ok = scaling(ns, d, files, unit, counts)
+            print(f"{_load()} after")
+            return 0 if ok else 1
+        rows = [("one rank: read_trace (in memory)", mem), ("one rank: reduce_file (streamed)", stream)]
         serial = _measure("workers", d, 1)
         rows.append(("analyze workers=1", serial))
         par = _measure("workers", d, ns.workers)
@@ -234,13 +334,12 @@ def main(argv: list[str] | None = None) -> int:
         if not ns.no_dask:
             dk = _measure("dask", d, ns.workers)
             rows.append((f"analyze Dask LocalCluster {ns.workers} workers", dk))
-        print(f"largest rank in memory (read_trace, {mem['spans']:,} spans): {unit / 2**20:.0f} MiB resident "
-              f"(the unit of the target)")
         print(f"{'run':<42} {'wall s':>8} {'peak MiB':>9} {'x unit':>7}")
         for name, x in rows:
             print(f"{name:<42} {x['wall_s']:>8.2f} {x['peak_bytes'] / 2**20:>9.0f} {x['peak_bytes'] / unit:>7.2f}")
         if dk is not None:
-            print(f"(Dask cluster start, not in its wall: {dk['start_s']:.1f} s)")
+            print(f"(Dask cluster start, not in its wall: {dk['start_s']:.1f} s; its peak sums the client, the "
+                  f"in-process scheduler, every nanny and worker process, less their RSS before reading)")
         print(f"speedup {ns.workers} workers vs 1: {serial['wall_s'] / par['wall_s']:.2f}x; "
               f"{ns.ranks * (counts[0] or 0) / par['wall_s'] / 1e6:.2f} M events/s with {ns.workers}")
         same = [par["report"] == serial["report"]] + ([dk["report"] == serial["report"]] if dk else [])
@@ -254,8 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         b = serial["breakdown"][0]
         print(f"rank 0: compute {b['compute_pct']:.2f}% comm {b['exposed_communication_pct']:.2f}% "
               f"mem {b['exposed_memory_pct']:.2f}% idle {b['idle_pct']:.2f}%")
-        load = os.getloadavg()
-        print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        print(f"{_load()} after")
         # With 2 ranks the median is their midpoint, so the slowed rank exceeds it by half the gap only.
         ok = all(same) and (serial["stragglers"] == [ns.slow_rank] if ns.ranks > 2 else True)
         return 0 if ok else 1

@@ -5,7 +5,12 @@ a directory of per-rank Kineto traces (what Holistic Trace Analysis takes: the r
 trace's ``distributedInfo.rank``, else from a ``rank<N>`` in the file name). Each rank is reduced
 alone first to a small :class:`RankSummary` by a :class:`RankReducer` fed as the rank's spans stream
 by (:func:`reduce_file` reads a Kineto trace in a stream, never whole), in worker processes here or
-on a Dask cluster (:mod:`omniprof.analysis.executor`); only those summaries meet in :func:`combine`.
+on a Dask cluster (:mod:`omniprof.analysis.executor`); only those summaries meet, folded into a
+:class:`Combiner` as they arrive. A summary's size depends on neither the rank's number of events
+nor the number of ranks: per step and per collective one row of int64 columns, and per kernel/op
+name (at most :data:`MAX_DURATION_NAMES`, the rest summed into one counted sketch) a
+:class:`~omniprof.analysis.sketch.DurationSketch` whose median and p90 are exact up to 1,024
+distinct durations and within 1 % past that. Everything else is exact.
 
 Per rank (:class:`RankSummary`), over its profiled steps (its ``step`` spans, from the framework's
 ``ProfilerStep#N`` markers where several backends mark steps; else from its first to its last
