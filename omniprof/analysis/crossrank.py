@@ -54,7 +54,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.analysis.sketch import DurationSketch
+from omniprof.analysis.sketch import EXACT_VALUES, RELATIVE_ERROR, DurationSketch
 from omniprof.core.results import BackendResult, ProfileResult, Span
 from omniprof.errors import InvalidArgumentError, TraceReadError
 
@@ -1288,7 +1288,9 @@ def duration_stats(durations_ns: Sequence[int]) -> tuple[int, int, int, int, int
 
 @attrs.frozen
 class RankDurations:
-    """One kernel on one rank: ``count`` runs, their ``median_ns``, ``p90_ns``, ``max_ns``, ``total_ns``."""
+    """One kernel on one rank: ``count`` runs, their ``median_ns``, ``p90_ns``, ``max_ns``, ``total_ns``.
+    ``exact``: False where the median and p90 come from a bucketed sketch (within
+    :data:`omniprof.analysis.sketch.RELATIVE_ERROR`, 1 %); count, max and total are always exact."""
 
     rank: int
     count: int
@@ -1296,6 +1298,7 @@ class RankDurations:
     p90_ns: int
     max_ns: int
     total_ns: int
+    exact: bool = True
 
 
 @attrs.frozen
@@ -1330,7 +1333,7 @@ def duration_rows(ranks: Sequence[RankSummary], top: int | None = None) -> list[
     names: dict[str, list[RankDurations]] = {}
     for r in ranks:
         for name, sketch in r.durations.items():
-            names.setdefault(name, []).append(RankDurations(r.rank, *sketch.stats()))
+            names.setdefault(name, []).append(RankDurations(r.rank, *sketch.stats(), exact=sketch.exact))
     all_ranks = {r.rank for r in ranks}
     rows = []
     for name, per in names.items():
@@ -1362,6 +1365,7 @@ def _duration_blocks(rep: CrossRankReport) -> list[tuple[Any, ...]]:
     many = len(rep.ranks) > _FULL_STEP_RANKS
     note = " (per kernel: its 2 slowest ranks and its fastest)" if many else ""
     grid = []
+    shown_approx = False
     for row in rows:
         per = list(row.per_rank)
         if many:
@@ -1371,10 +1375,15 @@ def _duration_blocks(rep: CrossRankReport) -> list[tuple[Any, ...]]:
         name = row.name if len(row.name) <= _NAME_WIDTH else row.name[:_NAME_WIDTH - 1] + "…"
         for i, x in enumerate(per):
             mark = "*" if x.rank == row.slowest_rank and len(row.per_rank) > 1 else ""
-            grid.append([name if i == 0 else "", f"{x.rank}{mark}", str(x.count), _us(x.median_ns), _us(x.p90_ns),
-                         _us(x.max_ns), _ms(x.total_ns), f"{row.spread:.2f}" if i == 0 else ""])
+            approx = "" if x.exact else "~"
+            shown_approx |= not x.exact
+            grid.append([name if i == 0 else "", f"{x.rank}{mark}", str(x.count), approx + _us(x.median_ns),
+                         approx + _us(x.p90_ns), _us(x.max_ns), _ms(x.total_ns), f"{row.spread:.2f}" if i == 0 else ""])
     out: list[tuple[Any, ...]] = [("line", ""), ("line", f"{what.capitalize()} duration by rank, µs: the {len(rows)} "
                                                          f"{what}s with the most total time{note}; * = its slowest "
                                                          f"rank (highest median); spread = slowest median / fastest")]
     out.append(("grid", [what, "rank", "count", "median", "p90", "max", "total ms", "spread"], grid, "lrrrrrrr"))
+    if shown_approx:
+        out.append(("line", f"~: within {RELATIVE_ERROR:.0%} (from the rank's log-bucketed sketch of that {what}'s "
+                            f"durations; exact up to {EXACT_VALUES:,} distinct durations)"))
     return out

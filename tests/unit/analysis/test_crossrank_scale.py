@@ -248,15 +248,19 @@ def test_bucketed_quantiles_from_a_trace_within_the_error_of_numpy_over_the_raw_
             sketch = summary.durations[name]
             a = np.array(durs, dtype=np.float64)
             if len(set(durs)) > sk.EXACT_VALUES:
-                assert not sketch.exact and sketch.relative_error == sk.RELATIVE_ERROR
+                assert not sketch.exact and sketch.relative_error == sk.RELATIVE_ERROR and not got.exact
                 checked += 1
             else:
-                assert sketch.exact
+                assert sketch.exact and got.exact
             assert (got.count, got.max_ns, got.total_ns) == (len(durs), max(durs), sum(durs))
             for ours, q in ((got.median_ns, 0.5), (got.p90_ns, 0.9)):
                 ref = float(np.quantile(a, q))
                 assert abs(ours - ref) <= sketch.relative_error * ref + 0.5, (name, q, ours, ref)
     assert checked == 8  # the 3 GEMMs and the all-reduce went past the exact limit on both ranks
+    text = rep.to_text()
+    gemm = next(ln for ln in text.splitlines() if ln.startswith("gemm0"))
+    assert gemm.split()[3].startswith("~") and "~: within 1% (from the rank's log-bucketed sketch" in text
+    assert next(ln for ln in text.splitlines() if ln.startswith("Memcpy HtoD")).split()[4] == "4.0"  # exact: no ~
 
 
 def _reference_waits(ranks: list[cr.RankSummary]) -> dict[tuple[int, int], int]:
