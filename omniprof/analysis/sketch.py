@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable
-from typing import Any
 
 import attrs
 
