@@ -3,10 +3,10 @@
 ``crossrank.analyze(path, executor="dask://host:port")`` (and ``omniprof report RUN_DIR --executor
 dask://host:port``) sends each rank's :func:`omniprof.analysis.crossrank.reduce_file` to a worker
 that sees that rank's file, and brings back only its :class:`~omniprof.analysis.crossrank.RankSummary`
-(its size set by the rank's steps and collectives, not its events), each as soon as it is done, released on the
-cluster once handed on; the traces never travel. Which worker sees which file is asked of every
-worker first (``Client.run``), so traces on each host's local disk are read on that host; on a
-shared filesystem any worker may read any rank.
+(its size set by the rank's steps and collectives, not its events), each as soon as it is done,
+released on the cluster once handed on; the traces never travel. Which worker sees which file is
+asked of every worker first (``Client.run``), so traces on each host's local disk are read on that
+host; on a shared filesystem any worker may read any rank.
 
 Why Dask (not Ray): pure Python and light (``dask`` + ``distributed``, no native runtime to build
 or ship), a scheduler and workers start in-process or with two commands (``dask scheduler``,
