@@ -6,8 +6,8 @@ trace's ``distributedInfo.rank``, else from a ``rank<N>`` in the file name). Eac
 alone first to a small :class:`RankSummary` by a :class:`RankReducer` fed as the rank's spans stream
 by (:func:`reduce_file` reads a Kineto trace in a stream, never whole), in worker processes here or
 on a Dask cluster (:mod:`omniprof.analysis.executor`); only those summaries meet, folded into a
-:class:`Combiner` as they arrive. A summary's size depends on neither the rank's number of events
-nor the number of ranks: per step and per collective one row of int64 columns, and per kernel/op
+:class:`Combiner` as they arrive. A summary's size follows the rank's steps and collectives, not its
+events nor the number of ranks: per step and per collective one row of int64 columns, and per kernel/op
 name (at most :data:`MAX_DURATION_NAMES`, the rest summed into one counted sketch) a
 :class:`~omniprof.analysis.sketch.DurationSketch` whose median and p90 are exact up to 1,024
 distinct durations and within 1 % past that. Everything else is exact.
@@ -325,10 +325,11 @@ def _collective_table(x: Iterable[tuple[str, int, int]]) -> CollectiveTable:
 
 @attrs.frozen
 class RankSummary:
-    """One rank reduced: see the module docs for every figure's meaning. Its size does not depend on
-    the number of events nor of ranks: ``steps`` holds one row per step (8 bytes a figure),
-    ``collectives`` one ``(name, start_ns, dur_ns)`` per communication span (20 bytes each), in start order (the primary kind only:
-    GPU communication kernels, else ``gloo:``/``nccl:`` spans, else any). ``read_notes``: what
+    """One rank reduced: see the module docs for every figure's meaning. Its size follows the rank's
+    steps and collectives, not its events nor the number of ranks: ``steps`` holds one row per step
+    (8 bytes a figure), ``collectives`` one ``(name, start_ns, dur_ns)`` per communication span (20
+    bytes each) in start order (the primary kind only: GPU communication kernels, else
+    ``gloo:``/``nccl:`` spans, else any), ``durations`` bounded sketches. ``read_notes``: what
     reading the rank lost (malformed events, unread phases, samples its backends dropped), one line
     each; the report lists them."""
 

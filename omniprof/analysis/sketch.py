@@ -36,7 +36,8 @@ RELATIVE_ERROR = 0.01
 EXACT_VALUES = 1024
 GAMMA = (1 + RELATIVE_ERROR) / (1 - RELATIVE_ERROR)
 _LN_GAMMA = math.log(GAMMA)
-_NONPOSITIVE = -1  # the bucket of durations <= 0 (bucket 0 holds (1/GAMMA, 1] ns: every bucket of a duration >= 1 is >= 0)
+# the bucket of durations <= 0 (bucket 0 holds (1/GAMMA, 1] ns: a duration >= 1 ns is in a bucket >= 0)
+_NONPOSITIVE = -1
 
 
 def bucket_of(d: int) -> int:

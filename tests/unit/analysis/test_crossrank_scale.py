@@ -38,7 +38,8 @@ def _read(path: Path):
 
 def _trace(path: Path, rank: int, steps: int, *, slow: float = 1.0, seed: int = 0, kernels: int = 4) -> None:
     """A GPU-rank trace: per step ``kernels`` launched GEMM kernels (3 names), a memcpy, an NCCL
-    all-reduce that ends when the slowest rank's compute is done, and the step annotation (times in µs, as Kineto writes)."""
+    all-reduce that ends when the slowest rank's compute is done, and the step annotation (times in
+    µs, as Kineto writes)."""
     import random
 
     rng = random.Random(seed * 1000 + rank)
