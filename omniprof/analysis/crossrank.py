@@ -6,9 +6,9 @@ trace's ``distributedInfo.rank``, else from a ``rank<N>`` in the file name). Eac
 alone first to a small :class:`RankSummary` by a :class:`RankReducer` fed as the rank's spans stream
 by (:func:`reduce_file` reads a Kineto trace in a stream, never whole), in worker processes here or
 on a Dask cluster (:mod:`omniprof.analysis.executor`); only those summaries meet, folded into a
-:class:`Combiner` as they arrive. A summary's size follows the rank's steps and collectives, not its
-events nor the number of ranks: per step and per collective one row of int64 columns, and per kernel/op
-name (at most :data:`MAX_DURATION_NAMES`, the rest summed into one counted sketch) a
+:class:`Combiner` as they arrive. A summary's size follows the rank's steps and collectives, not
+its events nor the number of ranks: per step and per collective one row of int64 columns, and per
+kernel/op name (at most :data:`MAX_DURATION_NAMES`, the rest summed into one counted sketch) a
 :class:`~omniprof.analysis.sketch.DurationSketch` whose median and p90 are exact up to 1,024
 distinct durations and within 1 % past that. Everything else is exact.
 
