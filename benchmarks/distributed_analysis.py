@@ -47,7 +47,10 @@ Measured (2 cores shared with other work, load average 3.5-7.4), ``--scaling 4,8
 summary 584 KiB (5,813 steps); peaks at 4 / 8 / 16 / 32 ranks: workers=1 22 / 26 / 29 / 41 MiB,
 workers=2 92 / 98 / 101 / 108 MiB, Dask 40 / 40 / 50 / 62 MiB; growth per rank added 0.65 / 0.50 /
 0.84 MiB (the summary's 0.57 MiB); predicted at 64 ranks 0.82x / 1.66x / 1.19x the unit (workers=2
-carries its two interpreters, 0.7x of this small unit); reports equal in every mode.
+carries its two interpreters, 0.7x of this small unit); reports equal in every mode. At the full
+size (one run, load 3.5-6.8, partly at nice 10): unit 300 MiB; one rank streamed 62 MiB (0.21x);
+one summary 2.3 MiB; workers=1 220 MiB (0.73x) in 1,346 s, workers=2 315 MiB (1.05x) in 901 s
+(1.49x), Dask 300 MiB (1.00x) in 521 s; reports equal; straggler found.
 """
 
 from __future__ import annotations
