@@ -7,9 +7,10 @@
 (:func:`job_collectives`: the torch process group, else the key-value store of jax's distributed
 runtime, :class:`JaxCollectives`), so no shared filesystem is needed:
 
-* **One schedule.** At ``start()`` the ranks compare their schedule and backends
-  (``all_gather_object``); a mismatch raises :class:`~omniprof.errors.DistributedError` on every
-  rank. Each recording session starts at the same step number on every rank (checked again).
+* **One schedule.** At ``start()`` the ranks compare their schedule and backends (an all-gather
+  of JSON bytes, :meth:`Collectives.all_gather_object`); a mismatch raises
+  :class:`~omniprof.errors.DistributedError` on every rank. Each recording session starts at the
+  same step number on every rank (checked again).
 * **One run directory.** Rank 0 names ``<logdir>/plugins/profile/<run>/`` once and tells the
   others (the same collective); rank ``N`` writes its part to ``<run>/rank<N>/`` (its
   ``omniprof.result.json`` and its native artifacts such as the Kineto trace), and its xplane to
@@ -20,8 +21,9 @@ runtime, :class:`JaxCollectives`), so no shared filesystem is needed:
   round with the least delay: ``offset = ((t2 - t1) + (t3 - t4)) / 2`` maps the rank's reference
   clock onto rank 0's, within ``uncertainty = delay / 2``. Both are recorded in the rank's
   ``metadata.distributed``.
-* **One result.** Rank 0 gathers every rank's result (``gather_object``), writes the parts it
-  lacks under ``rank<N>/`` and the merged result (:func:`merge_ranks`) as ``<run>/omniprof.result.json``.
+* **One result.** Rank 0 gathers every rank's result (:meth:`Collectives.gather_object`), writes
+  the parts it lacks under ``rank<N>/`` and the merged result (:func:`merge_ranks`) as
+  ``<run>/omniprof.result.json``.
   The xplanes rank 0 cannot see (no shared filesystem) are sent to it next, over the same layer.
 
 torch (or jax) is used only when a distributed session starts, and only if the job imported it.
@@ -201,12 +203,53 @@ def sync_clock(coll: Collectives, now_ns: Callable[[], int], rounds: int = CLOCK
     return estimate_offset(samples)
 
 
+#: After a collective that gloo runs on its worker threads (all-gather, gather), how long the caller
+#: waits for the worker to let go of the tensors it was given (normally microseconds). Tensors still
+#: held after that stay referenced by this module until the process exits (see :class:`TorchCollectives`).
+GLOO_RELEASE_WAIT_S = 2.0
+#: Tensors handed to such a collective that a worker thread of the process group may still hold.
+_gloo_held: list[Any] = []
+
+
+def _keep_until_released(tensors: Sequence[Any], wait_s: float = GLOO_RELEASE_WAIT_S) -> None:
+    """Drop our references to ``tensors`` only once no gloo worker thread holds them any more.
+
+    ``ProcessGroupGloo`` runs an all-gather or a gather on one of its worker threads, which marks
+    the work complete (waking the caller) and only then drops its own references to the work's
+    tensors. If the caller has let go of a tensor first, the worker's release is the last one and
+    must take the GIL to free the tensor's Python object. When the interpreter starts finalizing
+    while the worker waits for the GIL, Python ends that thread with ``pthread_exit``, whose forced
+    unwind meets the tensor's ``noexcept`` destructor: ``std::terminate``, "terminate called without
+    an active exception", SIGABRT. A rank whose last collective is ours and that exits right after
+    (``Profiler.stop()`` then the end of the script) hits that now and then on a loaded machine;
+    torch does not guard against it (pytorch/pytorch#190489). Holding a reference until the worker
+    has let go (``Tensor._use_count() == 1``) means the worker never frees a Python object: the main
+    thread does. Tensors still held after ``wait_s`` (or on a torch without ``_use_count``) are kept
+    here until the process exits, which is safe too: the interpreter frees them only once it is
+    finalizing, when torch no longer takes the GIL to free them.
+    """
+    import time
+
+    _gloo_held.extend(tensors)
+    deadline = time.monotonic() + wait_s
+    while True:
+        _gloo_held[:] = [t for t in _gloo_held if getattr(t, "_use_count", lambda: 2)() > 1]
+        if not _gloo_held or time.monotonic() >= deadline:
+            return
+        time.sleep(0.0002)  # sleep, not spin: on a busy CPU the worker thread needs it to run
+
+
 class TorchCollectives:
     """:class:`Collectives` over ``torch.distributed`` (an initialised default process group).
 
     Object collectives and the clock exchange run on a gloo group: the default one when its backend
     includes gloo, else one created here with ``new_group(backend="gloo")`` (every rank must
     construct this object at the same point, as ``Profiler.start()`` does).
+
+    Objects travel as :func:`encode_object` bytes (JSON, as over jax's key-value store; never
+    pickle) in uint8 tensors this class creates and holds until gloo's worker thread has let go of
+    them (:func:`_keep_until_released`), rather than through ``torch.distributed.all_gather_object``,
+    whose internal tensors a worker thread may free as the process exits (a SIGABRT at exit).
     """
 
     def __init__(self) -> None:
@@ -230,19 +273,42 @@ class TorchCollectives:
         self.group = None if "gloo" in backend else dist.new_group(backend="gloo")
         self.backend = backend
 
+    def _exchange(self, obj: Any, dst: int | None) -> list[Any] | None:
+        """Every rank's ``obj``: on every rank (``dst`` None) or on rank ``dst`` only."""
+        import torch
+
+        data = encode_object(obj)
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
+        self._dist.all_gather(sizes, size, group=self.group)
+        _keep_until_released([size, *sizes])
+        lengths = [int(s.item()) for s in sizes]
+        padded = torch.zeros(max(lengths), dtype=torch.uint8)
+        padded[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        outs: list[Any] | None = None
+        if dst is None or self.rank == dst:
+            outs = [torch.empty(max(lengths), dtype=torch.uint8) for _ in range(self.world_size)]
+        if dst is None:
+            self._dist.all_gather(outs, padded, group=self.group)
+        else:
+            self._dist.gather(padded, outs, dst=dst, group=self.group)
+        _keep_until_released([padded, *(outs or ())])
+        if outs is None:
+            return None
+        return [decode_object(o[:n].numpy().tobytes()) for o, n in zip(outs, lengths)]
+
     def all_gather_object(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world_size
-        self._dist.all_gather_object(out, obj, group=self.group)
+        out = self._exchange(obj, None)
+        assert out is not None  # every rank receives
         return out
 
     def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
-        out: list[Any] | None = [None] * self.world_size if self.rank == dst else None
-        self._dist.gather_object(obj, out, dst=dst, group=self.group)
-        return out
+        return self._exchange(obj, dst)
 
     def send_ints(self, values: Sequence[int], peer: int) -> None:
         import torch
 
+        # gloo's send and recv run on the caller's thread and let go of the tensor before returning.
         self._dist.send(torch.tensor(list(values), dtype=torch.int64), peer, group=self.group)
 
     def recv_ints(self, count: int, peer: int) -> list[int]:
