@@ -57,7 +57,9 @@ def test_rank_exits_cleanly_right_after_a_distributed_profiler_stops(tmp_path: P
     assert seen["worker_held_tensor"], seen              # the race's precondition holds on this torch
     assert proc.returncode != 0, "torch's all_gather_object no longer aborts at exit: the race may be fixed upstream"
     assert "terminate called without an active exception" in proc.stderr, proc.stderr[-3000:]
-    assert f"exitcode: -{int(signal.SIGABRT)}" in _rank1_exit(proc), proc.stderr[-3000:]
+    # rank 1 is the one made to race, but rank 0 may lose the same race first (seen in CI: rank 0
+    # aborted, and torchrun then stopped rank 1 with SIGTERM)
+    assert f"exitcode: -{int(signal.SIGABRT)}" in proc.stderr, proc.stderr[-3000:]
 
     # The Profiler's collectives, in the very same conditions: both ranks exit 0, the run is whole.
     proc = _torchrun(fixed, "profiler")
