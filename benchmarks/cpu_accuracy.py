@@ -126,19 +126,7 @@ def child(workload, profiler, sec):
 def _all_codes():
     """id -> code object of every function in the workloads and here (the in-thread reference
     records code addresses; these objects live as long as their functions)."""
-    out = {}
-
-    def walk(co):
-        out[id(co)] = co
-        for c in co.co_consts:
-            if hasattr(c, "co_code"):
-                walk(c)
-
-    for mod in (wl, sys.modules[__name__]):
-        for v in vars(mod).values():
-            if hasattr(v, "__code__"):
-                walk(v.__code__)
-    return out
+    return wl.codes_by_id(*[v for v in vars(sys.modules[__name__]).values() if hasattr(v, "__code__")])
 
 
 def _line_of(code, off):

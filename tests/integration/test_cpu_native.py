@@ -138,15 +138,6 @@ def test_heavy_vs_tiny_self_time():
     assert abs(share - truth) < 0.15, (share, truth)
 
 
-def _nested(sec):
-    """``s += tiny(heavy(i))``: two calls per line, the callee of one at the other's frame address."""
-    end = time.perf_counter() + sec
-    while time.perf_counter() < end:
-        s = 0
-        for i in range(2000):
-            s += wl.tiny(wl.heavy(i))
-
-
 @pytest.fixture(scope="module")
 def inthread_ref(tmp_path_factory):
     """tests/tools/_inthread_ref.c built for this interpreter: a SIGPROF timer whose handler, on the
@@ -163,21 +154,6 @@ def inthread_ref(tmp_path_factory):
     return _inthread_ref
 
 
-def _code_names():
-    names = {}
-
-    def walk(co):
-        names[id(co)] = co.co_name
-        for c in co.co_consts:
-            if hasattr(c, "co_code"):
-                walk(c)
-
-    for v in [*vars(wl).values(), _nested]:
-        if hasattr(v, "__code__"):
-            walk(v.__code__)
-    return names
-
-
 @pytest.mark.parametrize("workload", ["heavy_tiny", "nested", "generators"])
 def test_function_shares_match_the_in_thread_reference(inthread_ref, workload):
     """The leaf function's share of samples, engine vs the in-thread reference, same workload: calls
@@ -185,8 +161,8 @@ def test_function_shares_match_the_in_thread_reference(inthread_ref, workload):
     thread go wrong (before: heavy 36% of the generators workload where the interpreter really spent
     57%, its caller produce 33% for 19%). Tolerances for a loaded machine; benchmarks/cpu_accuracy.py
     prints the figures."""
-    fn = {"heavy_tiny": wl.w_heavy_tiny, "nested": _nested, "generators": wl.w_generators}[workload]
-    names = _code_names()
+    fn = {"heavy_tiny": wl.w_heavy_tiny, "nested": wl.w_nested, "generators": wl.w_generators}[workload]
+    names = {k: co.co_name for k, co in wl.codes_by_id().items()}
     # the timer counts the process's CPU time, as fast as the kernel allows (often 250 Hz): on a
     # loaded machine the workload runs until it has had 3 s of CPU
     inthread_ref.start(1000, threading.get_ident())

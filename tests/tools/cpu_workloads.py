@@ -236,6 +236,33 @@ def truth_asyncio() -> float:
     return tb / (tb + ts)
 
 
+# -- nested calls -----------------------------------------------------------------------------------
+def w_nested(sec: float) -> None:
+    """``s += tiny(heavy(i))``: two calls on one line, each callee's frame at the other's address."""
+    end = time.perf_counter() + sec
+    while time.perf_counter() < end:
+        s = 0
+        for i in range(2000):
+            s += tiny(heavy(i))
+
+
+def codes_by_id(*extra) -> dict:
+    """``id(code) -> code`` for every function here, the functions in ``extra`` and the code nested in
+    them (generator expressions): what the in-thread reference's code addresses are matched with."""
+    out = {}
+
+    def walk(co):
+        out[id(co)] = co
+        for c in co.co_consts:
+            if hasattr(c, "co_code"):
+                walk(c)
+
+    for v in [*globals().values(), *extra]:
+        if hasattr(v, "__code__"):
+            walk(v.__code__)
+    return out
+
+
 # -- generators -----------------------------------------------------------------------------------------
 def produce(n):
     for i in range(n):

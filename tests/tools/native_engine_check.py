@@ -233,25 +233,8 @@ def main():
     except ImportError:
         ref = None
     if ref is not None:
-        def nested(sec):
-            end = time.perf_counter() + sec
-            while time.perf_counter() < end:
-                s = 0
-                for i in range(2000):
-                    s += tiny(heavy(i))
-
-        names = {}
-
-        def walk(co):
-            names[id(co)] = co.co_name
-            for c in co.co_consts:
-                if hasattr(c, "co_code"):
-                    walk(c)
-
-        for v in [*vars(wl).values(), nested]:
-            if hasattr(v, "__code__"):
-                walk(v.__code__)
-        for label, fn in (("nested", nested), ("generators", wl.w_generators)):
+        names = {k: co.co_name for k, co in wl.codes_by_id().items()}
+        for label, fn in (("nested", wl.w_nested), ("generators", wl.w_generators)):
             ref.start(1000, threading.get_ident())
             cpu0 = time.process_time()
             while time.process_time() - cpu0 < 2.5:
