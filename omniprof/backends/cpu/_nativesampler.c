@@ -133,13 +133,6 @@ static int init_offsets(PyInterpreterState *interp) {
     O.interp_gil_ptr = offsetof(PyInterpreterState, ceval.gil);
     O.gil_holder = offsetof(struct _gil_runtime_state, last_holder);
     O.gil_locked = offsetof(struct _gil_runtime_state, locked);
-    O.ts_chunk = offsetof(PyThreadState, datastack_chunk);
-    O.ts_top = offsetof(PyThreadState, datastack_top);
-    O.chunk_data = offsetof(_PyStackChunk, data);
-    O.chunk_size = offsetof(_PyStackChunk, size);
-    O.chunk_prev = offsetof(_PyStackChunk, previous);
-    O.chunk_top = offsetof(_PyStackChunk, top);
-    if (O.ts_size < O.ts_top + 8) O.ts_size = O.ts_top + 8;
 #else
 #if PY_VERSION_HEX >= 0x030B0000
     O.interp_head = offsetof(PyInterpreterState, threads.head);
@@ -170,14 +163,6 @@ static int init_offsets(PyInterpreterState *interp) {
     O.fr_size = MAXOF(MAXOF(O.fr_code, O.fr_previous), MAXOF(MAXOF(O.fr_instr, O.fr_gen), O.fr_state)) + 8;
     O.code_adaptive = 0;
 #endif
-#if PY_VERSION_HEX >= 0x030B0000
-    O.ts_chunk = offsetof(PyThreadState, datastack_chunk);
-    O.ts_top = offsetof(PyThreadState, datastack_top);
-    O.chunk_data = offsetof(_PyStackChunk, data);
-    O.chunk_size = offsetof(_PyStackChunk, size);
-    O.chunk_prev = offsetof(_PyStackChunk, previous);
-    O.chunk_top = offsetof(_PyStackChunk, top);
-#endif
     O.ts_next = offsetof(PyThreadState, next);
     O.ts_interp = offsetof(PyThreadState, interp);
     O.ts_thread_id = offsetof(PyThreadState, thread_id);
@@ -198,6 +183,16 @@ static int init_offsets(PyInterpreterState *interp) {
 #endif
     O.gil_holder = offsetof(struct _gil_runtime_state, last_holder);
     O.gil_locked = offsetof(struct _gil_runtime_state, locked);
+#endif
+#if PY_VERSION_HEX >= 0x030B0000
+    /* 3.11+: the thread's frame data stack, in chunks (the same layout in every version) */
+    O.ts_chunk = offsetof(PyThreadState, datastack_chunk);
+    O.ts_top = offsetof(PyThreadState, datastack_top);
+    O.chunk_data = offsetof(_PyStackChunk, data);
+    O.chunk_size = offsetof(_PyStackChunk, size);
+    O.chunk_prev = offsetof(_PyStackChunk, previous);
+    O.chunk_top = offsetof(_PyStackChunk, top);
+    if (O.ts_size < O.ts_top + 8) O.ts_size = O.ts_top + 8;
 #endif
     (void)interp;
     return 0;
