@@ -119,7 +119,9 @@ class TaskRegistry:
         ws.add = hook
         self._ws, self._hook = ws, hook
         for task in _live_tasks(mod, everything=True):
-            self._note(0, task)
+            addr = self._addr(task)
+            if addr is not None:
+                log.append((0, addr, task, 0))
 
     def uninstall(self) -> None:
         ws, self._ws = self._ws, None
@@ -127,11 +129,10 @@ class TaskRegistry:
             del ws.add
         self._hook = None
 
-    def _note(self, t_reg: int, task: Any, thread: int = 0) -> None:
+    def _addr(self, task: Any) -> int | None:
+        """The address the engine records for ``task``: its coroutine's frame (None: no coroutine)."""
         coro = getattr(task, "get_coro", lambda: None)()
-        if coro is None:
-            return
-        self.log.append((t_reg, id(coro) + self.gen_offset, task, thread))
+        return None if coro is None else id(coro) + self.gen_offset
 
     def before_drain(self) -> list[int]:
         """Called before the engine's buffer is taken: moves the creation log into the history and
@@ -140,10 +141,12 @@ class TaskRegistry:
         if mod is not None and self._ws is not None:
             hist = self.by_addr
             for task in _live_tasks(mod, everything=False):
-                coro = getattr(task, "get_coro", lambda: None)()
-                entries = hist.get(id(coro) + self.gen_offset) if coro is not None else None
-                if coro is not None and not (entries and entries[-1][1]() is task):
-                    self._note(0 if not entries else _perf_ns(), task)
+                addr = self._addr(task)
+                if addr is None:
+                    continue
+                entries = hist.get(addr)
+                if not (entries and entries[-1][1]() is task):
+                    self.log.append((_perf_ns() if entries else 0, addr, task, 0))
         n = len(self.log)
         items = self.log[:n]
         del self.log[:n]  # only what was read: a task created meanwhile stays for the next drain
@@ -303,27 +306,25 @@ class NativeEngine:
                 own = leaf is not None and leaf.co_filename.startswith(_PKG_DIR)
                 # None: omniprof's own; -1: a thread with no Python frame; else the sampler's stack id
                 self._stacks[idx] = None if own else (-1 if not raw else self.sampler.intern(tuple(raw)))
-            if not data:
-                self.tasks.after_drain(freed)
-                return
-            words = array("q")
-            words.frombytes(data)
-            s = self.sampler
-            sh = _ns.FLAG_SHIFT
-            mask = (1 << sh) - 1
-            task_id = self.tasks.task_id
-            off = self.offset_ns
-            for i in range(0, len(words), 5):
-                t, tid, w, sf, gen = words[i:i + 5]
-                t += off
-                tid &= 0xFFFFFFFFFFFFFFFF
-                sid = self._stacks.get(sf & mask)
-                if sid is None:
-                    self.own_samples += 1
-                    self.own_ns += w
-                    continue
-                if sid < 0:  # a thread running no Python code (starting, ending, or C only): nothing to show
-                    self.empty_samples += 1
-                    continue
-                s.add_sid(t, tid, sid, w, task_id(gen & 0xFFFFFFFFFFFFFFFF, t - off, tid) if gen else -1, sf >> sh)
+            if data:
+                words = array("q")
+                words.frombytes(data)
+                s = self.sampler
+                sh = _ns.FLAG_SHIFT
+                mask = (1 << sh) - 1
+                task_id = self.tasks.task_id
+                off = self.offset_ns
+                for i in range(0, len(words), 5):
+                    t, tid, w, sf, gen = words[i:i + 5]
+                    t += off
+                    tid &= 0xFFFFFFFFFFFFFFFF
+                    sid = self._stacks.get(sf & mask)
+                    if sid is None:
+                        self.own_samples += 1
+                        self.own_ns += w
+                        continue
+                    if sid < 0:  # a thread running no Python code (starting, ending, or C only): nothing to show
+                        self.empty_samples += 1
+                        continue
+                    s.add_sid(t, tid, sid, w, task_id(gen & 0xFFFFFFFFFFFFFFFF, t - off, tid) if gen else -1, sf >> sh)
             self.tasks.after_drain(freed)

@@ -231,10 +231,8 @@ class Sampler:
         except TypeError:
             return NO_TASK
         if tid_ is None:
-            tid_ = len(self.task_info) + 1
-            self._task_ids[task] = tid_
-            name = task.get_name() if hasattr(task, "get_name") else f"Task-{tid_}"
-            self.task_info[tid_] = TaskInfo(tid_, str(name), tid)
+            name = task.get_name() if hasattr(task, "get_name") else f"Task-{len(self.task_info) + 1}"
+            tid_ = self._task_ids[task] = self.new_task(str(name), tid)
         return tid_
 
     # -- gc (host_tracer_level 3) -------------------------------------------------------------
