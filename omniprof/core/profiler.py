@@ -47,6 +47,7 @@ CHECKPOINT_ENV = "OMNIPROF_CHECKPOINT_S"
 # A checkpoint may cost at most this share of the run: the next one waits 1/share times as long as
 # the last one took (a 1 s checkpoint of a huge profile is followed by >= 20 s of recording).
 _CHECKPOINT_MAX_SHARE = 0.05
+_FIRST_CHECKPOINT_TRIES = 400  # 5 ms apart: the first checkpoint waits up to 2 s for a busy profiler
 
 # Backends (by name) with a session running in this process, for single-session backends.
 _active: dict[str, Profiler] = {}
@@ -379,6 +380,7 @@ class Profiler:
             self._name_run()
         elif self.logdir is not None:
             self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile", flag="--logdir DIR")
+        _pay_one_time_costs(with_files=self.session_dir is not None)
         ctx = self._context()
         failures: list[tuple[str, BaseException, str]] = []
         for name, cls in self._classes.items():
@@ -429,11 +431,6 @@ class Profiler:
     def _start_all(self) -> None:
         if not self._backends:
             self._prepare_all()
-        # platform.platform() spawns `uname -p` once per process; do it before sampling starts, not
-        # inside the first checkpoint: a Popen finalised while a stack sampler runs can re-enter it.
-        import platform  # here, not at import: `import omniprof` stays light
-
-        platform.platform()
         self._t0_unix_ns = time.time_ns()
         self._t0_ns = self.clock.now_ns()
         failures: list[tuple[str, BaseException]] = []
@@ -462,7 +459,8 @@ class Profiler:
             return
         self.checkpoints = 0
         self.checkpoint_max_ns = 0
-        self.checkpoint()  # at once: even a run killed in its first second leaves a readable file
+        # The checkpoint thread writes the first one at once (even a run killed in its first second
+        # leaves a readable file), off the step that started recording: that step is the user's.
         self._checkpointer = _Checkpointer(self, interval)
         self._checkpointer.start()
 
@@ -727,12 +725,22 @@ class _Checkpointer:
         self._thread = threading.Thread(target=self._run, name="omniprof-checkpoint", daemon=True)
 
     def _run(self) -> None:
-        wait = self.interval_s
+        wait = 0.0  # the first at once
+        first_tries = _FIRST_CHECKPOINT_TRIES
         while not self._stop.wait(wait):
             t0 = time.perf_counter_ns()
-            self.profiler.checkpoint(blocking=False)
+            written = self.profiler.checkpoint(blocking=False)
+            if written is None and self.profiler.checkpoints == 0 and first_tries > 0:
+                # Busy (the step() that started recording still holds the profiler): the first
+                # checkpoint is retried soon rather than a whole interval later.
+                first_tries -= 1
+                wait = 0.005
+                continue
             cost_s = (time.perf_counter_ns() - t0) / 1e9
-            wait = max(self.interval_s, cost_s / _CHECKPOINT_MAX_SHARE)
+            # The first one, of an almost empty recording, pays one-time costs (a first fsync, a
+            # sampler's first drain): it does not stretch the interval.
+            wait = self.interval_s if first_tries else max(self.interval_s, cost_s / _CHECKPOINT_MAX_SHARE)
+            first_tries = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -741,6 +749,23 @@ class _Checkpointer:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
+
+
+def _pay_one_time_costs(*, with_files: bool) -> None:
+    """Costs paid once per process, at prepare (a schedule's wait/warm-up), so that none of them
+    lands in the first recorded step, where it would be read as the user's time.
+
+    ``platform.platform()`` spawns ``uname -p`` on its first call (and a Popen finalised while a
+    stack sampler runs can re-enter it); writing a result first imports cattrs and compiles the
+    schema's hooks (30-50 ms on a loaded machine, measured inside a 4-rank DDP job's step).
+    """
+    import platform  # here, not at import: `import omniprof` stays light
+
+    platform.platform()
+    if with_files:
+        from omniprof.core.results import warm_converter
+
+        warm_converter()
 
 
 def _user_stacklevel() -> int:

@@ -651,6 +651,12 @@ def _unstructure(obj: Any) -> Any:
     return _converter().unstructure(obj)
 
 
+def warm_converter() -> None:
+    """Build the schema's converter and its per-class hooks now (cattrs writes them on first use:
+    ~30 ms of compiling), so the first result or checkpoint written later does not pay for it."""
+    _unstructure(ProfileResult(metadata=RunMetadata(), parts=(BackendResult(backend="warm"),)))
+
+
 def _structure(cls: type, data: Any, version: int = SCHEMA_VERSION) -> Any:
     if not isinstance(data, Mapping):
         raise TypeError(f"expected an object for {cls.__name__}, got {type(data).__name__}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import ClassVar
 
 from omniprof.core.results import BackendResult
@@ -64,3 +65,16 @@ class SlowFileReporter(Reporter):
         print("slow reporter writing", file=sys.stderr, flush=True)
         time.sleep(30)
         dest.write(b"the other half\n")
+
+
+class GatedSnapshotBackend(FakeBackend):
+    """Its checkpoint snapshot waits until the test opens ``gate`` and notes the thread it ran on."""
+
+    name: ClassVar[str] = "gated"
+    gate: ClassVar[threading.Event] = threading.Event()
+    snapshot_threads: ClassVar[list[str]] = []
+
+    def snapshot(self) -> BackendResult:
+        type(self).snapshot_threads.append(threading.current_thread().name)
+        type(self).gate.wait(5)
+        return super().snapshot()

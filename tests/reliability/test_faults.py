@@ -212,6 +212,48 @@ def test_checkpoint_removed_after_normal_end_and_cost_counted(proj, registry_wit
     assert _session_files(proj / "L", RESULT_FILENAME) and not _session_files(proj / "L", PARTIAL_FILENAME)
 
 
+def test_first_checkpoint_is_written_off_the_step_that_starts_recording(tmp_path, registry_with, monkeypatch, tally):
+    """With a schedule, the step() that starts recording returns before the first checkpoint is taken
+    (its snapshot waits here on a gate), and nothing is compiled between that step and the written
+    file: cattrs' hooks were built in the warm-up. Before, the first checkpoint ran inside that step
+    (30-50 ms of cattrs compiling in each rank of a 4-rank DDP job) and was read as the user's time."""
+    from tests.reliability.fault_plugins import GatedSnapshotBackend as Gated
+
+    monkeypatch.setenv("OMNIPROF_CHECKPOINT_S", "60")
+    reg = registry_with(("backend", "gated", "tests.reliability.fault_plugins:GatedSnapshotBackend"))
+    Gated.gate.clear()
+    Gated.snapshot_threads.clear()
+    compiled: list[str] = []
+    watching = [False]
+
+    def audit(event: str, args: tuple) -> None:
+        if watching[0] and event == "compile":
+            compiled.append(str(args[1]))
+
+    sys.addaudithook(audit)
+    prof = Profiler(backend="gated", logdir=tmp_path / "L", registry=reg,
+                    schedule=omniprof.schedule(wait=0, warmup=1, active=2, repeat=1))
+    try:
+        prof.start()  # step 0: warm-up (prepare)
+        watching[0] = True
+        prof.step()  # step 1 records: the backend starts; the checkpoint thread is told to write one
+        assert Gated.gate.is_set() is False  # step() did not wait on the gated snapshot
+        Gated.gate.set()
+        deadline = time.monotonic() + 30
+        while not _session_files(tmp_path / "L", PARTIAL_FILENAME) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        watching[0] = False
+        assert _session_files(tmp_path / "L", PARTIAL_FILENAME), "the first checkpoint was written"
+        assert Gated.snapshot_threads[:1] == ["omniprof-checkpoint"]
+        assert compiled == []
+    finally:
+        watching[0] = False
+        Gated.gate.set()
+        prof.stop()
+    tally.fault("first checkpoint off the recording step")
+    assert _session_files(tmp_path / "L", RESULT_FILENAME) and not _session_files(tmp_path / "L", PARTIAL_FILENAME)
+
+
 # -- omniprof's own parts fail ------------------------------------------------------------------------
 def test_backend_failing_at_start_others_deliver(proj, capsys, tally):
     """A backend that fails to start is recorded and warned about; the cpu profile is reported."""
