@@ -273,8 +273,10 @@ class Registry:
         if entry_points is None:
             import importlib.metadata as md  # the installed plugins: read when a registry is first made
 
-            # one scan of every installed distribution for all three groups (not one per group)
-            entry_points = [ep for group in KINDS.values() for ep in md.entry_points().select(group=group)]
+            # one scan of every installed distribution for all three groups (not one per group:
+            # entry_points() reads every distribution's entry_points.txt each time it is called)
+            installed = md.entry_points()
+            entry_points = [ep for group in KINDS.values() for ep in installed.select(group=group)]
         self._entries: dict[tuple[str, str], _Entry] = {}
         self.problems: list[str] = []
         dists: dict[int, tuple[Any, str, str]] = {}  # id(dist) -> (dist, name, version): METADATA parsed once

@@ -23,6 +23,28 @@ def test_builtins_registered_through_entry_points():
     assert infos[("backend", "cpu")].status == "ok"
 
 
+
+def test_installed_entry_points_are_read_once_for_all_groups(monkeypatch):
+    """A registry reads the installed distributions' entry points once for its three groups (each
+    read opens every distribution's entry_points.txt), and finds what a direct read finds."""
+    import importlib.metadata as md
+
+    real = md.entry_points
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(md, "entry_points", counting)
+    reg = Registry(autoload=True)
+    assert len(calls) == 1
+    installed = real()
+    for kind, group in (("backend", "omniprof.backends"), ("reporter", "omniprof.reporters"),
+                        ("reader", "omniprof.readers")):
+        assert set(reg.names(kind, include_disabled=True)) >= {ep.name for ep in installed.select(group=group)}
+
+
 @pytest.mark.parametrize("name,target,status,fragment", [
     ("widget", f"{T.rsplit('.', 1)[0]}.broken_plugin_module:Anything", "broken", "libwidget.so.3"),
     ("nomod", "no_such_module_xyz:Thing", "broken", "No module named 'no_such_module_xyz'"),
