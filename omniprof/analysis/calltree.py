@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import sysconfig
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -92,7 +91,12 @@ class FlatRow:
 
 
 # -- labels ---------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
 def _prefixes() -> tuple[str, ...]:
+    """The library directories, longest first (read on first use: sysconfig is not imported with
+    this module)."""
+    import sysconfig
+
     out = []
     for key in ("purelib", "platlib", "stdlib", "platstdlib"):
         try:
@@ -123,7 +127,7 @@ def _short_path(path: str, cwd: str) -> str:
     marker = os.sep + "site-packages" + os.sep
     if marker in norm:  # an installed package, even in a venv inside the project
         return norm.rsplit(marker, 1)[1]
-    for prefix in _PREFIXES:
+    for prefix in _prefixes():
         if norm.startswith(prefix):
             return norm[len(prefix):]
     try:
@@ -132,8 +136,6 @@ def _short_path(path: str, cwd: str) -> str:
         return path
     return rel if not rel.startswith("..") else path
 
-
-_PREFIXES = _prefixes()
 
 
 def frame_where(frame: Frame, *, line: bool = True) -> str:

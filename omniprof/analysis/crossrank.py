@@ -56,6 +56,7 @@ import attrs
 
 from omniprof.analysis.sketch import EXACT_VALUES, RELATIVE_ERROR, DurationSketch
 from omniprof.core.results import BackendResult, ProfileResult, Span
+from omniprof.core.validators import to_tuple
 from omniprof.errors import InvalidArgumentError, TraceReadError
 
 __all__ = [
@@ -359,7 +360,7 @@ class RankSummary:
     #: into ``durations_other`` (one sketch of all their runs) instead.
     durations_left_out: int = 0
     durations_other: DurationSketch | None = None
-    read_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    read_notes: tuple[str, ...] = attrs.field(default=(), converter=to_tuple)
 
     @property
     def overlap_pct(self) -> float:

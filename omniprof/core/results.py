@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from omniprof.core.validators import to_tuple
 from omniprof.errors import InvalidArgumentError, TraceReadError
 
 __all__ = [
@@ -263,7 +264,7 @@ class Table:
     """
 
     name: str
-    columns: tuple[str, ...] = attrs.field(converter=tuple)
+    columns: tuple[str, ...] = attrs.field(converter=to_tuple)
     rows: tuple[tuple[Any, ...], ...] = attrs.field(converter=lambda rows: tuple(tuple(json_safe(list(r))) for r in rows))
     title: str = ""
 
@@ -384,12 +385,12 @@ class RunMetadata:
 
     host: str = ""
     pid: int = 0
-    argv: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    argv: tuple[str, ...] = attrs.field(default=(), converter=to_tuple)
     python: str = ""
     platform: str = ""
     versions: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
     devices: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=lambda d: tuple(_args(x) for x in d))
-    backends: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    backends: tuple[str, ...] = attrs.field(default=(), converter=to_tuple)
     options: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
     backend_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_args)
     start_unix_ns: int = 0

@@ -1,4 +1,5 @@
-"""attrs validators that raise :class:`~omniprof.errors.InvalidArgumentError` with uniform messages.
+"""attrs validators that raise :class:`~omniprof.errors.InvalidArgumentError` with uniform messages,
+and the converters attrs fields use.
 
 Messages follow attrs' shape, e.g. ``'host_tracer_level' must be one of 0, 1, 2, 3 (got 7)``.
 """
@@ -57,6 +58,21 @@ def check_keys(mapping: Mapping[str, Any], allowed: Iterable[str], *, what: str 
             raise InvalidArgumentError(f"{what} keys must be strings (got {key!r} of type {type_name(key)})")
         if key not in allowed:
             raise InvalidArgumentError(unknown_key_message(key, allowed, what=what))
+
+
+def to_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    """``tuple(value)`` as an attrs converter.
+
+    Converters are Python functions, never a builtin such as ``tuple`` or ``int``: attrs reads a
+    converter's signature when it makes the class, and a builtin's is parsed from its text, which
+    compiles tokenize's regular expressions on first use (about 2 ms of import time).
+    """
+    return tuple(value)
+
+
+def to_int(value: Any) -> int:
+    """``int(value)`` as an attrs converter (a plain int: ``True`` becomes ``1``); see :func:`to_tuple`."""
+    return int(value)
 
 
 def is_bool(inst: Any, attribute: Any, value: Any) -> None:

@@ -33,6 +33,7 @@ How it is built:
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import itertools
@@ -184,8 +185,8 @@ class TrackRow:
     uuid: int
     kind: str
     name: str
-    pid: int = attrs.field(converter=int)  # a plain int: JSON gets 1, never True
-    tid: int = attrs.field(default=0, converter=int)
+    pid: int = attrs.field(converter=v.to_int)  # a plain int: JSON gets 1, never True
+    tid: int = attrs.field(default=0, converter=v.to_int)
     parent_uuid: int = 0
     unit: str = ""
 
@@ -478,9 +479,15 @@ _TYPE_BEGIN, _TYPE_END, _TYPE_INSTANT, _TYPE_COUNTER = 1, 2, 3, 4
 _I_CATEGORIES, _I_NAMES, _I_ARG_NAMES, _I_FUNCTIONS, _I_FRAMES, _I_CALLSTACKS = 1, 2, 3, 5, 6, 7
 _I_MAPPING_PATHS, _I_MAPPINGS = 17, 19
 
-# Two low varint groups of a value >= 2**14, by its low 14 bits: both bytes carry the continuation bit.
-_LOW14 = [bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(1 << 14)]
-_LEN = [_varint(i) for i in range(1 << 12)]
+
+
+@functools.lru_cache(maxsize=None)
+def _varint_tables() -> tuple[list[bytes], list[bytes]]:
+    """Built on the first write, not at import (16k small objects: `omniprof plugins` loads this
+    module only to list it). ``[0]``: the two low varint groups of a value >= 2**14, by its low 14
+    bits (both bytes carry the continuation bit); ``[1]``: the varint of every length below 4096."""
+    return ([bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(1 << 14)],
+            [_varint(i) for i in range(1 << 12)])
 _SEQ_TAIL = _f_uint(_P_SEQ_ID, SEQ_ID) + _f_uint(_P_FLAGS, _SEQ_NEEDS)
 _TE_TAG = _tag(_P_TRACK_EVENT, 2)
 
@@ -645,9 +652,10 @@ def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions |
             for ci, series in enumerate(part.counters):
                 head = _f_uint(_TE_TYPE, _TYPE_COUNTER) + _f_uint(_TE_TRACK, lay.counter_tracks[(pi, ci)].uuid)
                 tag = _tag(_TE_DOUBLE_COUNTER, 1)
+                lens = _varint_tables()[1]
                 for t, val in _finite_points(series):
                     te = head + tag + struct.pack("<d", val)
-                    sink.packet(_f_uint(_P_TIMESTAMP, _ts(t + off)) + _TE_TAG + _LEN[len(te)] + te + _SEQ_TAIL)
+                    sink.packet(_f_uint(_P_TIMESTAMP, _ts(t + off)) + _TE_TAG + lens[len(te)] + te + _SEQ_TAIL)
         if o.include_samples and part.samples:
             _emit_samples(sink, lay, pi, part, off)
     # Lanes created while writing spans need their descriptors too (order does not matter to readers).
@@ -698,7 +706,7 @@ def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int
     infinite sentinel at the bottom, and the track's last start in a one-element list.
     """
     ext = sink.parts.extend
-    low = _LOW14
+    low = _varint_tables()[0]
     varint = _varint
     tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], list[bytes], list[bytes], bytes]] = {}
     high: dict[int, bytes] = {}
