@@ -167,3 +167,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def nvml_loads() -> bool:
+    """The independent reference for GPU checks: whether the NVIDIA driver's NVML library loads here."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True

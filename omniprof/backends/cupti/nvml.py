@@ -25,6 +25,7 @@ Metrics (name: unit, NVML call):
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -53,6 +54,8 @@ NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_GPU_IS_LOST = 15
+#: The NVIDIA driver's NVML library, as pynvml loads it on Linux.
+NVML_LIBRARY = "libnvidia-ml.so.1"
 
 
 class NvmlCallError(Exception):
@@ -90,6 +93,16 @@ class PynvmlAdapter:
             raise NvmlCallError(int(getattr(e, "value", -1)), name, str(e)) from e
 
     def init(self) -> None:
+        if sys.platform.startswith("linux"):
+            # No driver library, no NVML: say so as pynvml would (code 12) without importing
+            # nvidia-ml-py, which `omniprof plugins` and `doctor` would pay on every machine
+            # without a GPU. pynvml loads the same file by the same name.
+            import ctypes
+
+            try:
+                ctypes.CDLL(NVML_LIBRARY)
+            except OSError as e:
+                raise NvmlCallError(NVML_ERROR_LIBRARY_NOT_FOUND, "nvmlInit", "NVML Shared Library Not Found") from e
         import pynvml
 
         self._nvml = pynvml

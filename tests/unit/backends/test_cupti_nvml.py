@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from omniprof.backends.cupti.nvml import (
@@ -12,6 +15,7 @@ from omniprof.backends.cupti.nvml import (
 )
 from omniprof.testing.fakes import FakeClock
 from omniprof.testing.gpu_fakes import A100_DEVICE, A100_READINGS, FakeNvml
+from tests.tools import nvml_loads
 
 
 def _sampler(nvml, devices=(0,), metrics=tuple(NVML_METRICS), **kw):
@@ -145,6 +149,26 @@ def test_real_adapter_reports_missing_driver_as_nvml_error_12():
         return
     adapter.shutdown()
     pytest.skip("this machine has an NVIDIA driver: NVML loaded")
+
+
+def test_real_adapter_imports_pynvml_only_where_the_driver_library_loads():
+    """Without the driver's NVML library (reference: ctypes loading it by name, as pynvml does),
+    init() raises pynvml's code 12 without importing nvidia-ml-py (what `omniprof plugins` pays on
+    a machine without a GPU); with it, init() goes through pynvml."""
+    code = ("import sys\n"
+            "from omniprof.backends.cupti.nvml import NvmlCallError, PynvmlAdapter\n"
+            "a = PynvmlAdapter()\n"
+            "try:\n"
+            "    a.init()\n"
+            "    a.shutdown()\n"
+            "    print('initialised', 'pynvml' in sys.modules)\n"
+            "except NvmlCallError as e:\n"
+            "    print(e.code, e.call, 'pynvml' in sys.modules, repr(e.text))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    if nvml_loads():
+        assert out == ["initialised", "True"]
+    else:
+        assert out == ["12", "nvmlInit", "False", "'NVML", "Shared", "Library", "Not", "Found'"]
 
 
 def test_real_adapter_converts_units_and_maps_errors():

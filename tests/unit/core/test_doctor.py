@@ -15,6 +15,7 @@ from omniprof.backends.cupti.diagnostics import (
 from omniprof.cli import main
 from omniprof.core.doctor import format_doctor, run_doctor
 from omniprof.testing.gpu_fakes import H100_DEVICE, FakeCupti, FakeNvml, use_fake_gpu
+from tests.tools import nvml_loads
 
 
 def test_doctor_on_this_machine_lists_checks_and_backends(capsys):
@@ -24,21 +25,10 @@ def test_doctor_on_this_machine_lists_checks_and_backends(capsys):
     assert "NVIDIA GPU checks" in out and "Backends" in out
     assert "  cpu: ok" in out
     assert "  cupti: " in out
-    if _nvml_loads():  # a driver: the NVML check passes
+    if nvml_loads():  # a driver: the NVML check passes
         assert "[ok] nvml" in out
     else:  # no driver: the check fails with the reason and the fix, and cupti says why it is unavailable
         assert "[FAIL] nvml" in out and "fix: " in out and "cupti: unavailable" in out and "why: " in out
-
-
-def _nvml_loads() -> bool:
-    """The independent reference: whether the NVIDIA driver's NVML library loads here."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
 
 
 def test_doctor_reports_frameworks(capsys):
