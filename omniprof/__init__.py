@@ -18,6 +18,7 @@ from omniprof.errors import (
     InvalidArgumentError,
     OmniprofError,
     OmniprofWarning,
+    OutputError,
     PluginError,
     PluginLoadError,
     PluginValidationError,
@@ -27,7 +28,6 @@ from omniprof.errors import (
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
     from omniprof.core.annotations import StepTraceAnnotation, TraceAnnotation, annotate, annotate_function
-    from omniprof.core.fileio import OutputError
     from omniprof.core.options import ProfileOptions
     from omniprof.core.profiler import Profiler
     from omniprof.core.registry import PluginInfo, get_registry
@@ -41,7 +41,6 @@ _LAZY = {
     "annotate_function": ("omniprof.core.annotations", "annotate_function"),
     "TraceAnnotation": ("omniprof.core.annotations", "TraceAnnotation"),
     "StepTraceAnnotation": ("omniprof.core.annotations", "StepTraceAnnotation"),
-    "OutputError": ("omniprof.core.fileio", "OutputError"),
     "ProfileOptions": ("omniprof.core.options", "ProfileOptions"),
     "Profiler": ("omniprof.core.profiler", "Profiler"),
     "PluginInfo": ("omniprof.core.registry", "PluginInfo"),

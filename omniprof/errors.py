@@ -22,9 +22,9 @@ __all__ = [
     "TraceReadError",
     "UsageError",
     "TargetImportError",
+    "OutputError",
     "OmniprofWarning",
     "DataLossWarning",
-    "OverheadWarning",
     "BackendOptionWarning",
 ]
 
@@ -124,6 +124,17 @@ class TraceReadError(OmniprofError, ValueError):
     """A trace or result file cannot be read. The message names the file and the position."""
 
 
+class OutputError(OmniprofError, OSError):
+    """An output file or directory could not be written (disk full, read-only, no permission).
+
+    ``errno`` and ``filename`` are set like ``OSError``'s; ``str()`` is the one-line message
+    (:func:`omniprof.core.fileio.output_error` makes it).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
+
+
 class UsageError(OmniprofError):
     """The command line was used wrongly. The CLI exits with ``exit_code`` (2)."""
 
@@ -136,10 +147,6 @@ class OmniprofWarning(UserWarning):
 
 class DataLossWarning(OmniprofWarning):
     """Some data was not recorded (full buffer, event cap, size limit). It is counted in the result."""
-
-
-class OverheadWarning(OmniprofWarning):
-    """The profiler's own overhead is high enough to distort the profile."""
 
 
 class BackendOptionWarning(OmniprofWarning):

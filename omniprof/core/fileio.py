@@ -18,20 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from omniprof.errors import OmniprofError
+from omniprof.errors import OmniprofError, OutputError
 
 __all__ = ["OutputError", "AtomicFile", "atomic_write_bytes", "atomic_write_text", "atomic_open", "unique_path", "process_temp_dir",
            "unique_run_dir", "new_dir", "output_error"]
-
-
-class OutputError(OmniprofError, OSError):
-    """An output file or directory could not be written (disk full, read-only, no permission).
-
-    ``errno`` and ``filename`` are set like ``OSError``'s; ``str()`` is the one-line message.
-    """
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else super().__str__()
 
 
 # errno -> (why, what to do); {flag} is the option that chooses where this output goes.

@@ -26,6 +26,17 @@ def _no_temp_files(d: Path) -> bool:
     return not [p for p in d.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_output_error_lives_in_the_one_error_hierarchy():
+    """OutputError is defined in omniprof.errors (an OmniprofError and an OSError); the old path
+    omniprof.core.fileio and the top level name the same class."""
+    import omniprof.errors
+
+    assert OutputError is omniprof.errors.OutputError is omniprof.OutputError
+    assert OutputError.__module__ == "omniprof.errors"
+    assert issubclass(OutputError, omniprof.errors.OmniprofError) and issubclass(OutputError, OSError)
+    assert "OutputError" in omniprof.errors.__all__
+
+
 def test_failed_write_leaves_old_file_and_no_temp(tmp_path):
     """An exception mid-write keeps the previous file intact and removes the temporary file."""
     target = tmp_path / "out.json"
