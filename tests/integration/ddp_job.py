@@ -12,8 +12,8 @@ from pathlib import Path
 
 STEPS = 5          # schedule wait=1, warmup=1, active=3: steps 2..4 recorded
 RECORDED = {2, 3, 4}  # step 1 warms up: under load it carries ~0.5 s of start-up on every rank,
-                      # which would hide the straggler's 60 ms sleep below the 20 % threshold
-SLEEP_S = 0.06
+                      # which would hide the straggler's 100 ms sleep below the 20 % threshold
+SLEEP_S = 0.1
 
 
 def run_rank(rank: int, world: int, port: int, logdir: str, slow_rank: int, skew_rank: int, skew_ns: int,

@@ -574,6 +574,12 @@ static void copy_chunk(const char *ts) {
 /* The leaf frame read with the chunk by snapshot() (valid while snap_ok), else read by walk_thread. */
 static uintptr_t snap_frame;
 static int snap_ok;
+/* When the last snapshot's gather began: the sample's time. What the copy shows was there at or
+ * after it (a task that a stack shows was made before the gather, up to the few ns between this
+ * stamp and the read). Taken here and not when the sample is stored: a read that the engine's
+ * preemption delays (a syscall's return is where a busy CPU switches) would otherwise be stamped
+ * by the preemption's length late. In the signal handler it is the stopped thread's own time. */
+static int64_t snap_read_ns;
 #define SNAP_MARGIN 512  /* bytes copied past the last-seen stack top: frames pushed since */
 #define SNAP_LEAF 256    /* bytes below the stack top read first: the leaf frame */
 #define SNAP_TOP 1024    /* then down to here: its nearest callers */
@@ -661,6 +667,7 @@ static int snapshot_once(thread_t *th, uintptr_t tstate, char *ts, uintptr_t *cf
         r[n++] = (struct iovec){(void *)th->old_lo, th->old_hi - th->old_lo};
         l[n] = (struct iovec){&old_top_now, 8}; r[n++] = (struct iovec){(void *)th->old_top_at, 8};
     }
+    snap_read_ns = now_ns(CLOCK_MONOTONIC);
     ssize_t got = gather_read(l, r, n);
     if (got < want) return -1;  /* a generator frame freed since the last walk, or the chunk gone */
     old_lo = old_hi = 0;
@@ -974,6 +981,7 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
         E.thread_reads++;
         uint64_t gen;
         if (snapshot_running(th, cur, ts, native, !idle && cpu >= 0) < 0) {
+            snap_read_ns = now_ns(CLOCK_MONOTONIC);
             if (O.legacy) safe_read(ts, cur, O.ts_size);  /* 3.10: the leaf pointer as fresh as can be */
             copy_chunk(ts);
         }
@@ -988,7 +996,10 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
             }
             if (tid2 == tid && interp2 == (uintptr_t)E.interp) {
                 E.retries++;
-                if (snapshot(th, cur, ts) < 0) copy_chunk(ts);
+                if (snapshot(th, cur, ts) < 0) {
+                    snap_read_ns = now_ns(CLOCK_MONOTONIC);
+                    copy_chunk(ts);
+                }
                 n = walk_thread(th, ts, w, &gen);
             }
             if (n < 0) { E.torn++; continue; }
@@ -1000,10 +1011,10 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
             continue;
         }
         sample_t *s = &E.samples[E.n_samples++];
-        /* stamped when the stack has been read, not at the tick: what the stack shows happened
-         * before the stamp (an asyncio task is matched by its creation time: it must not look newer
-         * than a stack that shows it; the read can lag the tick by a preemption) */
-        s->t_ns = now_ns(CLOCK_MONOTONIC); s->thread_id = tid; s->weight_ns = since; s->gen = gen;
+        /* stamped when the stack was read, not at the tick (the read can lag the tick by a
+         * preemption; an asyncio task is matched by its creation time, so a stack must not look
+         * older than the task it shows): see snap_read_ns */
+        s->t_ns = snap_read_ns; s->thread_id = tid; s->weight_ns = since; s->gen = gen;
         s->sid_flags = sid | ((int64_t)((idle ? F_IDLE : 0) | (has_gil ? F_GIL : 0)) << 40);
         E.samples_total++;
         if (idle) E.idle_samples++;
