@@ -324,9 +324,12 @@ def test_plugin_raising_at_import(proj, capsys, tally):
     assert "broken" in err and "native library is missing" in err and "Traceback" not in err
 
 
-def test_session_save_failing_keeps_result_and_workload_exception(tmp_path, registry_with, tally):
+def test_session_save_failing_keeps_result_and_workload_exception(tmp_path, registry_with, tally, monkeypatch):
     """When the session directory cannot be written at the end (here: it was replaced by a file),
     the result stays in memory marked partial with the reason, and a workload exception still wins."""
+    # No checkpoint thread writing into the directory while the test replaces it (the first
+    # checkpoint is written by that thread at once, not by start()).
+    monkeypatch.setenv("OMNIPROF_CHECKPOINT_S", "0")
     reg = registry_with(("backend", "fake", "omniprof.testing.fakes:FakeBackend"))
     prof = Profiler(backend="fake", logdir=tmp_path / "L", registry=reg)
     tally.fault("session save fails")
