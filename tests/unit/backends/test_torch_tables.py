@@ -310,3 +310,106 @@ def test_group_by_stack_n_with_step_ranges_matches_torch(tmp_path):
     for key, e in theirs.items():
         assert ours[key]["calls"] == e.count, key
         assert abs(ours[key]["self_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
+
+
+# -- group_by_stack_n against the program itself and the raw trace (no torch key_averages) -----------
+def _site_a(m):
+    for _ in range(3):
+        torch.mm(m, m)
+
+
+def _site_b(m):
+    for _ in range(5):
+        torch.mm(m, m)
+    torch.add(m, m)
+    torch.add(m, m)
+
+
+def _site_c(m):
+    _site_a(m)
+
+
+def _sites(m):
+    _site_a(m)
+    _site_b(m)
+    _site_c(m)
+
+
+def _frame(fn) -> str:
+    """The tail of torch's frame label for ``fn``: ``<file>(<first line>): <name>``."""
+    import os
+
+    return f"{os.path.basename(fn.__code__.co_filename)}({fn.__code__.co_firstlineno}): {fn.__name__}"
+
+
+def _raw_groups(path, n):
+    """The expected grouping computed straight from the Kineto JSON, independently of the reader: for
+    each ``cpu_op`` event, the ``python_function`` events on its thread that hold it whole, innermost
+    first (its Python stack); total time its duration, self time its duration minus its direct
+    children's (``cpu_op`` and ``python_function`` events it holds whole, not inside another child)."""
+    events = [e for e in json.loads(path.read_text())["traceEvents"]
+              if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "python_function")]
+
+    def ns(e):
+        return round(float(e["ts"]) * 1000), round((float(e["ts"]) + float(e["dur"])) * 1000)
+
+    def holds(outer, inner):
+        (s0, e0), (s1, e1) = ns(outer), ns(inner)
+        return outer is not inner and outer["tid"] == inner["tid"] and s0 <= s1 and e1 <= e0 and \
+            (s0, -e0) < (s1, -e1)
+
+    groups: dict = {}
+    for op in (e for e in events if e["cat"] == "cpu_op"):
+        outer = sorted((p for p in events if p["cat"] == "python_function" and holds(p, op)),
+                       key=lambda p: ns(p)[0])
+        stack = [p["name"] for p in reversed(outer)][:n]
+        inside = [c for c in events if holds(op, c)]
+        direct = [c for c in inside if not any(holds(o, c) for o in inside)]
+        s, e = ns(op)
+        g = groups.setdefault((op["name"], json.dumps(stack)), {"calls": 0, "total_ns": 0, "self_ns": 0})
+        g["calls"] += 1
+        g["total_ns"] += e - s
+        g["self_ns"] += e - s - sum(ns(c)[1] - ns(c)[0] for c in direct)
+    return groups
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_group_by_stack_n_against_the_program_and_the_raw_trace(tmp_path, n):
+    """Ops called from known Python functions a known number of times, recorded by plain
+    torch.profiler with with_stack=True (torch 2.x's default trace: no ``Call stack`` args, and torch's
+    own key_averages(group_by_stack_n) gives every op an empty stack then). Calls per (op, call site)
+    are what the program does; self and total CPU time per group are recomputed from the raw JSON."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from omniprof.formats.kineto import op_table, read_trace
+
+    m = torch.randn(48, 48)
+    _sites(m)  # warm up
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as p:
+        for _ in range(2):
+            _sites(m)
+    trace = tmp_path / "sites.pt.trace.json"
+    p.export_chrome_trace(str(trace))
+    table = op_table(read_trace(trace).parts[0], group_by_stack_n=n)
+    got = {}
+    for r in table.records():
+        if r["name"] in ("aten::mm", "aten::add"):
+            stack = json.loads(r["stack"])
+            assert len(stack) == n and stack[0].startswith(f"<built-in method {r['name'][6:]} of ")
+            got[(r["name"], *(next((f.__name__ for f in (_site_a, _site_b, _site_c, _sites)
+                                    if frame.endswith(_frame(f))), frame) for frame in stack[1:]))] = r
+    # what the program does: 2 rounds of _sites(); _site_a runs 3 mm, from _sites and from _site_c
+    expected = ({("aten::mm", "_site_a"): 12, ("aten::mm", "_site_b"): 10, ("aten::add", "_site_b"): 4} if n == 2 else
+                {("aten::mm", "_site_a", "_sites"): 6, ("aten::mm", "_site_a", "_site_c"): 6,
+                 ("aten::mm", "_site_b", "_sites"): 10, ("aten::add", "_site_b", "_sites"): 4})
+    assert {k: r["calls"] for k, r in got.items()} == expected
+    raw = _raw_groups(trace, n)
+    for r in table.records():
+        ref = raw.get((r["name"], r["stack"]))
+        if r["name"].startswith("aten::") and ref is not None:
+            assert r["calls"] == ref["calls"], r
+            assert abs(r["total_ns"] - ref["total_ns"]) <= r["calls"], r   # 1 ns rounding per call
+            assert abs(r["self_ns"] - ref["self_ns"]) <= 2 * r["calls"], r
+    # every op group of the raw trace is a row, and no row is missing from it
+    ops = {(r["name"], r["stack"]) for r in table.records() if (r["name"], r["stack"]) in raw}
+    assert ops == set(raw)
