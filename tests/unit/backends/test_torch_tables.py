@@ -267,6 +267,14 @@ def test_group_by_stack_n_from_the_torch_backend_and_the_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Op statistics by stack (torch key_averages(group_by_stack_n=4))" in out
     assert "Op statistics (torch key_averages)" not in out
+    # as torch's table shows its Source Location: the stack last, one frame a line under its row
+    lines = out.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("name") and "stack (innermost first)" in ln)
+    at = lines[header].index("stack (innermost first)")
+    first = next(i for i, ln in enumerate(lines) if i > header and ln.startswith("aten::addmm "))
+    frames = json.loads(addmm[0]["stack"] if addmm[0]["self_ns"] >= addmm[1]["self_ns"] else addmm[1]["stack"])
+    assert [ln[at:].rstrip() for ln in lines[first:first + len(frames)]] == frames
+    assert all(not ln[:at].strip() for ln in lines[first + 1:first + len(frames)])
     assert main(["report", str(path), "-R", "table.group_by_stack_n=-1"]) != 0
     assert "group_by_stack_n" in capsys.readouterr().err
 
