@@ -171,7 +171,8 @@ class ResultDiff:
     def to_dict(self) -> dict[str, Any]:
         return {
             "threshold_pct": self.threshold_pct, "min_share_pct": self.min_share_pct, "alpha": self.alpha,
-            "repeats": self.repeats, "clip_calls": self.clip_calls, "test": "one-sided exact permutation test on ranks (Wilcoxon-Mann-Whitney) of the runs",
+            "repeats": self.repeats, "clip_calls": self.clip_calls,
+            "test": "one-sided exact permutation test on ranks (Wilcoxon-Mann-Whitney) of the runs",
             "skipped": list(self.skipped), "notes": list(self.notes),
             "regressions": len(self.regressions),
             "tables": [{
@@ -412,7 +413,7 @@ class _Side:
             self.incomparable.add((backend, name))
 
 
-def _collect(results: Sequence[ProfileResult], repeats: str) -> _Side:
+def _collect(results: Sequence[ProfileResult], repeats: str, want_calls: bool = True) -> _Side:
     side = _Side()
     for result in results:
         for part in result.parts:
@@ -436,7 +437,7 @@ def _collect(results: Sequence[ProfileResult], repeats: str) -> _Side:
                         samples = _kernels_by_step(part)
                 if not samples:
                     samples = [_table_times(table, key, time_col)]
-                    if ops:
+                    if ops and want_calls and len(results) >= 2:  # one run a side: nothing to cap
                         calls = _op_self_calls(part, by_step=False)
                         # the calls stand for the table only where they add up to its rows
                         if {k: sum(v) for k, v in calls[0].items()} != samples[0]:
@@ -565,7 +566,8 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
                                    or not clip_calls >= 1 or clip_calls == math.inf):
         raise InvalidArgumentError(f"'clip_calls' must be a number >= 1, e.g. 1.1, or None for plain sums "
                                    f"(got {clip_calls!r})")
-    side_a, side_b = _collect(_as_list(a, "a"), repeats), _collect(_as_list(b, "b"), repeats)
+    want = clip_calls is not None
+    side_a, side_b = _collect(_as_list(a, "a"), repeats, want), _collect(_as_list(b, "b"), repeats, want)
     tables: list[TableDiff] = []
     skipped: list[str] = []
     notes: list[str] = []
