@@ -421,3 +421,39 @@ def test_group_by_stack_n_against_the_program_and_the_raw_trace(tmp_path, n):
     # every op group of the raw trace is a row, and no row is missing from it
     ops = {(r["name"], r["stack"]) for r in table.records() if (r["name"], r["stack"]) in raw}
     assert ops == set(raw)
+
+
+def test_group_by_stack_n_of_the_call_sites_matches_torch_with_verbose(tmp_path):
+    """The same call-site program with ``_ExperimentalConfig(verbose=True)``, under which torch's own
+    key_averages(group_by_stack_n=3) has stacks: its groups of aten::mm / aten::add, their calls and
+    self/total CPU time equal ours, from the trace torch wrote (with ``Call stack``) and from the same
+    trace without them (stacks rebuilt from the Python function events); the calls are the program's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from omniprof.formats.kineto import op_table, read_trace
+
+    m = torch.randn(48, 48)
+    _sites(m)
+    config = torch._C._profiler._ExperimentalConfig(verbose=True)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, experimental_config=config) as p:
+        _sites(m)
+    written = tmp_path / "verbose.pt.trace.json"
+    p.export_chrome_trace(str(written))
+    data = json.loads(written.read_text())
+    for e in data["traceEvents"]:
+        (e.get("args") or {}).pop("Call stack", None)
+    rebuilt = tmp_path / "rebuilt.pt.trace.json"
+    rebuilt.write_text(json.dumps(data))
+    theirs = {(e.key, json.dumps(e.stack[:3])): e for e in p.key_averages(group_by_stack_n=3)
+              if e.key in ("aten::mm", "aten::add")}
+    sites = {k: e.count for k, e in theirs.items()}
+    assert sorted(sites.values()) == [2, 3, 3, 5]  # add x2 and mm x5 in _site_b, mm x3 from each caller of _site_a
+    assert all(_frame(_site_a) in k[1] or _frame(_site_b) in k[1] for k in sites)
+    for path in (written, rebuilt):
+        ours = {(r["name"], r["stack"]): r for r in op_table(read_trace(path).parts[0], group_by_stack_n=3).records()
+                if r["name"] in ("aten::mm", "aten::add")}
+        assert set(ours) == set(theirs)
+        for key, e in theirs.items():
+            assert ours[key]["calls"] == e.count, key
+            assert abs(ours[key]["total_ns"] / 1000 - e.cpu_time_total) <= 2, key
+            assert abs(ours[key]["self_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
