@@ -102,13 +102,16 @@ def main() -> None:
     for _ in range(20):
         one()
     plain, ours = [], []
+    load0 = os.getloadavg()[0]
     for i in range(args.repeats):
         order = (("plain", run_plain), ("omniprof", run_omniprof))
         for name, fn in order if i % 2 == 0 else order[::-1]:
             (plain if name == "plain" else ours).append(fn(one))
+    load1 = os.getloadavg()[0]
     med = statistics.median
     print(f"torch {torch.__version__}, 1 thread, {ITERS} iterations, schedule wait={WAIT} warmup={WARMUP} "
-          f"active={ACTIVE} repeat=1, {args.repeats} alternating repeats (medians)")
+          f"active={ACTIVE} repeat=1, {args.repeats} alternating repeats (medians); "
+          f"load average {load0:.1f} at the start, {load1:.1f} at the end, {os.cpu_count()} CPUs")
     print(f"{'':12} {'loop_cpu_s':>10} {'window-end step_ms':>19} {'after_s':>8}")
     for label, rows in (("plain torch", plain), ("omniprof", ours)):
         print(f"{label:12} {med(r[0] for r in rows):10.4f} {1000 * med(r[1] for r in rows):19.2f} "

@@ -26,7 +26,16 @@ splitting the ranks into groups of the original sizes is enumerated (exactly up 
 else 10,000 random splits with a fixed seed), and the p-value is the fraction of splits whose rank
 sum for B is at least the observed one. Ranks make one outlying run count as one rank, not as its
 size. ``confidence`` is ``1 - p``. It assumes only that, without a real change, runs are
-exchangeable. With ``na`` and
+exchangeable.
+
+Calls capped (``clip_calls``, default 1.1): where the op spans are at hand (torch profiles) and
+every run of both sides makes the same number of calls of an op, the verdict on that op (and on
+the table's total) is taken on the runs with each call's self time capped at ``clip_calls`` times
+the median of the same call (same op, same place among its calls) over all runs of both sides. A
+call stretched by the scheduler giving the CPU to another process (milliseconds on a loaded
+machine, for a call of 0.4 ms) then no longer lifts its whole run above the other side's runs.
+The caps come from the pooled runs, whichever side each is on, so the rank test stays exact; the
+times shown (A, B, shares, spreads) stay the plain medians of the runs as recorded. With ``na`` and
 ``nb`` runs the smallest possible p is ``1 / C(na + nb, na)``: 0.1 for 3 vs 3, 0.0143 for 4 vs 4,
 0.0040 for 5 vs 5; the result says when ``alpha`` cannot be reached.
 
@@ -71,6 +80,8 @@ _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 _EXACT_LIMIT = 20_000
 _DRAWS = 10_000
 _NESTED = ("cpu_op", "annotation", "step", "python")  # as the torch op table nests (formats.kineto)
+#: Default cap of a call's self time, in medians of the same call over all runs (see diff()).
+CLIP_CALLS = 1.1
 _LAUNCH = ("runtime",)
 
 
@@ -122,8 +133,8 @@ class DiffRow:
 @attrs.frozen
 class TableDiff:
     """One table compared: ``name`` (``functions``, ``op_stats``, ``kernel_stats``, ...), the backend,
-    the time column used, the rows (total first, then by regression and size of change), and the
-    number of runs (samples) on each side."""
+    the time column used, the rows (total first, then by regression and size of change), the
+    number of runs (samples) on each side, and how many entries had their calls capped."""
 
     name: str
     backend: str
@@ -131,6 +142,8 @@ class TableDiff:
     rows: tuple[DiffRow, ...]
     runs_a: int = 1
     runs_b: int = 1
+    #: entries whose calls were capped at ``clip_calls`` medians (see :func:`diff`); 0: plain sums
+    clipped: int = 0
 
     @property
     def total(self) -> DiffRow:
@@ -149,6 +162,7 @@ class ResultDiff:
     alpha: float = 0.01
     repeats: str = "runs"
     notes: tuple[str, ...] = ()
+    clip_calls: float | None = None
 
     @property
     def regressions(self) -> list[tuple[TableDiff, DiffRow]]:
@@ -157,12 +171,13 @@ class ResultDiff:
     def to_dict(self) -> dict[str, Any]:
         return {
             "threshold_pct": self.threshold_pct, "min_share_pct": self.min_share_pct, "alpha": self.alpha,
-            "repeats": self.repeats, "test": "one-sided exact permutation test on ranks (Wilcoxon-Mann-Whitney) of the runs",
+            "repeats": self.repeats, "clip_calls": self.clip_calls,
+            "test": "one-sided exact permutation test on ranks (Wilcoxon-Mann-Whitney) of the runs",
             "skipped": list(self.skipped), "notes": list(self.notes),
             "regressions": len(self.regressions),
             "tables": [{
                 "name": t.name, "backend": t.backend, "time_column": t.time_column, "runs_a": t.runs_a,
-                "runs_b": t.runs_b,
+                "runs_b": t.runs_b, "clipped": t.clipped,
                 "rows": [{**attrs.asdict(r), "delta_ns": r.delta_ns, "delta_pct": r.delta_pct,
                           "share_delta_pct": r.share_delta_pct, "confidence_pct": r.confidence_pct} for r in t.rows],
             } for t in self.tables],
@@ -310,25 +325,34 @@ def _op_self_by_step(part: BackendResult) -> list[dict[str, int]]:
     but the step range itself was recorded (the one a last ``step()`` opens just before ``stop()``)
     are left out.
     """
+    return [{k: sum(v) for k, v in calls.items()} for calls in _op_self_calls(part, by_step=True)]
+
+
+def _op_self_calls(part: BackendResult, *, by_step: bool) -> list[dict[str, list[int]]]:
+    """The self time of each call per op/annotation name, calls in order of their start (ties by
+    track), from the spans: one dict for the whole part, or (``by_step``) one per recorded step as
+    :func:`_op_self_by_step` says."""
     steps = sorted((s for s in part.spans if s.category == "step"), key=lambda s: s.start_ns)
-    if len(steps) < 2:
+    if by_step and len(steps) < 2:
         return []
     starts = [s.start_ns for s in steps]
-    out: list[dict[str, int]] = [{} for _ in steps]
+    calls: list[tuple[int, int, int, str, int]] = []  # (step, start, track order, key, self ns)
     per_track: dict[str, list[Span]] = {}
     for s in part.spans:
         if s.category in _NESTED:
             per_track.setdefault(s.track, []).append(s)
-    for spans in per_track.values():
+    for order, spans in enumerate(per_track.values()):
         spans.sort(key=lambda s: (s.start_ns, -s.dur_ns))
         stack: list[list[Any]] = []  # [end_ns, span, child_ns]
 
         def close(item: list[Any]) -> None:
             span = item[1]
-            i = bisect.bisect_right(starts, span.start_ns) - 1
-            if i >= 0 and span.start_ns < steps[i].end_ns:
-                key = _norm_key(span.name)
-                out[i][key] = out[i].get(key, 0) + span.dur_ns - item[2]
+            if by_step:
+                i = bisect.bisect_right(starts, span.start_ns) - 1
+                if i >= 0 and span.start_ns < steps[i].end_ns:
+                    calls.append((i, span.start_ns, order, _norm_key(span.name), span.dur_ns - item[2]))
+            else:
+                calls.append((0, span.start_ns, order, _norm_key(span.name), span.dur_ns - item[2]))
             if stack:
                 stack[-1][2] += span.dur_ns
 
@@ -338,8 +362,12 @@ def _op_self_by_step(part: BackendResult) -> list[dict[str, int]]:
             stack.append([s.end_ns, s, 0])
         while stack:
             close(stack.pop())
+    calls.sort(key=lambda c: c[:3])
+    out: list[dict[str, list[int]]] = [{} for _ in (steps if by_step else [None])]
+    for i, _, _, key, self_ns in calls:
+        out[i].setdefault(key, []).append(self_ns)
     # A step holding nothing but itself (the one a last step() opens just before stop()) is no run.
-    return [o for o in out if len(o) > 1]
+    return [o for o in out if len(o) > 1] if by_step else out
 
 
 def _kernels_by_step(part: BackendResult) -> list[dict[str, int]]:
@@ -366,20 +394,26 @@ class _Side:
 
     def __init__(self) -> None:
         self.tables: dict[tuple[str, str], tuple[tuple[str, ...], str, list[dict[str, int]]]] = {}
+        #: per table, each run's self time of every call per key (None for a run without them)
+        self.calls: dict[tuple[str, str], list[dict[str, list[int]] | None]] = {}
         self.backends: set[str] = set()
         self.incomparable: set[tuple[str, str]] = set()
 
-    def add(self, backend: str, name: str, key: tuple[str, ...], time_col: str, samples: list[dict[str, int]]) -> None:
+    def add(self, backend: str, name: str, key: tuple[str, ...], time_col: str, samples: list[dict[str, int]],
+            calls: list[dict[str, list[int]]] | None = None) -> None:
         have = self.tables.get((backend, name))
+        per_call = list(calls) if calls is not None and len(calls) == len(samples) else [None] * len(samples)
         if have is None:
             self.tables[(backend, name)] = (key, time_col, list(samples))
+            self.calls[(backend, name)] = per_call
         elif (have[0], have[1]) == (key, time_col):
             have[2].extend(samples)
+            self.calls[(backend, name)].extend(per_call)
         else:
             self.incomparable.add((backend, name))
 
 
-def _collect(results: Sequence[ProfileResult], repeats: str) -> _Side:
+def _collect(results: Sequence[ProfileResult], repeats: str, want_calls: bool = True) -> _Side:
     side = _Side()
     for result in results:
         for part in result.parts:
@@ -393,19 +427,31 @@ def _collect(results: Sequence[ProfileResult], repeats: str) -> _Side:
                     side.incomparable.add((part.backend, table.name))
                     continue
                 samples: list[dict[str, int]] = []
+                calls: list[dict[str, list[int]]] | None = None
+                ops = table.name == "op_stats" and any(s.category == "cpu_op" for s in part.spans)
                 if repeats == "steps":
-                    if table.name == "op_stats" and any(s.category == "cpu_op" for s in part.spans):
-                        samples = _op_self_by_step(part)
+                    if ops:
+                        calls = _op_self_calls(part, by_step=True)
+                        samples = [{k: sum(v) for k, v in c.items()} for c in calls]
                     elif table.name == "kernel_stats":
                         samples = _kernels_by_step(part)
                 if not samples:
                     samples = [_table_times(table, key, time_col)]
-                side.add(part.backend, table.name, key, time_col, samples)
+                    if ops and want_calls and len(results) >= 2:  # one run a side: nothing to cap
+                        calls = _op_self_calls(part, by_step=False)
+                        # the calls stand for the table only where they add up to its rows
+                        if {k: sum(v) for k, v in calls[0].items()} != samples[0]:
+                            calls = None
+                side.add(part.backend, table.name, key, time_col, samples, calls)
     return side
 
 
 def _compare(a: list[dict[str, int]], b: list[dict[str, int]], threshold_pct: float, min_share_pct: float,
-             alpha: float) -> tuple[DiffRow, ...]:
+             alpha: float, judged: tuple[list[dict[str, int]], list[dict[str, int]]] | None = None
+             ) -> tuple[DiffRow, ...]:
+    """The rows: times, spreads and shares from the runs ``a`` and ``b``; whether a row changed and
+    regressed from ``judged`` (the same runs with capped calls, see :func:`_clip_calls`) when given."""
+    ja, jb = judged if judged is not None else (a, b)
     grow = 1.0 + threshold_pct / 100.0
     na, nb = len(a), len(b)
     tested = na >= 2 and nb >= 2
@@ -442,14 +488,41 @@ def _compare(a: list[dict[str, int]], b: list[dict[str, int]], threshold_pct: fl
         ma, mb = _median(xa), _median(xb)
         status = "vanished" if key not in in_b else "new" if key not in in_a else "changed"
         share = sb if status == "new" else max(sa, sb)
-        regressed, status, p = judge(xa, xb, share, status)  # type: ignore[misc]
+        regressed, status, p = judge([s.get(key, 0) for s in ja], [s.get(key, 0) for s in jb],  # type: ignore[misc]
+                                     share, status)
         rows.append(DiffRow(key, round(ma), round(mb), sa, sb, status, regressed, _sd(xa), _sd(xb), p))
     rows.sort(key=lambda r: (not r.regressed, -abs(r.delta_ns), r.key))
-    regressed, status, p = judge(ta_runs, tb_runs, 100.0, "changed")  # type: ignore[misc]
+    regressed, status, p = judge([sum(s.values()) for s in ja], [sum(s.values()) for s in jb],  # type: ignore[misc]
+                                 100.0, "changed")
     total = DiffRow(TOTAL_KEY, round(_median(ta_runs)), round(_median(tb_runs)), 100.0 if ta else 0.0,
                     100.0 if tb else 0.0, status,
                     regressed and ta > 0, _sd(ta_runs), _sd(tb_runs), p)
     return (total, *rows)
+
+
+def _clip_calls(sa: list[dict[str, int]], sb: list[dict[str, int]], ca: list[dict[str, list[int]] | None],
+                cb: list[dict[str, list[int]] | None], factor: float) -> tuple[list[dict[str, int]],
+                                                                          list[dict[str, int]], int]:
+    """Each run's time per key with every call's self time capped at ``factor`` times the median of
+    the same call (same key, same place among its calls) over the runs of both sides; keys whose
+    runs do not all make the same number of calls keep their plain sums. The caps depend on the
+    pooled runs only, not on which side a run is on, so the rank test stays exact. Returns the
+    two sides and the number of keys capped."""
+    runs = [c for c in (*ca, *cb) if c is not None]
+    if len(runs) < len(ca) + len(cb):
+        return sa, sb, 0
+    out = [dict(x) for x in (*sa, *sb)]
+    capped = 0
+    for key in set().union(*runs):
+        lists = [c.get(key) for c in runs]
+        n = len(lists[0]) if lists[0] is not None else -1
+        if n < 1 or any(v is None or len(v) != n for v in lists):
+            continue
+        capped += 1
+        caps = [factor * _median([v[k] for v in lists]) for k in range(n)]  # type: ignore[index]
+        for o, v in zip(out, lists):
+            o[key] = round(sum(min(x, cap) for x, cap in zip(v, caps)))  # type: ignore[arg-type]
+    return out[: len(sa)], out[len(sa):], capped
 
 
 def _as_list(x: ProfileResult | Sequence[ProfileResult], side: str) -> list[ProfileResult]:
@@ -464,7 +537,7 @@ def _as_list(x: ProfileResult | Sequence[ProfileResult], side: str) -> list[Prof
 
 def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence[ProfileResult], *,
          threshold_pct: float = 10.0, min_share_pct: float = 1.0, alpha: float = 0.01,
-         repeats: str = "runs") -> ResultDiff:
+         repeats: str = "runs", clip_calls: float | None = CLIP_CALLS) -> ResultDiff:
     """Compare ``b`` against the baseline ``a`` (see the module docs for what regressed means).
 
     Args:
@@ -475,6 +548,9 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
             ``p <= alpha`` (confidence ``>= 1 - alpha``).
         repeats: ``"runs"``: each result is one run; ``"steps"``: each recorded step of each result is
             one run for the op and kernel tables (a profile of N steps gives N runs).
+        clip_calls: with repeated runs and the op spans at hand (torch), each call's self time counts
+            at most this many times the median of the same call over the runs of both sides (time
+            a call lost to another process on its CPU does not move its run); None: plain sums.
 
     Parts are matched by backend name; within them, the sampled functions (flat profile by self
     time) and every derived table present in both with a name column and a time column.
@@ -486,7 +562,12 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
         raise InvalidArgumentError(f"'alpha' must be a number between 0 and 1, e.g. 0.01 (got {alpha!r})")
     if repeats not in ("runs", "steps"):
         raise InvalidArgumentError(f"'repeats' must be 'runs' or 'steps' (got {repeats!r})")
-    side_a, side_b = _collect(_as_list(a, "a"), repeats), _collect(_as_list(b, "b"), repeats)
+    if clip_calls is not None and (isinstance(clip_calls, bool) or not isinstance(clip_calls, (int, float))
+                                   or not clip_calls >= 1 or clip_calls == math.inf):
+        raise InvalidArgumentError(f"'clip_calls' must be a number >= 1, e.g. 1.1, or None for plain sums "
+                                   f"(got {clip_calls!r})")
+    want = clip_calls is not None
+    side_a, side_b = _collect(_as_list(a, "a"), repeats, want), _collect(_as_list(b, "b"), repeats, want)
     tables: list[TableDiff] = []
     skipped: list[str] = []
     notes: list[str] = []
@@ -504,8 +585,14 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
             skipped.append(f"{backend}/{name}: no common key and time columns (name, self_ns / total_ns)")
             continue
         sb = got[2]
-        tables.append(TableDiff(name, backend, time_col, _compare(sa, sb, threshold_pct, min_share_pct, alpha),
-                                len(sa), len(sb)))
+        capped, judged = 0, None
+        if clip_calls is not None and len(sa) >= 2 and len(sb) >= 2:
+            ja, jb, capped = _clip_calls(sa, sb, side_a.calls[(backend, name)], side_b.calls[(backend, name)],
+                                         float(clip_calls))
+            judged = (ja, jb) if capped else None
+        tables.append(TableDiff(name, backend, time_col,
+                                _compare(sa, sb, threshold_pct, min_share_pct, alpha, judged), len(sa), len(sb),
+                                capped))
         if len(sa) < 2 or len(sb) < 2:
             notes.append(f"{backend}/{name}: {len(sa)} vs {len(sb)} run(s): no run-to-run spread to test against, "
                          f"the threshold alone decides; give each side repeated runs (several results, or "
@@ -524,7 +611,7 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
     skipped += [f"backend {n}: only in A" for n in sorted(side_a.backends - side_b.backends)]
     skipped += [f"backend {n}: only in B" for n in sorted(side_b.backends - side_a.backends)]
     return ResultDiff(tuple(tables), float(threshold_pct), float(min_share_pct), tuple(skipped), float(alpha),
-                      repeats, tuple(notes))
+                      repeats, tuple(notes), None if clip_calls is None else float(clip_calls))
 
 
 _ns = format_ns  # deltas keep their sign
@@ -543,6 +630,8 @@ def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
         more = len(t.rows) - len(shown)
         runs = f", {t.runs_a} vs {t.runs_b} {'steps' if d.repeats == 'steps' else 'runs'}" if \
             t.runs_a > 1 or t.runs_b > 1 else ""
+        if t.clipped:
+            runs += f"; judged with each call at most {d.clip_calls:g}x its median over all runs"
         out.append(printable(f"{t.name} ({t.backend}, by {t.time_column}{runs})")
                    + (f": {more} more rows not shown" if more else ""))
         with_sd = t.runs_a > 1 or t.runs_b > 1

@@ -148,6 +148,10 @@ def _parser() -> _Parser:
                       help="an entry regressed when its time grew by more than this percent (default 10)")
     diff.add_argument("--min-share-pct", type=_nonneg_float, default=1.0,
                       help="judge only entries with at least this share of their table in A or B (default 1)")
+    diff.add_argument("--clip-calls", type=_nonneg_float, default=1.1, metavar="FACTOR",
+                      help="with repeated runs of torch profiles, each op call's self time counts at most FACTOR "
+                           "times the median of the same call over all runs (time lost to other processes does "
+                           "not move a run; default 1.1; 0: plain sums)")
     diff.add_argument("--fail-on-regression", action="store_true", help="exit 1 when something regressed")
     diff.add_argument("--max-rows", type=_nonneg_int, default=20, help="rows shown per table (default 20)")
     diff.add_argument("--format", choices=("text", "json"), default="text")

@@ -20,7 +20,7 @@ def diff(ns: argparse.Namespace) -> int:
     a_files, b_files = (ns.files[:1], ns.files[1:]) if ns.vs is None else (ns.files, ns.vs)
     a, b = [read_any(f) for f in a_files], [read_any(f) for f in b_files]
     d = diffmod.diff(a, b, threshold_pct=ns.threshold_pct, min_share_pct=ns.min_share_pct, alpha=ns.alpha,
-                     repeats=ns.repeats)
+                     repeats=ns.repeats, clip_calls=ns.clip_calls or None)
     if ns.format == "json":
         import json
 

@@ -7,6 +7,7 @@ in colour on a terminal, as plain text otherwise (piped output is never cut).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import textwrap
@@ -370,13 +371,28 @@ class TableReporter(Reporter):
         shown = table.rows[: self.options.max_rows]
         more = len(table.rows) - len(shown)
         out.line((table.title or table.name) + (f" (top {len(shown)} of {len(table.rows)})" if more else ""))
-        cells = [[_fmt_cell(c, val) for c, val in zip(table.columns, row)] for row in shown]
+        names = list(table.columns)
+        # A grouped op table's stack goes last, one frame a line under its row, innermost first (as
+        # torch's key_averages(group_by_stack_n=N).table() shows its "Source Location").
+        si = names.index("stack") if "stack" in names and table.name.startswith("op_stats") else None
+        order = [i for i in range(len(names)) if i != si] + ([si] if si is not None else [])
+        names = [names[i] for i in order]
+        shown = [tuple(row[i] for i in order) for row in shown]
+        cells: list[list[Any]] = []
+        for row in shown:
+            cells.append([_fmt_cell(c, val) for c, val in zip(names, row)])
+            if si is not None:
+                frames = _stack_frames(row[-1])
+                cells[-1][-1] = frames[0] if frames else ""
+                cells += [[""] * (len(names) - 1) + [f] for f in frames[1:]]
         numeric = [any(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in shown)
-                   for i in range(len(table.columns))]
+                   for i in range(len(names))]
         first_text = next((i for i, n in enumerate(numeric) if not n), None)
         cols = []
-        for i, c in enumerate(table.columns):
-            if numeric[i]:
+        for i, c in enumerate(names):
+            if si is not None and i == len(names) - 1:
+                cols.append(Column("stack (innermost first)", min_width=24))
+            elif numeric[i]:
                 # The first three number columns always stay; further ones may be left out (the
                 # right-most first) when even shortened names cannot make room.
                 rank = sum(numeric[:i])
@@ -458,6 +474,19 @@ class TableReporter(Reporter):
             out.line("Artifacts")
             out.table([Column("kind", kind="label"), Column("path", min_width=30), Column("description", min_width=20)],
                       [[a.kind, a.path, a.description] for a in part.artifacts])
+
+
+def _stack_frames(value: Any) -> list[str]:
+    """The frames of a grouped op table's ``stack`` cell (JSON, innermost first)."""
+    if value is None:
+        return []
+    try:
+        frames = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return [str(value)]
+    if not isinstance(frames, list):
+        return [str(value)]
+    return [str(f) for f in frames]
 
 
 # -- plain rows of the sections above -----------------------------------------------------------------

@@ -267,6 +267,14 @@ def test_group_by_stack_n_from_the_torch_backend_and_the_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Op statistics by stack (torch key_averages(group_by_stack_n=4))" in out
     assert "Op statistics (torch key_averages)" not in out
+    # as torch's table shows its Source Location: the stack last, one frame a line under its row
+    lines = out.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("name") and "stack (innermost first)" in ln)
+    at = lines[header].index("stack (innermost first)")
+    first = next(i for i, ln in enumerate(lines) if i > header and ln.startswith("aten::addmm "))
+    frames = json.loads(addmm[0]["stack"] if addmm[0]["self_ns"] >= addmm[1]["self_ns"] else addmm[1]["stack"])
+    assert [ln[at:].rstrip() for ln in lines[first:first + len(frames)]] == frames
+    assert all(not ln[:at].strip() for ln in lines[first + 1:first + len(frames)])
     assert main(["report", str(path), "-R", "table.group_by_stack_n=-1"]) != 0
     assert "group_by_stack_n" in capsys.readouterr().err
 
@@ -310,3 +318,142 @@ def test_group_by_stack_n_with_step_ranges_matches_torch(tmp_path):
     for key, e in theirs.items():
         assert ours[key]["calls"] == e.count, key
         assert abs(ours[key]["self_ns"] / 1000 - e.self_cpu_time_total) <= 2, key
+
+
+# -- group_by_stack_n against the program itself and the raw trace (no torch key_averages) -----------
+def _site_a(m):
+    for _ in range(3):
+        torch.mm(m, m)
+
+
+def _site_b(m):
+    for _ in range(5):
+        torch.mm(m, m)
+    torch.add(m, m)
+    torch.add(m, m)
+
+
+def _site_c(m):
+    _site_a(m)
+
+
+def _sites(m):
+    _site_a(m)
+    _site_b(m)
+    _site_c(m)
+
+
+def _frame(fn) -> str:
+    """The tail of torch's frame label for ``fn``: ``<file>(<first line>): <name>``."""
+    import os
+
+    return f"{os.path.basename(fn.__code__.co_filename)}({fn.__code__.co_firstlineno}): {fn.__name__}"
+
+
+def _raw_groups(path, n):
+    """The expected grouping computed straight from the Kineto JSON, independently of the reader: for
+    each ``cpu_op`` event, the ``python_function`` events on its thread that hold it whole, innermost
+    first (its Python stack); total time its duration, self time its duration minus its direct
+    children's (``cpu_op`` and ``python_function`` events it holds whole, not inside another child)."""
+    events = [e for e in json.loads(path.read_text())["traceEvents"]
+              if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "python_function")]
+
+    def ns(e):
+        return round(float(e["ts"]) * 1000), round((float(e["ts"]) + float(e["dur"])) * 1000)
+
+    def holds(outer, inner):
+        (s0, e0), (s1, e1) = ns(outer), ns(inner)
+        return outer is not inner and outer["tid"] == inner["tid"] and s0 <= s1 and e1 <= e0 and \
+            (s0, -e0) < (s1, -e1)
+
+    groups: dict = {}
+    for op in (e for e in events if e["cat"] == "cpu_op"):
+        outer = sorted((p for p in events if p["cat"] == "python_function" and holds(p, op)),
+                       key=lambda p: ns(p)[0])
+        stack = [p["name"] for p in reversed(outer)][:n]
+        inside = [c for c in events if holds(op, c)]
+        direct = [c for c in inside if not any(holds(o, c) for o in inside)]
+        s, e = ns(op)
+        g = groups.setdefault((op["name"], json.dumps(stack)), {"calls": 0, "total_ns": 0, "self_ns": 0})
+        g["calls"] += 1
+        g["total_ns"] += e - s
+        g["self_ns"] += e - s - sum(ns(c)[1] - ns(c)[0] for c in direct)
+    return groups
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_group_by_stack_n_against_the_program_and_the_raw_trace(tmp_path, n):
+    """Ops called from known Python functions a known number of times, recorded by plain
+    torch.profiler with with_stack=True (torch 2.x's default trace: no ``Call stack`` args, and torch's
+    own key_averages(group_by_stack_n) gives every op an empty stack then). Calls per (op, call site)
+    are what the program does; self and total CPU time per group are recomputed from the raw JSON."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from omniprof.formats.kineto import op_table, read_trace
+
+    m = torch.randn(48, 48)
+    _sites(m)  # warm up
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as p:
+        for _ in range(2):
+            _sites(m)
+    trace = tmp_path / "sites.pt.trace.json"
+    p.export_chrome_trace(str(trace))
+    table = op_table(read_trace(trace).parts[0], group_by_stack_n=n)
+    got = {}
+    for r in table.records():
+        if r["name"] in ("aten::mm", "aten::add"):
+            stack = json.loads(r["stack"])
+            assert len(stack) == n and stack[0].startswith(f"<built-in method {r['name'][6:]} of ")
+            got[(r["name"], *(next((f.__name__ for f in (_site_a, _site_b, _site_c, _sites)
+                                    if frame.endswith(_frame(f))), frame) for frame in stack[1:]))] = r
+    # what the program does: 2 rounds of _sites(); _site_a runs 3 mm, from _sites and from _site_c
+    expected = ({("aten::mm", "_site_a"): 12, ("aten::mm", "_site_b"): 10, ("aten::add", "_site_b"): 4} if n == 2 else
+                {("aten::mm", "_site_a", "_sites"): 6, ("aten::mm", "_site_a", "_site_c"): 6,
+                 ("aten::mm", "_site_b", "_sites"): 10, ("aten::add", "_site_b", "_sites"): 4})
+    assert {k: r["calls"] for k, r in got.items()} == expected
+    raw = _raw_groups(trace, n)
+    for r in table.records():
+        ref = raw.get((r["name"], r["stack"]))
+        if r["name"].startswith("aten::") and ref is not None:
+            assert r["calls"] == ref["calls"], r
+            assert abs(r["total_ns"] - ref["total_ns"]) <= r["calls"], r   # 1 ns rounding per call
+            assert abs(r["self_ns"] - ref["self_ns"]) <= 2 * r["calls"], r
+    # every op group of the raw trace is a row, and no row is missing from it
+    ops = {(r["name"], r["stack"]) for r in table.records() if (r["name"], r["stack"]) in raw}
+    assert ops == set(raw)
+
+
+def test_group_by_stack_n_of_the_call_sites_matches_torch_with_verbose(tmp_path):
+    """The same call-site program with ``_ExperimentalConfig(verbose=True)``, under which torch's own
+    key_averages(group_by_stack_n=3) has stacks: its groups of aten::mm / aten::add, their calls and
+    self/total CPU time equal ours, from the trace torch wrote (with ``Call stack``) and from the same
+    trace without them (stacks rebuilt from the Python function events); the calls are the program's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from omniprof.formats.kineto import op_table, read_trace
+
+    m = torch.randn(48, 48)
+    _sites(m)
+    config = torch._C._profiler._ExperimentalConfig(verbose=True)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, experimental_config=config) as p:
+        _sites(m)
+    written = tmp_path / "verbose.pt.trace.json"
+    p.export_chrome_trace(str(written))
+    data = json.loads(written.read_text())
+    for e in data["traceEvents"]:
+        (e.get("args") or {}).pop("Call stack", None)
+    rebuilt = tmp_path / "rebuilt.pt.trace.json"
+    rebuilt.write_text(json.dumps(data))
+    theirs = {(e.key, json.dumps(e.stack[:3])): e for e in p.key_averages(group_by_stack_n=3)
+              if e.key in ("aten::mm", "aten::add")}
+    sites = {k: e.count for k, e in theirs.items()}
+    assert sorted(sites.values()) == [2, 3, 3, 5]  # add x2 and mm x5 in _site_b, mm x3 from each caller of _site_a
+    assert all(_frame(_site_a) in k[1] or _frame(_site_b) in k[1] for k in sites)
+    for path in (written, rebuilt):
+        ours = {(r["name"], r["stack"]): r for r in op_table(read_trace(path).parts[0], group_by_stack_n=3).records()
+                if r["name"] in ("aten::mm", "aten::add")}
+        assert set(ours) == set(theirs)
+        for key, e in theirs.items():
+            assert ours[key]["calls"] == e.count, key
+            assert abs(ours[key]["total_ns"] / 1000 - e.cpu_time_total) <= 2, key
+            assert abs(ours[key]["self_ns"] / 1000 - e.self_cpu_time_total) <= 2, key

@@ -151,3 +151,77 @@ def test_repeated_runs_need_significance_and_say_when_alpha_is_out_of_reach():
 def test_bad_alpha_is_refused(bad):
     with pytest.raises(InvalidArgumentError, match="alpha"):
         diff(make_result(), make_result(), alpha=bad)
+
+
+# -- calls capped at a multiple of their median over all runs ---------------------------------------
+def _torch_run(mm_us, preempted=(), add_us=(50, 50)):
+    """A torch-like part: ``aten::mm`` calls of ``mm_us`` microseconds then two ``aten::add`` calls,
+    back to back on one thread, the op table built from them; ``preempted``: (call index, extra ms)
+    pairs, time the scheduler gave another process in the middle of that mm call."""
+    from omniprof.formats.kineto import op_stats_table
+
+    extra = dict(preempted)
+    spans, t = [], 0
+    for i, us in enumerate(mm_us):
+        dur = round(us * 1000) + round(extra.get(i, 0) * 1_000_000)
+        spans.append(Span("aten::mm", "thread:1", t, dur, "cpu_op"))
+        t += dur + 1000
+    for us in add_us:
+        spans.append(Span("aten::add", "thread:1", t, us * 1000, "cpu_op"))
+        t += us * 1000 + 1000
+    return ProfileResult(parts=(BackendResult(backend="torch", spans=tuple(spans),
+                                              tables=(op_stats_table(spans),)),))
+
+
+def _five(scale, preempted):
+    return [_torch_run([(400 + i) * scale, (380 + i) * scale, (360 + i) * scale], preempted.get(i, ()))
+            for i in range(5)]
+
+
+def test_a_call_lost_to_another_process_does_not_hide_a_slower_op():
+    """mm 20% slower in every call of B, but two of A's five runs had one call stretched by 8 ms (the
+    scheduler ran another process): with plain sums those runs outrank B's and the rank test cannot
+    tell (p > alpha); with each call capped at 1.1x the median of the same call over all ten runs the
+    separation is complete (p = 1/252) and mm alone (with the table's total) regresses."""
+    base = _five(1.0, {1: [(0, 8)], 3: [(2, 8)]})
+    slow = _five(1.2, {2: [(1, 8)]})
+    plain = diff(base, slow, clip_calls=None)
+    plain_mm = next(r for t in plain.tables for r in t.rows if r.key == "aten::mm")
+    assert plain_mm.p_value > 0.01 and not plain_mm.regressed
+    capped = diff(base, slow)
+    table = next(t for t in capped.tables if t.name == "op_stats")
+    assert table.clipped == 2 and "judged with each call at most 1.1x its median over all runs" in format_diff(capped)
+    assert {r.key for _, r in capped.regressions} == {"aten::mm", TOTAL_KEY}
+    mm = next(r for r in table.rows if r.key == "aten::mm")
+    # By hand: the call at place 0 over the ten runs sorts 400, 402, 403, 404, 480, 481.2, ... us, so
+    # its median is 480.6 us and the cap 528.66 us; A's run 1 counts 528.66 + 381 + 361 = 1270.66 us.
+    # Place 2: median (432 + 433.2) / 2 = 432.6 us, cap 475.86; A's run 3: 403 + 383 + 475.86 = 1261.86.
+    # Place 1: 380, ..., 384, 456, 457.2, 459.6, 460.8, 8458.4: median 420, cap 462, so B's run 2
+    # counts 482.4 + 462 + 434.4 = 1378.8 us. A's runs 1140, 1270.66, 1146, 1261.86, 1152 all lie
+    # under B's 1368, 1371.6, 1378.8, 1378.8, 1382.4: complete separation, p = 1/252.
+    assert mm.p_value == 1 / 252 and mm.regressed
+    # The times shown stay the medians of the runs as recorded (plain sums), capped or not.
+    assert (mm.a_ns, mm.b_ns) == (plain_mm.a_ns, plain_mm.b_ns) == (1_152_000, 1_378_800)
+    # identical setups, one of them hit by the same kind of stall: nothing regresses, capped or not
+    again = _five(1.0, {0: [(1, 8)]})
+    for clip in (None, 1.1):
+        assert diff(base, again, clip_calls=clip).regressions == []
+
+
+def test_calls_are_not_capped_where_runs_differ_or_with_one_run_a_side():
+    """Runs whose numbers of calls differ keep their plain sums; so does a single run per side."""
+    a = _five(1.0, {})
+    b = [_torch_run([400 * 1.2, 380 * 1.2]) for _ in range(5)]  # 2 mm calls instead of 3
+    d = diff(a, b)
+    table = next(t for t in d.tables if t.name == "op_stats")
+    assert table.clipped == 1  # aten::add only
+    mm = next(r for r in table.rows if r.key == "aten::mm")
+    assert mm.a_ns == (402 + 382 + 362) * 1000 and mm.b_ns == round((400 + 380) * 1.2 * 1000)
+    one = diff(a[0], b[0])
+    assert next(t for t in one.tables if t.name == "op_stats").clipped == 0
+
+
+@pytest.mark.parametrize("bad", [0.5, -1, True, float("nan"), float("inf"), "1.1"])
+def test_bad_clip_calls_is_refused(bad):
+    with pytest.raises(InvalidArgumentError, match="clip_calls"):
+        diff(make_result(), make_result(), clip_calls=bad)

@@ -165,5 +165,10 @@ def test_cli_repeated_runs_gate(tmp_path, capsys):
     assert main(["diff", *paths["base"], "--vs", *paths["slow"], "--fail-on-regression"]) == 1
     out = capsys.readouterr().out
     assert any(line.startswith("!") and line.rstrip().endswith("inner") for line in out.splitlines())
+    # the saved runs keep their op spans: calls are capped by default, plain sums with --clip-calls 0
+    assert "judged with each call at most 1.1x its median over all runs" in out
+    assert main(["diff", *paths["base"], "--vs", *paths["slow"], "--clip-calls", "0", "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["clip_calls"] is None and all(t["clipped"] == 0 for t in got["tables"])
     assert main(["diff", *paths["base"][:3]]) == 2
     assert "--vs" in capsys.readouterr().err
