@@ -74,6 +74,7 @@ _LAZY = {
     "disable_peek": ("omniprof.backends.cpu.api", "disable_peek"),
     "set_peek_duration": ("omniprof.backends.cpu.api", "set_peek_duration"),
     "load_ipython_extension": ("omniprof.notebook", "load_ipython_extension"),  # %load_ext omniprof
+    "view": ("omniprof.viewers", "view"),
 }
 
 
@@ -116,5 +117,5 @@ __all__ = [
     "OutputError",
     "OmniprofWarning", "DataLossWarning",
     "time", "timed", "profile", "start_server", "stop_server",
-    "sampler", "enable_peek", "disable_peek", "set_peek_duration", "cpu", "memory", "jax",
+    "sampler", "enable_peek", "disable_peek", "set_peek_duration", "cpu", "memory", "jax", "view",
 ]

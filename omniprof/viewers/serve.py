@@ -122,6 +122,9 @@ class TraceFileServer:
         return perfetto_link(self.port, self.path.name, self.host)
 
     def start(self) -> TraceFileServer:
+        """Bind and serve in a background thread; returns self (already serving: nothing more)."""
+        if self._httpd is not None:
+            return self
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):

@@ -125,7 +125,9 @@ class XProfServer:
                 wrapper.__defaults__ = defaults  # type: ignore[union-attr]
 
     def start(self) -> XProfServer:
-        """Bind and serve in a background thread; returns self."""
+        """Bind and serve in a background thread; returns self (already serving: nothing more)."""
+        if self._server is not None:
+            return self
         from cheroot import wsgi
 
         app = self._app()
