@@ -453,3 +453,29 @@ def test_julia_parity_init_fetch_print():
     rows_all = {(r.frame.name, r.frame.line): r.count
                 for r in api.report_groups(api.retrieve(record_offsets=False), format="flat")[0].flat}
     assert rows_raw == rows_all
+
+
+@pytest.mark.parametrize("engine", ["native", "signal", "thread"])
+def test_checkpoint_thread_and_stop_path_not_in_the_profile(engine, tmp_path):
+    """With a logdir the Profiler runs a checkpoint thread (``omniprof-checkpoint``) and its stop
+    path calls the standard library (signal.getsignal, Event.set, Thread.join): none of it is the
+    program's. Short sessions (where the first checkpoint and the stop are a large share) keep only
+    the main thread's samples, and no sampled stack passes through omniprof's files. The reference:
+    the threads that were alive during the session, named by threading itself."""
+    pkg = os.path.dirname(omniprof.__file__) + os.sep
+    for i in range(5):
+        seen: dict[int, str] = {}
+        with omniprof.Profiler(backend="cpu", logdir=tmp_path / str(i),
+                               backend_options={"cpu": {"engine": engine}}) as prof:
+            spin(0.06)
+            seen.update({t.ident: t.name for t in threading.enumerate() if t.ident})
+        part = prof.result.part("cpu")
+        assert any(name == "omniprof-checkpoint" for name in seen.values()), seen  # the thread did run
+        sampled = {s.thread_id for s in part.samples}
+        assert threading.main_thread().ident in sampled
+        assert not [t for t in sampled if seen.get(t, "").startswith("omniprof-")], {t: seen.get(t) for t in sampled}
+        assert not [t.name for t in part.threads if not t.name.isprintable() or t.name.startswith("thread ")], \
+            part.threads  # a thread sampled but never named (omniprof's own are left unnamed)
+        frames = {part.frames[f] for s in part.samples for f in part.stacks[s.stack_id]}
+        assert not [f for f in frames if f.file and f.file.startswith(pkg)], sorted(
+            f"{f.name} {f.file}" for f in frames if f.file and f.file.startswith(pkg))

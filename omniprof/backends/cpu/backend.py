@@ -232,17 +232,39 @@ class _ThreadTrigger:
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
-def _drop_own(frames: Any, stacks: Any, samples: Any) -> tuple[Any, int, int]:
+_PROFILER_FILE = os.path.join(_PKG_DIR, "core", "profiler.py")
+# The Profiler's own start and stop paths: whatever they call (the standard library's signal,
+# threading, json) is omniprof's time, not the program's.
+_LIFECYCLE = frozenset({"Profiler.start", "Profiler.stop", "Profiler.step", "Profiler.__enter__",
+                        "Profiler.__exit__"})
+
+
+def _own_threads() -> set[int]:
+    """omniprof's helper threads alive now (``omniprof-*``: the Profiler's checkpoint thread, the
+    peek thread, a drain thread)."""
+    return {t.ident for t in threading.enumerate() if t.ident is not None and t.name.startswith("omniprof-")}
+
+
+def _drop_own(frames: Any, stacks: Any, samples: Any, own_threads: set[int] = frozenset()  # type: ignore[assignment]
+              ) -> tuple[Any, int, int]:
     """Samples whose leaf is omniprof's own code (the signal handler and its re-arming, starting and
-    stopping the profiler, the gc callback) are not the program's: dropped, counted apart."""
+    stopping the profiler, the gc callback), that were taken inside the Profiler's start, stop or
+    step (the leaf may be the standard library they call: ``signal.getsignal``, ``Event.set``), or
+    on one of omniprof's own threads (``own_threads``: the signal and thread engines sample every
+    thread) are not the program's: dropped, counted apart."""
     own_frames = {i for i, f in enumerate(frames) if f.file and f.file.startswith(_PKG_DIR)}
-    if not own_frames:
+    if not own_frames and not own_threads:
         return samples, 0, 0
-    own_stacks = {k for k, st in enumerate(stacks) if st and st[-1] in own_frames}
-    if not own_stacks:
+    lifecycle = {i for i in own_frames if frames[i].file == _PROFILER_FILE and frames[i].name in _LIFECYCLE}
+    own_stacks = {k for k, st in enumerate(stacks)
+                  if st and (st[-1] in own_frames or (lifecycle and not lifecycle.isdisjoint(st)))}
+    if not own_stacks and not own_threads:
         return samples, 0, 0
-    kept = tuple(x for x in samples if x.stack_id not in own_stacks)
-    own_ns = sum(x.weight_ns for x in samples if x.stack_id in own_stacks)
+    kept = tuple(x for x in samples if x.stack_id not in own_stacks and x.thread_id not in own_threads)
+    if len(kept) == len(samples):
+        return samples, 0, 0
+    kept_ids = {id(x) for x in kept}
+    own_ns = sum(x.weight_ns for x in samples if id(x) not in kept_ids)
     return kept, len(samples) - len(kept), own_ns
 
 
@@ -491,7 +513,7 @@ class CpuSamplerBackend(Backend):
             dropped = s.dropped - dropped0
             frames, stacks, samples, loss = s.export(self._start_idx, dropped=dropped,
                                                      offsets=self.options.record_offsets)
-            samples, own_n, own_ns = _drop_own(frames, stacks, samples)
+            samples, own_n, own_ns = _drop_own(frames, stacks, samples, _own_threads())
             losses.extend(loss)
             self._threads.update({k: t for k, t in s.threads.items() if k in {x.thread_id for x in samples}})
             ticks = s.ticks - ticks0 if pyspy_lines is None else pyspy_ticks
