@@ -390,7 +390,7 @@ def test_peek_on_sigusr1_prints_stacks_then_profile():
     assert "main_loop" in err.split("omniprof peek: profile of")[0]  # the stack dump
     report = err.split("omniprof peek: profile of", 1)[1]
     assert "Thread" in report and "(bg-worker)" in report and "background_worker" in report
-    assert "Self time ╎" in report
+    assert "Overhead ╎ [+additional indent] Count Time %" in report
 
 
 @pytest.mark.timing
