@@ -41,7 +41,7 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.backends.cpu import api
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
-from omniprof.backends.cpu.stacks import python_stacks
+from omniprof.backends.cpu.stacks import WALK_MAX_DEPTH, python_stacks, walks_truncated
 from omniprof.core import validators as v
 from omniprof.core.clock import perf_counter_offset_ns
 from omniprof.core.forks import OwnedHandler, on_fork_child
@@ -400,6 +400,7 @@ class CpuSamplerBackend(Backend):
         if self.sampler is not None:
             s = self.sampler
             self._base = (s.ticks, s.self_time_ns, s.dropped)
+            self._walks_cut0 = walks_truncated()
             if self.engine == "signal":
                 source = python_stacks(main_frame=lambda: self._frame_box[0])
                 self._start_idx = s.begin(source, self.clock)
@@ -546,6 +547,12 @@ class CpuSamplerBackend(Backend):
                 if st.get("dropped"):
                     losses.append(Loss(source="cpu", kind="samples_dropped", count=int(st["dropped"]),
                                        unit="samples", detail="native engine's pending buffer full"))
+                if st.get("truncated"):
+                    from omniprof.backends.cpu.native import MAX_DEPTH
+
+                    losses.append(Loss(source="cpu", kind="stack_truncated", count=int(st["truncated"]),
+                                       unit="samples", detail=f"stacks deeper than {MAX_DEPTH} frames: the innermost "
+                                                              f"{MAX_DEPTH} kept, the frames below them left out"))
             if pyspy_lines is not None:
                 summary["sampler_time_note"] = ("py-spy runs in its own process; its CPU time is not charged here, "
                                                 "but it pauses this process briefly at each sample")
@@ -558,6 +565,15 @@ class CpuSamplerBackend(Backend):
             warnings.warn(f"backend 'cpu': the program installed its own SIGALRM handler while profiling, so the "
                           f"signal engine stopped sampling (about {missing} samples missing); profile it with "
                           f"-O cpu.engine=thread", DataLossWarning, stacklevel=3)
+        cut = walks_truncated() - getattr(self, "_walks_cut0", 0) if self.engine in ("signal", "thread") else 0
+        if cut > 0:
+            losses.append(Loss(source="cpu", kind="stack_truncated", count=cut, unit="samples",
+                               detail=f"stacks deeper than {WALK_MAX_DEPTH} frames: the innermost {WALK_MAX_DEPTH} "
+                                      f"kept, the frames below them left out"))
+        for loss in losses:
+            if loss.kind == "stack_truncated":
+                warnings.warn(f"omniprof cpu: {loss.count} sample(s) of a stack deeper than the sampler reads: "
+                              f"{loss.detail}", DataLossWarning, stacklevel=3)
         if self._annotations_dropped:
             losses.append(Loss(source="cpu", kind="annotations_dropped", count=self._annotations_dropped, unit="spans",
                                detail=f"more than max_samples={self.options.max_samples} annotation spans in this "
