@@ -1,4 +1,4 @@
-"""Progress on long work (large trace reads, heap-snapshot assembly, file reports such as the XProf
+"""Progress on long work (large trace reads in ``report`` and ``diff``, heap-snapshot assembly, file reports such as the XProf
 conversion, XProf's start, ``collect`` waits): a rich spinner or bar on a terminal, nothing when
 the stream is piped, under CI, or with ``OMNIPROF_NO_PROGRESS`` set.
 

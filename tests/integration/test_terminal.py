@@ -222,6 +222,29 @@ def test_trace_read_and_xprof_conversion_show_a_spinner_on_a_terminal_only(tmp_p
     assert proc.returncode == 0 and proc.stderr == "omniprof: tensorboard report written to logs2\n", proc.stderr
 
 
+def test_diff_shows_a_bar_over_its_inputs_on_a_terminal_only(tmp_path):
+    """`omniprof diff big.json big2.json` (two 100,000-span results): a bar over the two inputs
+    while they are read, gone before the diff is printed; nothing of it on a pipe, where the
+    output is the same diff."""
+    from omniprof.core.results import BackendResult, ProfileResult, RunMetadata, Span, Track
+
+    for name, scale in (("big.json", 900), ("big2.json", 950)):
+        spans = tuple(Span(f"op{i % 50}", "t0", i * 1000, scale) for i in range(100_000))
+        ProfileResult(metadata=RunMetadata(host="h"),
+                      parts=(BackendResult("torch", tracks=(Track("t0", "main", "thread"),), spans=spans),)
+                      ).save(tmp_path / name)
+    exe = shlex.quote(sys.executable)
+    seen, final = _watch(f"{exe} -c {shlex.quote(NO_DELAY)} diff big.json big2.json --min-share-pct 0 2>&1",
+                         tmp_path, height=80)
+    bars = [ln for s in seen for ln in s.splitlines() if re.match(r"^\S reading 2 inputs\b", ln)]
+    assert bars, seen
+    assert any(re.search(r"\s(0|50)%\s", ln) for ln in bars), bars
+    assert "reading 2 inputs" not in final and "rc=0" in final, final
+    proc = _piped(["diff", "big.json", "big2.json", "--min-share-pct", "0"], tmp_path)
+    assert proc.returncode == 0 and "reading" not in proc.stderr and "\x1b" not in proc.stdout + proc.stderr
+    assert proc.stdout.startswith("== omniprof diff: 0 regression(s)"), proc.stdout
+
+
 def test_xprof_start_shows_a_spinner_until_it_serves(tmp_path):
     """`omniprof view LOGDIR`: a spinner while XProf is imported and started, replaced by the line
     that says where it serves."""
