@@ -363,7 +363,8 @@ def _flat_lines(rows: Sequence[FlatRow], cols: int, offsets: bool, counts: bool 
         fr = r.frame
         file = _short_path(fr.file) if fr.file else (fr.module or "")
         line = str(fr.line) + (f"@{fr.offset}" if offsets and fr.offset is not None else "") if fr.line or fr.file else "?"
-        head = ([str(r.count), str(r.self_count), _fmt_ns(r.total_ns), pct(r.total_ns), _fmt_ns(r.self_ns)] if counts else
+        head = ([str(r.count), str(r.self_count), _fmt_ns(r.total_ns), pct(r.total_ns), _fmt_ns(r.self_ns)]
+                if counts else
                 [_fmt_ns(r.total_ns), pct(r.total_ns), _fmt_ns(r.self_ns), pct(r.self_ns)])
         cells.append([*head, file, line, fr.name])
     return render_table(columns, cells, width=cols).splitlines()

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from omniprof.cli import _common as c
 from omniprof.cli.config import config_layers, config_path
@@ -91,8 +92,7 @@ def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module
     return exit_code or status
 
 
-
-def _keep_result(outcome: object, outdir: str | None) -> None:
+def _keep_result(outcome: Any, outdir: str | None) -> None:
     """Say where the results of a run whose reports were interrupted are: the session directory
     (``--logdir``), or else ``omniprof.result.json`` saved now in the output directory (the working
     directory without one), under a free name; a further Ctrl-C waits for that one write."""
@@ -100,14 +100,14 @@ def _keep_result(outcome: object, outdir: str | None) -> None:
     from omniprof.core.forks import deferred_signals
     from omniprof.core.profiler import RESULT_FILENAME
 
-    session = getattr(outcome, "session_dir", None)
+    session = outcome.session_dir
     if session is not None and (Path(session) / RESULT_FILENAME).is_file():
         print(f"omniprof: interrupted while writing the reports; the result is saved in {session}",
               file=sys.stderr)
         return
     kept = []
     with deferred_signals():
-        for result in getattr(outcome, "results", ()):
+        for result in outcome.results:
             try:
                 Path(outdir or ".").mkdir(parents=True, exist_ok=True)
                 kept.append(atomic_write_bytes(Path(outdir or ".") / RESULT_FILENAME, result.to_json().encode("utf-8"),

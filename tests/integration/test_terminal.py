@@ -309,7 +309,8 @@ def test_collect_shows_a_spinner_while_it_waits_on_a_terminal_only(tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert "\x1b" not in proc.stderr and "capturing from" not in proc.stderr.replace(
             f"capturing 1.5 s from 127.0.0.1:{port}", ""), proc.stderr
-        assert proc.stderr.startswith("omniprof: capturing 1.5 s from") and "omniprof: captured 1 host(s)" in proc.stderr
+        assert proc.stderr.startswith("omniprof: capturing 1.5 s from")
+        assert "omniprof: captured 1 host(s)" in proc.stderr
     finally:
         server.kill()
         server.wait(10)
