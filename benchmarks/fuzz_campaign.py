@@ -18,6 +18,8 @@ every reporter; each output is then read back by an independent reader:
     collapsed   every line "frame;frame count" with a non-negative integer count
     table       text with no raw control characters
     tensorboard the .xplane.pb written reads back with read_any
+    html        the standard library's HTML parser: strict UTF-8, only the report's two scripts,
+                the flame-graph data block strict JSON
 
 Cases run in a worker process; the parent counts a **hang** when a case takes longer than the
 timeout and a **crash** when the worker dies (signal, segfault), then starts a new worker.
@@ -49,12 +51,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-REPORTERS = ("table", "json", "chrome", "perfetto", "speedscope", "pprof", "collapsed", "tensorboard")
+REPORTERS = ("table", "json", "chrome", "perfetto", "speedscope", "pprof", "collapsed", "tensorboard", "html")
 HOSTILE_VALUES = [
     "9" * 5000, 2**64, 2**63, -(2**63) - 1, -1, 0, float("nan"), float("inf"), "NaN", "Infinity", True, None,
     "\ud800", "caf\udce9.py", "\x1b[2J\x1b]0;title\x07", "a\nb", "", [], {}, [1, 2], {"k": 1}, "x" * 10000,
 ]
-RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0/C1 control characters and bidi overrides (what test_terminal.py forbids on a terminal too).
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 # -- seeds --------------------------------------------------------------------------------------
@@ -195,6 +198,8 @@ def check_output(name: str, path: Path, result, schema) -> str | None:
         elif name == "table":
             if RAW_CONTROL.search(path.read_text(encoding="utf-8")):
                 return "raw control character in the table"
+        elif name == "html":
+            return _check_html(path, result)
         elif name == "tensorboard":
             from omniprof.core.readers import read_any
 
@@ -203,6 +208,49 @@ def check_output(name: str, path: Path, result, schema) -> str | None:
                 read_any(f)
     except Exception as e:  # noqa: BLE001 - the reader's verdict
         return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+    return None
+
+
+def _check_html(path: Path, result) -> str | None:
+    """The HTML report parsed by the standard library's HTML parser: strict UTF-8, exactly the
+    report's own two scripts when the result has samples (none otherwise: a name cannot open or
+    close a script), and its flame-graph data strict JSON."""
+    from html.parser import HTMLParser
+
+    class Scan(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.scripts: list[dict] = []
+            self.in_script: dict | None = None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "script":
+                self.in_script = {"attrs": dict(attrs), "text": ""}
+                self.scripts.append(self.in_script)
+
+        def handle_endtag(self, tag):
+            if tag == "script":
+                self.in_script = None
+
+        def handle_data(self, data):
+            if self.in_script is not None:
+                self.in_script["text"] += data
+
+    text = path.read_bytes().decode("utf-8")
+    scan = Scan()
+    scan.feed(text)
+    scan.close()
+    flame = any(part.samples for part in result.parts)
+    if len(scan.scripts) != (2 if flame else 0):  # a result without samples has no flame graph
+        return f"{len(scan.scripts)} <script> elements, not the report's {2 if flame else 0}"
+    if not flame:
+        return None
+    data = [x for x in scan.scripts if x["attrs"].get("id") == "fg-data"]
+    if len(data) != 1 or data[0]["attrs"].get("type") != "application/json":
+        return "no flame-graph data block"
+    doc = _strict_json(data[0]["text"].encode("utf-8"))
+    if not isinstance(doc, dict) or "c" not in doc:
+        return "flame-graph data is not a tree"
     return None
 
 

@@ -9,8 +9,8 @@ The rows come from the one call tree (:mod:`omniprof.analysis.calltree`); this m
 options and text layout. Every row carries the weighted time (``total_ns``/``self_ns``: a sample's
 weight is the time since its thread's previous sample, which also covers coalesced ticks) and the
 counts (samples, Julia's "Count"; ``overhead`` is the self count, samples whose leaf is this frame).
-The text shows time and its percentage of the group's sampled time; ``counts=True`` shows Julia's
-sample counts instead.
+The text shows Julia's columns (``Count``; ``Overhead`` in the tree's gutter) with the time and its
+percentage of the group's sampled time beside them; ``counts=False`` shows time and % alone.
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ class PrintOptions:
         recur: ``"off"``, ``"flat"`` (fold recursion: a Python frame already on the path is re-entered
             instead of nested again; native frames are left as they are) or ``"flatc"`` (the same, native
             (C) frames folded too), as Julia's ``:off``/``:flat``/``:flatc``.
-        counts: show sample counts (Julia's ``Count`` and ``Overhead`` columns) instead of time and %.
+        counts: show Julia's sample counts (``Count``, and ``Overhead`` in the tree's gutter), with
+            the time and % beside them (default, what ``Profile.print`` shows plus the time);
+            ``False``: time and % only (``Self time`` in the gutter).
         threads, tasks: keep only these thread / task ids (None: all).
         cols: line width (None: the terminal's, or 120 when not a terminal).
     """
@@ -96,7 +98,7 @@ class PrintOptions:
     threads: tuple[int, ...] | None = attrs.field(default=None, converter=_int_tuple, validator=_check_ids)
     tasks: tuple[int, ...] | None = attrs.field(default=None, converter=_int_tuple, validator=_check_ids)
     cols: int | None = attrs.field(default=None, validator=v.int_in_range(20, optional=True))
-    counts: bool = attrs.field(default=False, validator=v.is_bool)
+    counts: bool = attrs.field(default=True, validator=v.is_bool)
 
 
 @attrs.frozen
@@ -214,16 +216,19 @@ def _indent(depth: int) -> str:
     return "".join("╎" if i % 4 == 3 else " " for i in range(depth))
 
 
-def _tree_cells(row: TreeRow, counts: bool, group_ns: int) -> tuple[str, str]:
-    """The self column and the value column of a tree row: counts (Julia's) or time and %."""
-    if counts:
-        return (str(row.self_count) if row.self_count else ""), str(row.count)
+def _tree_cells(row: TreeRow, counts: bool, group_ns: int, count_w: int = 0, time_w: int = 0) -> tuple[str, str]:
+    """The gutter and the value column of a tree row: Julia's ``Overhead`` and ``Count`` with the
+    time and % beside the count (``count_w``, ``time_w``: the group's widths), or ``Self time``
+    and time and %."""
     pct = 100.0 * row.total_ns / group_ns if group_ns > 0 else 0.0
+    if counts:
+        return ((str(row.self_count) if row.self_count else ""),
+                f"{row.count:<{count_w}} {_fmt_ns(row.total_ns):>{time_w}} {pct:5.1f}%")
     return (_fmt_ns(row.self_ns) if row.self_ns else ""), f"{_fmt_ns(row.total_ns)} {pct:5.1f}%"
 
 
 def _tree_line(row: TreeRow, wo: int, wc: int, cols: int, offsets: bool, cells: tuple[str, str] | None = None) -> str:
-    over, value = cells if cells is not None else _tree_cells(row, True, 0)
+    over, value = cells if cells is not None else ((str(row.self_count) if row.self_count else ""), str(row.count))
     head = f"{over:>{wo}}╎"
     avail = cols - len(head)
     max_indent = max(avail // 2 - wc, 0)
@@ -324,8 +329,10 @@ def _format(part: BackendResult, opts: PrintOptions, groups: Sequence[GroupRepor
                 lines.append("")
             lines.extend(x[:cols] for x in _group_title(g, grand))
         if opts.format == "tree":
-            cells = [_tree_cells(r, opts.counts, g.total_ns) for r in g.tree]
-            over_h, value_h = ("Overhead", "Count") if opts.counts else ("Self time", "Time %")
+            count_w = max([len(str(r.count)) for r in g.tree] + [1])
+            time_w = max([len(_fmt_ns(r.total_ns)) for r in g.tree] + [1])
+            cells = [_tree_cells(r, opts.counts, g.total_ns, count_w, time_w) for r in g.tree]
+            over_h, value_h = ("Overhead", "Count Time %") if opts.counts else ("Self time", "Time %")
             wo = max([len(over_h)] + [len(c[0]) for c in cells])
             wc = max([len(c[1]) for c in cells] + [1])
             if not gi or g.path:
@@ -346,7 +353,7 @@ def _flat_lines(rows: Sequence[FlatRow], cols: int, offsets: bool, counts: bool 
 
     if counts:  # Julia's columns first, the times beside them
         columns = [Column("Count", kind="num"), Column("Overhead", kind="num"), Column("Time", kind="num"),
-                   Column("Self time", kind="num", drop=1)]
+                   Column("%", kind="num"), Column("Self time", kind="num", drop=1)]
     else:
         columns = [Column("Time", kind="num"), Column("%", kind="num"), Column("Self time", kind="num"),
                    Column("Self %", kind="num", drop=1)]
@@ -356,7 +363,8 @@ def _flat_lines(rows: Sequence[FlatRow], cols: int, offsets: bool, counts: bool 
         fr = r.frame
         file = _short_path(fr.file) if fr.file else (fr.module or "")
         line = str(fr.line) + (f"@{fr.offset}" if offsets and fr.offset is not None else "") if fr.line or fr.file else "?"
-        head = ([str(r.count), str(r.self_count), _fmt_ns(r.total_ns), _fmt_ns(r.self_ns)] if counts else
+        head = ([str(r.count), str(r.self_count), _fmt_ns(r.total_ns), pct(r.total_ns), _fmt_ns(r.self_ns)]
+                if counts else
                 [_fmt_ns(r.total_ns), pct(r.total_ns), _fmt_ns(r.self_ns), pct(r.self_ns)])
         cells.append([*head, file, line, fr.name])
     return render_table(columns, cells, width=cols).splitlines()

@@ -18,7 +18,16 @@ def diff(ns: argparse.Namespace) -> int:
               f"runs; got {len(ns.files)} file(s) and no --vs", file=sys.stderr)
         return 2
     a_files, b_files = (ns.files[:1], ns.files[1:]) if ns.vs is None else (ns.files, ns.vs)
-    a, b = [read_any(f) for f in a_files], [read_any(f) for f in b_files]
+    from omniprof.cli.progress import progress
+
+    files = [*a_files, *b_files]
+    read = []
+    # Large traces take a while to read: a bar over the inputs on a terminal once it has run 0.3 s.
+    with progress(f"reading {len(files)} inputs", total=len(files)) as task:
+        for f in files:
+            read.append(read_any(f))
+            task(1)
+    a, b = read[:len(a_files)], read[len(a_files):]
     d = diffmod.diff(a, b, threshold_pct=ns.threshold_pct, min_share_pct=ns.min_share_pct, alpha=ns.alpha,
                      repeats=ns.repeats, clip_calls=ns.clip_calls or None)
     if ns.format == "json":

@@ -1,6 +1,6 @@
-"""Progress on long work (large trace reads, heap-snapshot assembly, file reports such as the XProf
-conversion, XProf's start, ``collect`` waits): a rich spinner or bar on a terminal, nothing when
-the stream is piped, under CI, or with ``OMNIPROF_NO_PROGRESS`` set.
+"""Progress on long work (large trace reads in ``report`` and ``diff``, heap-snapshot assembly,
+file reports such as the XProf conversion, XProf's start, ``collect`` waits): a rich spinner or
+bar on a terminal, nothing when the stream is piped, under CI, or with ``OMNIPROF_NO_PROGRESS`` set.
 
 The one helper of the CLI. The library layers never draw: a function with long work takes a
 ``progress`` callback, ``progress(done, total)``, and the CLI passes the bar's :meth:`Task.update`.

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from omniprof.cli import _common as c
 from omniprof.cli.config import config_layers, config_path
@@ -75,7 +76,13 @@ def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module
                     if dest:
                         c.make_outdir(dest)
                     status |= c.emit_reports(result, [spec.name], {spec.name: dict(spec.options)}, dest, reg)
-    except runner.Terminated as e:
+    except (runner.Terminated, KeyboardInterrupt) as e:
+        # Ctrl-C (often the second of two: the first stopped the program) or SIGTERM while the
+        # reports are written: the report under way is dropped whole (atomic writes), the others
+        # are skipped, and the result is never lost with them.
+        _keep_result(outcome, ns.outdir or cfg.outdir)
+        if isinstance(e, KeyboardInterrupt):
+            return 130
         return c.note_terminated(e)
     # Announced only when the result is there (a full --logdir leaves none).
     if outcome.session_dir is not None and (Path(outcome.session_dir) / RESULT_FILENAME).is_file():
@@ -84,3 +91,31 @@ def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module
         print("omniprof: the schedule recorded nothing (more repeats needed?)", file=sys.stderr)
     return exit_code or status
 
+
+def _keep_result(outcome: Any, outdir: str | None) -> None:
+    """Say where the results of a run whose reports were interrupted are: the session directory
+    (``--logdir``), or else ``omniprof.result.json`` saved now in the output directory (the working
+    directory without one), under a free name; a further Ctrl-C waits for that one write."""
+    from omniprof.core.fileio import atomic_write_bytes
+    from omniprof.core.forks import deferred_signals
+    from omniprof.core.profiler import RESULT_FILENAME
+
+    session = outcome.session_dir
+    if session is not None and (Path(session) / RESULT_FILENAME).is_file():
+        print(f"omniprof: interrupted while writing the reports; the result is saved in {session}",
+              file=sys.stderr)
+        return
+    kept = []
+    with deferred_signals():
+        for result in outcome.results:
+            try:
+                Path(outdir or ".").mkdir(parents=True, exist_ok=True)
+                kept.append(atomic_write_bytes(Path(outdir or ".") / RESULT_FILENAME, result.to_json().encode("utf-8"),
+                                               overwrite=False))
+            except OSError as e:
+                print(f"omniprof: error: interrupted while writing the reports, and the result could not be saved: "
+                      f"{e}", file=sys.stderr)
+    if kept:
+        names = ", ".join(str(p) for p in kept)
+        print(f"omniprof: interrupted while writing the reports; the result is saved in {names} "
+              f"(omniprof report {kept[0]})", file=sys.stderr)

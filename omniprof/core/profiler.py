@@ -433,6 +433,11 @@ class Profiler:
             self._prepare_all()
         self._t0_unix_ns = time.time_ns()
         self._t0_ns = self.clock.now_ns()
+        # The checkpoint thread is started first and waits: a sampler started below finds it
+        # among omniprof's own threads (``omniprof-*``) and never samples it. Started after the
+        # backends, the native engine sampled it until its next drain (its Event.wait and file
+        # writes were shown as a thread of the user's program).
+        self._start_checkpoints()
         failures: list[tuple[str, BaseException]] = []
         for name, backend in self._backends.items():
             try:
@@ -443,6 +448,7 @@ class Profiler:
                 continue
             self._recording.append(name)
         if failures and not self._recording:
+            self._stop_checkpoints()
             self._close_all()
             name, e = failures[0]
             raise BackendError(f"backend {name!r} failed to start: {type(e).__name__}: {e}", plugin=name) from e
@@ -451,7 +457,8 @@ class Profiler:
                           f"and the failure is recorded in the result", OmniprofWarning, stacklevel=_user_stacklevel())
         for name in self._recording:
             annotations.add_sink(self._backends[name])
-        self._start_checkpoints()
+        if self._checkpointer is not None:
+            self._checkpointer.go()
 
     def _start_checkpoints(self) -> None:
         interval = _checkpoint_interval_s()
@@ -512,7 +519,10 @@ class Profiler:
         ``deferred`` (a window ending inside ``step()``): backends that can (``stop_deferred``) only
         stop now; their results are built by :meth:`_finish_pending`, at ``stop()`` or when asked for.
         """
-        self._stop_checkpoints()
+        # The checkpoint thread is stopped only after the backends (it cannot start a checkpoint
+        # meanwhile: this holds the lock): waking and joining it, or waiting for a checkpoint
+        # still being written (outside the lock, fsync included), happens off the recording, so
+        # it is neither in the session's time nor sampled as the program's.
         end_ns = self.clock.now_ns()
         parts: list[BackendResult] = []
         builders: list[tuple[str, Callable[[], BackendResult]]] = []
@@ -535,6 +545,7 @@ class Profiler:
                 if isinstance(request, dict):
                     views.append(request)
         self._recording = []
+        self._stop_checkpoints()  # before anything is published: no checkpoint outlives the result
         self._close_all()
         if self.distributed:
             from omniprof.core.distributed import sync_clock
@@ -722,9 +733,11 @@ class _Checkpointer:
         self.profiler = profiler
         self.interval_s = interval_s
         self._stop = threading.Event()
+        self._go = threading.Event()
         self._thread = threading.Thread(target=self._run, name="omniprof-checkpoint", daemon=True)
 
     def _run(self) -> None:
+        self._go.wait()  # recording has started (or stop() came first)
         wait = 0.0  # the first at once
         first_tries = _FIRST_CHECKPOINT_TRIES
         while not self._stop.wait(wait):
@@ -745,8 +758,13 @@ class _Checkpointer:
     def start(self) -> None:
         self._thread.start()
 
+    def go(self) -> None:
+        """Recording has started: write the first checkpoint now."""
+        self._go.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._go.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
 

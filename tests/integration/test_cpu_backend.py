@@ -390,7 +390,7 @@ def test_peek_on_sigusr1_prints_stacks_then_profile():
     assert "main_loop" in err.split("omniprof peek: profile of")[0]  # the stack dump
     report = err.split("omniprof peek: profile of", 1)[1]
     assert "Thread" in report and "(bg-worker)" in report and "background_worker" in report
-    assert "Self time ╎" in report
+    assert "Overhead ╎ [+additional indent] Count Time %" in report
 
 
 @pytest.mark.timing
@@ -453,3 +453,78 @@ def test_julia_parity_init_fetch_print():
     rows_all = {(r.frame.name, r.frame.line): r.count
                 for r in api.report_groups(api.retrieve(record_offsets=False), format="flat")[0].flat}
     assert rows_raw == rows_all
+
+
+@pytest.mark.parametrize("engine", ["native", "signal", "thread"])
+def test_checkpoint_thread_and_stop_path_not_in_the_profile(engine, tmp_path):
+    """With a logdir the Profiler runs a checkpoint thread (``omniprof-checkpoint``) and its stop
+    path calls the standard library (signal.getsignal, Event.set, Thread.join): none of it is the
+    program's. Short sessions (where the first checkpoint and the stop are a large share) keep only
+    the main thread's samples, and no sampled stack passes through omniprof's files. The reference:
+    the threads that were alive during the session, named by threading itself."""
+    pkg = os.path.dirname(omniprof.__file__) + os.sep
+    for i in range(5):
+        seen: dict[int, str] = {}
+        with omniprof.Profiler(backend="cpu", logdir=tmp_path / str(i),
+                               backend_options={"cpu": {"engine": engine}}) as prof:
+            spin(0.06)
+            seen.update({t.ident: t.name for t in threading.enumerate() if t.ident})
+        part = prof.result.part("cpu")
+        assert any(name == "omniprof-checkpoint" for name in seen.values()), seen  # the thread did run
+        sampled = {s.thread_id for s in part.samples}
+        assert threading.main_thread().ident in sampled
+        assert not [t for t in sampled if seen.get(t, "").startswith("omniprof-")], {t: seen.get(t) for t in sampled}
+        assert not [t.name for t in part.threads if not t.name.isprintable() or t.name.startswith("thread ")], \
+            part.threads  # a thread sampled but never named (omniprof's own are left unnamed)
+        frames = {part.frames[f] for s in part.samples for f in part.stacks[s.stack_id]}
+        assert not [f for f in frames if f.file and f.file.startswith(pkg)], sorted(
+            f"{f.name} {f.file}" for f in frames if f.file and f.file.startswith(pkg))
+
+
+def _deep(n: int, seconds: float) -> None:
+    if n == 0:
+        spin(seconds)
+        return
+    _deep(n - 1, seconds)
+
+
+@pytest.mark.parametrize("engine", ["native", "signal"])
+def test_stack_deeper_than_the_walk_keeps_its_innermost_frames_and_is_counted(engine):
+    """A 5,000-deep recursion: every sample keeps the innermost frames the engine reads (native
+    2,048; the C walk of the signal engine 4,096; the Python walk all), and every cut sample is
+    counted as a ``stack_truncated`` loss and warned about. The native engine called each such
+    read torn and dropped it: a deep recursion gave an empty profile."""
+    from omniprof.backends.cpu import native as native_mod
+    from omniprof.backends.cpu import stacks as stacks_mod
+
+    limit = native_mod.MAX_DEPTH if engine == "native" else stacks_mod.WALK_MAX_DEPTH
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with omniprof.Profiler(backend="cpu", backend_options={"cpu": {"engine": engine}}) as prof:
+                _deep(5000, 0.3)
+    finally:
+        sys.setrecursionlimit(old)
+    part = prof.result.part("cpu")
+    deep = [s for s in part.samples if part.frames[part.stacks[s.stack_id][-1]].name == "spin"]
+    assert len(deep) >= 20, len(part.samples)  # 0.3 s at 1 kHz, under load
+    # the reference depth: the frames below this test's (traceback's own count), 5001 _deep, spin
+    import traceback
+
+    true_depth = len(traceback.extract_stack()) + 5001 + 1
+    for s in deep:
+        stack = [part.frames[i].name for i in part.stacks[s.stack_id]]
+        want = true_depth if limit is None else min(limit, true_depth)
+        assert abs(len(stack) - want) <= 3, (len(stack), want)  # +-: runner frames cut at the root
+        assert stack[-1] == "spin" and set(stack[-want + 5:-1]) == {"_deep"}
+    losses = {x.kind: x.count for x in part.losses}
+    if limit is None:
+        assert "stack_truncated" not in losses
+    else:
+        # a cut stack is one whose root-most kept frame is inside the recursion (a whole stack
+        # starts at the thread's root): those, and only those, are counted
+        cut = [s for s in part.samples if part.frames[part.stacks[s.stack_id][0]].name == "_deep"]
+        assert len(cut) >= len(deep) and losses.get("stack_truncated") == len(cut), (losses, len(cut), len(deep))
+        assert any(issubclass(w.category, DataLossWarning) and "deeper than" in str(w.message) for w in caught)

@@ -222,6 +222,29 @@ def test_trace_read_and_xprof_conversion_show_a_spinner_on_a_terminal_only(tmp_p
     assert proc.returncode == 0 and proc.stderr == "omniprof: tensorboard report written to logs2\n", proc.stderr
 
 
+def test_diff_shows_a_bar_over_its_inputs_on_a_terminal_only(tmp_path):
+    """`omniprof diff big.json big2.json` (two 100,000-span results): a bar over the two inputs
+    while they are read, gone before the diff is printed; nothing of it on a pipe, where the
+    output is the same diff."""
+    from omniprof.core.results import BackendResult, ProfileResult, RunMetadata, Span, Track
+
+    for name, scale in (("big.json", 900), ("big2.json", 950)):
+        spans = tuple(Span(f"op{i % 50}", "t0", i * 1000, scale) for i in range(100_000))
+        ProfileResult(metadata=RunMetadata(host="h"),
+                      parts=(BackendResult("torch", tracks=(Track("t0", "main", "thread"),), spans=spans),)
+                      ).save(tmp_path / name)
+    exe = shlex.quote(sys.executable)
+    seen, final = _watch(f"{exe} -c {shlex.quote(NO_DELAY)} diff big.json big2.json --min-share-pct 0 2>&1",
+                         tmp_path, height=80)
+    bars = [ln for s in seen for ln in s.splitlines() if re.match(r"^\S reading 2 inputs\b", ln)]
+    assert bars, seen
+    assert any(re.search(r"\s(0|50)%\s", ln) for ln in bars), bars
+    assert "reading 2 inputs" not in final and "rc=0" in final, final
+    proc = _piped(["diff", "big.json", "big2.json", "--min-share-pct", "0"], tmp_path)
+    assert proc.returncode == 0 and "reading" not in proc.stderr and "\x1b" not in proc.stdout + proc.stderr
+    assert proc.stdout.startswith("== omniprof diff: 0 regression(s)"), proc.stdout
+
+
 def test_xprof_start_shows_a_spinner_until_it_serves(tmp_path):
     """`omniprof view LOGDIR`: a spinner while XProf is imported and started, replaced by the line
     that says where it serves."""
@@ -237,3 +260,57 @@ def test_xprof_start_shows_a_spinner_until_it_serves(tmp_path):
     assert "starting XProf" not in final and re.search(r"omniprof: XProf serving logs at http://127\.0\.0\.1:\d+/",
                                                        final), final
     assert "omniprof: XProf stopped" in final and "rc=0" in final, final
+
+
+_XLA_SERVER = """
+import sys, time
+import omniprof
+import jax, jax.numpy as jnp
+omniprof.start_server(int(sys.argv[1]), all_interfaces_ok=True)
+f = jax.jit(lambda x: jnp.sin(x) @ x)
+x = jnp.ones((64, 64))
+f(x).block_until_ready()
+print("READY", flush=True)
+deadline = time.time() + 120
+while time.time() < deadline:
+    f(x).block_until_ready()
+    time.sleep(0.002)
+"""
+
+
+def test_collect_shows_a_spinner_while_it_waits_on_a_terminal_only(tmp_path):
+    """`omniprof collect` from a real XLA profiler server (a jax process on 127.0.0.1): the line
+    that says it is waiting at once, a spinner with the elapsed time while the capture and the
+    server's conversion run, gone when the capture is saved; on a pipe, the lines alone."""
+    import os
+
+    pytest.importorskip("jax")
+    pytest.importorskip("xprof")
+    from tests.tools import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    server = subprocess.Popen([sys.executable, "-c", _XLA_SERVER, str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env, text=True)
+    try:
+        assert server.stdout.readline().strip() == "READY"
+        exe = shlex.quote(sys.executable)
+        args = f"collect 127.0.0.1:{port} --duration-ms 1500 --logdir L --no-perfetto-link"
+        seen, final = _watch(f"{exe} -m omniprof {args} 2>&1", tmp_path)
+        lines = [ln for s in seen for ln in s.splitlines()]
+        spin = [ln for ln in lines if re.match(rf"^\S capturing from 127\.0\.0\.1:{port}\b.*\d:\d\d:\d\d", ln)]
+        assert spin, seen
+        assert "capturing from" not in final and "rc=0" in final, final
+        assert re.search(r"omniprof: captured 1 host\(s\) into ", final.replace("\n", "")), final
+        waiting = [s for s in seen if "omniprof: capturing 1.5 s from" in s]
+        assert waiting and any(re.search(r"^\S capturing from", s, re.M) for s in waiting), seen
+        proc = _piped(args.split(), tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "\x1b" not in proc.stderr and "capturing from" not in proc.stderr.replace(
+            f"capturing 1.5 s from 127.0.0.1:{port}", ""), proc.stderr
+        assert proc.stderr.startswith("omniprof: capturing 1.5 s from")
+        assert "omniprof: captured 1 host(s)" in proc.stderr
+    finally:
+        server.kill()
+        server.wait(10)

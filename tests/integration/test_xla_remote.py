@@ -86,6 +86,22 @@ def test_collect_two_processes_into_one_run(children, tmp_path):
     assert omniprof.load(got.run_dir / "omniprof.result.json") == got.result
 
 
+def test_collect_relative_logdir_from_another_directory(children, tmp_path, monkeypatch, capsys):
+    """A relative --logdir is the collecting command's, not the profiled process's: the server
+    writes the capture into the directory the request names, so a relative one was taken from the
+    server's working directory (the repository here): "returned no trace file", and a stray
+    .omniprof-capture-* directory left there."""
+    (port,) = children(1)
+    before = set(ROOT.glob("rel-logdir*"))
+    monkeypatch.chdir(tmp_path)
+    code = main(["collect", f"127.0.0.1:{port}", "--duration-ms", "200", "--logdir", "rel-logdir",
+                 "--no-perfetto-link"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert len(list((tmp_path / "rel-logdir").glob("plugins/profile/*/*.xplane.pb"))) == 1
+    assert set(ROOT.glob("rel-logdir*")) == before  # nothing in the server's working directory
+
+
 @pytest.mark.slow
 def test_cli_collect_one_process(children, tmp_path, capsys):
     """`omniprof collect ADDR --duration-ms N --logdir DIR --no-perfetto-link` captures and says where."""

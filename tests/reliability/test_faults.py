@@ -424,6 +424,39 @@ target = "tests.reliability.fault_plugins:SlowFileReporter"
 """
 
 
+@pytest.mark.parametrize("logdir", [False, True])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_while_writing_reports_keeps_the_result(proj, logdir, signum, tally):
+    """Ctrl-C (often the second one: the first stopped the program) or SIGTERM while a report is
+    written: that report is dropped whole, the json report after it is not written, but the result
+    is never lost: it is in the session directory, or (no ``--logdir``) saved now beside the
+    reports, and the last line says where. The file is read back and holds the program's samples."""
+    (proj / "plugins.toml").write_text(PLUGINS + SLOW_REPORTER)
+    (proj / "w.py").write_text("def spin():\n    return sum(i * i for i in range(400000))\nfor _ in range(5):\n"
+                               "    spin()\n")
+    p = _child(["run", *(["--logdir", "L"] if logdir else []), "-r", "slow,json", "-o", "out", "w.py"], proj)
+    for line in p.stderr:
+        if "slow reporter writing" in line:
+            break
+    p.send_signal(signum)
+    out, err = p.communicate(timeout=60)
+    tally.fault(f"{signal.Signals(signum).name} while writing reports")
+    assert p.returncode == (130 if signum == signal.SIGINT else -signal.SIGTERM), err
+    assert "Traceback" not in err, err
+    if logdir:
+        result = _load_one(proj / "L")
+        assert sorted(f.name for f in (proj / "out").iterdir()) == [], "a temporary or torn file was left"
+        saved_in = str(_session_files(proj / "L", RESULT_FILENAME)[0].parent)
+    else:
+        assert sorted(f.name for f in (proj / "out").iterdir()) == [RESULT_FILENAME]
+        result = omniprof.load(proj / "out" / RESULT_FILENAME)
+        saved_in = str(proj / "out" / RESULT_FILENAME)
+    assert f"omniprof: interrupted while writing the reports; the result is saved in {saved_in}" in err, err
+    cpu = result.part("cpu")
+    names = {cpu.frames[i].name for s in cpu.samples for i in cpu.stacks[s.stack_id]}
+    assert "spin" in names, names
+
+
 def test_sigterm_while_writing_reports_leaves_no_tmp(proj, tally):
     """SIGTERM while a report is being written: the temporary file is removed, nothing half-written is
     published, omniprof dies of SIGTERM (-15), and the session result is on disk."""

@@ -436,17 +436,30 @@ def test_result_reader_fuzzed(tally, tmp_path_factory, damaged, name):
 
 
 def test_reader_unreadable_paths(tmp_path, tally):
-    """A missing file, a directory without traces, and an unreadable file give TraceReadError."""
+    """A missing file, a directory without traces, and an unreadable file give TraceReadError.
+    The unreadable file is read in a child without root's power over permissions (as root the
+    case read the file and was left out, so it never ran in CI or here)."""
+    import subprocess
+    import sys
+
+    from tests.tools import ROOT, without_root_powers
+
     cases = {"missing": tmp_path / "nope.json", "dir": tmp_path}
-    locked = tmp_path / "locked.json"
-    locked.write_bytes(_valid_result_bytes())
-    locked.chmod(0)
-    if os.geteuid() != 0:
-        cases["unreadable"] = locked
     for what, p in cases.items():
         with pytest.raises(TraceReadError):
             read_any(p)
         tally.check("reader: unreadable paths", what)
+    locked = tmp_path / "locked.json"
+    locked.write_bytes(_valid_result_bytes())
+    locked.chmod(0)
+    code = ("import sys\nfrom omniprof.core.readers import read_any\nfrom omniprof.errors import TraceReadError\n"
+            "try:\n    read_any(sys.argv[1])\nexcept TraceReadError as e:\n    print('TraceReadError |', e)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(without_root_powers([sys.executable, "-c", code, str(locked)]), capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert p.returncode == 0 and p.stdout.startswith("TraceReadError |"), (p.stdout, p.stderr)
+    assert "ermission denied" in p.stdout and p.stdout.count("\n") == 1, p.stdout
+    tally.check("reader: unreadable paths", "unreadable")
 
 
 # -- xplane reader and remote capture requests --------------------------------------------------------
@@ -528,11 +541,22 @@ KINETO_DATA = next((p for p in (_ROOT / ".." / "shared" / "data" / "kineto", _RO
 
 
 @pytest.fixture(scope="module")
-def kineto_trace():
+def kineto_trace(tmp_path_factory):
+    """The shared folder's real GPU trace when it sits beside the repository; else (a fresh clone
+    anywhere else) a real Kineto trace written here by torch's own profiler on the CPU, so the
+    test runs, not skips, on every checkout."""
     path = KINETO_DATA / "triton_cuda_trace.json.gz"
-    if not path.is_file():
-        pytest.skip(f"real Kineto traces not found at {KINETO_DATA} (the shared/ data folder beside the repo)")
-    return json.loads(gzip.decompress(path.read_bytes()))
+    if path.is_file():
+        return json.loads(gzip.decompress(path.read_bytes()))
+    import torch
+
+    out = tmp_path_factory.mktemp("kineto") / "cpu.pt.trace.json"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        x = torch.randn(64, 64)
+        for _ in range(5):
+            x = torch.relu(x @ x.T).softmax(dim=-1)
+    prof.export_chrome_trace(str(out))
+    return json.loads(out.read_text(encoding="utf-8"))
 
 
 @FUZZ

@@ -21,6 +21,10 @@
 
 #define MAX_DEPTH 4096
 
+/* Walks that stopped at MAX_DEPTH frames with more below (the innermost MAX_DEPTH kept): read by
+ * truncated(), so the sampler counts the samples it cut instead of cutting them silently. */
+static long long n_truncated;
+
 /* Interned ints: the same code address / offset always gives the same int object, so comparing a
  * new stack tuple with the one already in the sampler's table is a pointer check per item instead
  * of an int comparison (an address is its id() whatever code lives there, so the cache is never
@@ -77,6 +81,8 @@ static PyObject *py_walk(PyObject *self, PyObject *arg) {
     Py_ssize_t n = 0;
     for (f = top; f != NULL && n < MAX_DEPTH; f = f->previous)
         if (!skip(f)) n++;
+    for (; f != NULL; f = f->previous)
+        if (!skip(f)) { n_truncated++; break; }
     /* Allocate first: a tuple allocation may run the cyclic GC (and its Python callbacks); the
      * int allocations below cannot, so the frames are read with no Python code in between. */
     PyObject *out = PyTuple_New(2 * n);
@@ -123,7 +129,12 @@ static PyObject *py_codes(PyObject *self, PyObject *arg) {
 #endif
 }
 
+static PyObject *py_truncated(PyObject *self, PyObject *unused) {
+    return PyLong_FromLongLong(n_truncated);
+}
+
 static PyMethodDef methods[] = {
+    {"truncated", py_truncated, METH_NOARGS, "truncated() -> walks so far cut at MAX_DEPTH frames (the innermost kept)"},
     {"walk", py_walk, METH_O, "walk(frame) -> leaf-first (id(code), f_lasti, ...) tuple, read in place"},
     {"codes", py_codes, METH_O, "codes(frame) -> code objects of frame and its callers, leaf first"},
     {NULL, NULL, 0, NULL},
@@ -131,4 +142,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastwalk", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__fastwalk(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fastwalk(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0) { Py_DECREF(m); return NULL; }
+    return m;
+}

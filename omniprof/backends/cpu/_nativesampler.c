@@ -332,6 +332,7 @@ static struct {
     uint64_t native_map[MAX_EXCLUDE * 4][2]; int n_native_map;  /* 3.10: thread id -> native id */
     /* stats */
     int64_t ticks, samples_total, torn, dropped, idle_samples, thread_reads, retries, snapshots, signal_reads, signal_timeouts;
+    int64_t truncated;  /* samples whose stack was deeper than max_depth: the innermost max_depth frames kept */
     int64_t engine_cpu_ns, max_lag_ns;
     uint64_t rng;
     int64_t deadline_ns;   /* 0: none; else stop by itself at this time (peek) */
@@ -852,9 +853,15 @@ static int snapshot_running(thread_t *th, uintptr_t tstate, char *ts, unsigned l
     }
 }
 
-/* Walk one thread's frames into w (leaf first). Returns pairs written, or -1 when torn. */
+/* Set by walk_thread when it stopped at max_depth frames (the stack goes deeper). */
+static int walk_truncated;
+
+/* Walk one thread's frames into w (leaf first). Returns pairs written, or -1 when torn. A stack
+ * deeper than max_depth keeps its innermost max_depth frames (walk_truncated set): a deep
+ * recursion is a sample, counted as truncated, not a torn read (every sample of it was lost). */
 static int64_t walk_thread(thread_t *th, const char *ts, uint64_t *w, uint64_t *gen) {
     *gen = 0;
+    walk_truncated = 0;
     th->n_gen_frames = 0;
     uintptr_t frame;
     memcpy(&frame, ts + O.ts_frame, 8);
@@ -869,7 +876,8 @@ static int64_t walk_thread(thread_t *th, const char *ts, uint64_t *w, uint64_t *
     char buf[128];
     int hops = 0;
     while (frame) {
-        if (n >= E.max_depth || ++hops > 4 * E.max_depth || (frame & 7)) return -1;
+        if (n >= E.max_depth) { walk_truncated = 1; break; }
+        if (++hops > 4 * E.max_depth || (frame & 7)) return -1;
         if (O.fr_size > sizeof buf || read_frame(buf, frame, O.fr_size) < 0) return -1;
         uintptr_t code, prev;
         memcpy(&code, buf + O.fr_code, 8);
@@ -1011,6 +1019,7 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
             continue;
         }
         sample_t *s = &E.samples[E.n_samples++];
+        if (walk_truncated) E.truncated++;
         /* stamped when the stack was read, not at the tick (the read can lag the tick by a
          * preemption; an asyncio task is matched by its creation time, so a stack must not look
          * older than the task it shows): see snap_read_ns */
@@ -1080,6 +1089,7 @@ static void reset_session(void) {
     E.n_new_codes = 0;
     close_thread_fds();
     E.n_threads = 0;
+    E.truncated = 0;
     E.ticks = E.samples_total = E.torn = E.dropped = E.idle_samples = E.thread_reads = E.retries = E.snapshots = E.signal_reads = E.signal_timeouts = 0;
     E.engine_cpu_ns = E.max_lag_ns = 0;
     E.t_prev = 0;
@@ -1336,7 +1346,8 @@ static PyObject *py_drain(PyObject *self, PyObject *noargs) {
         Py_DECREF(v);
     }
     E.n_new_codes = 0;
-    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
+    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
+                          "truncated", (long long)E.truncated,
                           "snapshots", (long long)E.snapshots, "signal_reads", (long long)E.signal_reads,
                           "signal_timeouts", (long long)E.signal_timeouts,
                           "torn", (long long)E.torn, "retries", (long long)E.retries, "dropped", (long long)E.dropped,

@@ -231,7 +231,8 @@ def print(result: ProfileResult | BackendResult | None = None, file: IO[str] | N
         file: where to write (default ``sys.stdout``).
         **options: :class:`~omniprof.analysis.stackreport.PrintOptions` fields: ``format`` ("tree" or
             "flat"), ``C``/``native``, ``combine``, ``maxdepth``, ``sortedby``, ``groupby``,
-            ``noisefloor``, ``mincount``, ``recur``, ``threads``, ``tasks``, ``cols``.
+            ``noisefloor``, ``mincount``, ``recur``, ``threads``, ``tasks``, ``cols``, ``counts``
+            (Julia's ``Count``/``Overhead`` with the time and % beside them; False: time only).
     """
     if result is not None and hasattr(result, "write") and not hasattr(file, "write"):
         result, file = file, result  # Julia's order: print(io, data)

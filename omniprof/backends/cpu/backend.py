@@ -41,7 +41,7 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.backends.cpu import api
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
-from omniprof.backends.cpu.stacks import python_stacks
+from omniprof.backends.cpu.stacks import WALK_MAX_DEPTH, python_stacks, walks_truncated
 from omniprof.core import validators as v
 from omniprof.core.clock import perf_counter_offset_ns
 from omniprof.core.forks import OwnedHandler, on_fork_child
@@ -232,17 +232,39 @@ class _ThreadTrigger:
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
-def _drop_own(frames: Any, stacks: Any, samples: Any) -> tuple[Any, int, int]:
+_PROFILER_FILE = os.path.join(_PKG_DIR, "core", "profiler.py")
+# The Profiler's own start and stop paths: whatever they call (the standard library's signal,
+# threading, json) is omniprof's time, not the program's.
+_LIFECYCLE = frozenset({"Profiler.start", "Profiler.stop", "Profiler.step", "Profiler.__enter__",
+                        "Profiler.__exit__"})
+
+
+def _own_threads() -> set[int]:
+    """omniprof's helper threads alive now (``omniprof-*``: the Profiler's checkpoint thread, the
+    peek thread, a drain thread)."""
+    return {t.ident for t in threading.enumerate() if t.ident is not None and t.name.startswith("omniprof-")}
+
+
+def _drop_own(frames: Any, stacks: Any, samples: Any, own_threads: set[int] = frozenset()  # type: ignore[assignment]
+              ) -> tuple[Any, int, int]:
     """Samples whose leaf is omniprof's own code (the signal handler and its re-arming, starting and
-    stopping the profiler, the gc callback) are not the program's: dropped, counted apart."""
+    stopping the profiler, the gc callback), that were taken inside the Profiler's start, stop or
+    step (the leaf may be the standard library they call: ``signal.getsignal``, ``Event.set``), or
+    on one of omniprof's own threads (``own_threads``: the signal and thread engines sample every
+    thread) are not the program's: dropped, counted apart."""
     own_frames = {i for i, f in enumerate(frames) if f.file and f.file.startswith(_PKG_DIR)}
-    if not own_frames:
+    if not own_frames and not own_threads:
         return samples, 0, 0
-    own_stacks = {k for k, st in enumerate(stacks) if st and st[-1] in own_frames}
-    if not own_stacks:
+    lifecycle = {i for i in own_frames if frames[i].file == _PROFILER_FILE and frames[i].name in _LIFECYCLE}
+    own_stacks = {k for k, st in enumerate(stacks)
+                  if st and (st[-1] in own_frames or (lifecycle and not lifecycle.isdisjoint(st)))}
+    if not own_stacks and not own_threads:
         return samples, 0, 0
-    kept = tuple(x for x in samples if x.stack_id not in own_stacks)
-    own_ns = sum(x.weight_ns for x in samples if x.stack_id in own_stacks)
+    kept = tuple(x for x in samples if x.stack_id not in own_stacks and x.thread_id not in own_threads)
+    if len(kept) == len(samples):
+        return samples, 0, 0
+    kept_ids = {id(x) for x in kept}
+    own_ns = sum(x.weight_ns for x in samples if id(x) not in kept_ids)
     return kept, len(samples) - len(kept), own_ns
 
 
@@ -378,6 +400,7 @@ class CpuSamplerBackend(Backend):
         if self.sampler is not None:
             s = self.sampler
             self._base = (s.ticks, s.self_time_ns, s.dropped)
+            self._walks_cut0 = walks_truncated()
             if self.engine == "signal":
                 source = python_stacks(main_frame=lambda: self._frame_box[0])
                 self._start_idx = s.begin(source, self.clock)
@@ -491,7 +514,7 @@ class CpuSamplerBackend(Backend):
             dropped = s.dropped - dropped0
             frames, stacks, samples, loss = s.export(self._start_idx, dropped=dropped,
                                                      offsets=self.options.record_offsets)
-            samples, own_n, own_ns = _drop_own(frames, stacks, samples)
+            samples, own_n, own_ns = _drop_own(frames, stacks, samples, _own_threads())
             losses.extend(loss)
             self._threads.update({k: t for k, t in s.threads.items() if k in {x.thread_id for x in samples}})
             ticks = s.ticks - ticks0 if pyspy_lines is None else pyspy_ticks
@@ -524,6 +547,12 @@ class CpuSamplerBackend(Backend):
                 if st.get("dropped"):
                     losses.append(Loss(source="cpu", kind="samples_dropped", count=int(st["dropped"]),
                                        unit="samples", detail="native engine's pending buffer full"))
+                if st.get("truncated"):
+                    from omniprof.backends.cpu.native import MAX_DEPTH
+
+                    losses.append(Loss(source="cpu", kind="stack_truncated", count=int(st["truncated"]),
+                                       unit="samples", detail=f"stacks deeper than {MAX_DEPTH} frames: the innermost "
+                                                              f"{MAX_DEPTH} kept, the frames below them left out"))
             if pyspy_lines is not None:
                 summary["sampler_time_note"] = ("py-spy runs in its own process; its CPU time is not charged here, "
                                                 "but it pauses this process briefly at each sample")
@@ -536,6 +565,15 @@ class CpuSamplerBackend(Backend):
             warnings.warn(f"backend 'cpu': the program installed its own SIGALRM handler while profiling, so the "
                           f"signal engine stopped sampling (about {missing} samples missing); profile it with "
                           f"-O cpu.engine=thread", DataLossWarning, stacklevel=3)
+        cut = walks_truncated() - getattr(self, "_walks_cut0", 0) if self.engine in ("signal", "thread") else 0
+        if cut > 0:
+            losses.append(Loss(source="cpu", kind="stack_truncated", count=cut, unit="samples",
+                               detail=f"stacks deeper than {WALK_MAX_DEPTH} frames: the innermost {WALK_MAX_DEPTH} "
+                                      f"kept, the frames below them left out"))
+        for loss in losses:
+            if loss.kind == "stack_truncated":
+                warnings.warn(f"omniprof cpu: {loss.count} sample(s) of a stack deeper than the sampler reads: "
+                              f"{loss.detail}", DataLossWarning, stacklevel=3)
         if self._annotations_dropped:
             losses.append(Loss(source="cpu", kind="annotations_dropped", count=self._annotations_dropped, unit="spans",
                                detail=f"more than max_samples={self.options.max_samples} annotation spans in this "

@@ -10,6 +10,7 @@ code (their time is counted apart as ``own_samples``).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -197,6 +198,14 @@ class TaskRegistry:
                 del hist[addr]
 
 
+@functools.lru_cache(maxsize=1)
+def _lifecycle_codes() -> frozenset[Any]:
+    """The code objects of the Profiler's start, stop and step paths."""
+    from omniprof.core.profiler import Profiler
+
+    return frozenset(getattr(Profiler, n).__code__ for n in ("start", "stop", "step", "__enter__", "__exit__"))
+
+
 class NativeEngine:
     """Runs the C engine for one session, feeding ``sampler``."""
 
@@ -301,9 +310,13 @@ class NativeEngine:
                         self.stale_codes += 1
                     else:
                         table.setdefault(addr, code)  # keeps it alive: the address is never reused meanwhile
+            lifecycle = _lifecycle_codes()
             for idx, raw in stacks:
                 leaf = self._codes.get(raw[0]) if raw else None
-                own = leaf is not None and leaf.co_filename.startswith(_PKG_DIR)
+                # omniprof's own: its code at the leaf, or anything under the Profiler's start,
+                # stop or step (the standard library they call: signal.getsignal, Event.set)
+                own = (leaf is not None and leaf.co_filename.startswith(_PKG_DIR)) or any(
+                    self._codes.get(raw[i]) in lifecycle for i in range(0, len(raw), 2))
                 # None: omniprof's own; -1: a thread with no Python frame; else the sampler's stack id
                 self._stacks[idx] = None if own else (-1 if not raw else self.sampler.intern(tuple(raw)))
             if data:

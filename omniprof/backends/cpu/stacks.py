@@ -99,6 +99,15 @@ except (ImportError, NotImplementedError):
     _codes = _codes_python
     FAST_WALK = False
 
+#: The C walk keeps the innermost ``WALK_MAX_DEPTH`` frames of a deeper stack (the Python walk
+#: keeps all); :func:`walks_truncated` counts the walks it cut.
+WALK_MAX_DEPTH: int | None = getattr(_fastwalk, "MAX_DEPTH", None) if FAST_WALK else None
+
+
+def walks_truncated() -> int:
+    """How many stacks the C walk has cut at ``WALK_MAX_DEPTH`` frames in this process so far."""
+    return int(_fastwalk.truncated()) if FAST_WALK and hasattr(_fastwalk, "truncated") else 0
+
 
 def python_stacks(exclude: Callable[[], Iterable[int]] = tuple, main_frame: Callable[[], FrameType | None] | None = None,
                   rescan_every: int = 64) -> StackSource:

@@ -260,7 +260,10 @@ def collect(addresses: str | Sequence[str], duration_ms: int, logdir: str | os.P
                 f"device_tracer_level=0 leaves device activity out, but advanced_configuration['tpu_trace_mode'] is "
                 f"{mode!r}, which traces the device; use device_tracer_level=1, or tpu_trace_mode='TRACE_ONLY_HOST'")
         request["tpu_trace_mode"] = "TRACE_ONLY_HOST"
-    base = Path(logdir) if logdir is not None else Path(tempfile.mkdtemp(prefix="omniprof-collect-"))
+    # Absolute: the profiler server writes the capture into the directory named in the request, so
+    # a relative one was taken from the profiled process's working directory (the capture "returned
+    # no trace file" and its files were left there).
+    base = Path(os.path.abspath(logdir)) if logdir is not None else Path(tempfile.mkdtemp(prefix="omniprof-collect-"))
     staging = Path(tempfile.mkdtemp(prefix=".omniprof-capture-", dir=_staging_parent(base)))
     names: set[str] = set()
     left_out = 0

@@ -180,19 +180,43 @@ def test_print_writes_julia_layout_and_overhead():
                                                     "requested_rate_hz": 1000.0, "sampler_time_ns": 6000,
                                                     "sampler_overhead_pct": 0.2}}})
     buf = io.StringIO()
-    omniprof.sampler.print(ProfileResult(parts=(p,)), file=buf, C=True, counts=True)
+    omniprof.sampler.print(ProfileResult(parts=(p,)), file=buf, C=True)
     text = buf.getvalue()
-    assert "Overhead ╎ [+additional indent] Count File:Line; Function" in text
+    assert "Overhead ╎ [+additional indent] Count Time % File:Line; Function" in text
     assert "990 Hz achieved of 1000 Hz requested" in text and "0.20% of the session" in text
-    assert "3 app.py:10; f" in text
+    assert "3 3.00 ms 100.0% app.py:10; f" in text
 
 
-def test_print_shows_time_and_percent_by_default():
-    """The tree and the flat list show time and its % of the group's sampled time (samples weigh
-    1 ms each here: 10 samples = 10 ms); counts=True gives Julia's counts back."""
+def test_print_tree_is_julias_with_time_beside_the_counts():
+    """What Julia's Profile.print shows (../shared/seeds/julia-profile-*.txt: "Overhead ╎
+    [+additional indent] Count File:Line; Function", the count of samples at or below a line
+    first, the line's own samples in the gutter), with the time and its % beside the count
+    (samples weigh 1 ms each here: 10 samples = 10 ms). The counts are the hand-counted ones of
+    the sample list: main 10 (3 + 5 + 2), f 8 with 3 of its own, g 5 of its own, h 2."""
     p = part([((M, F), 3), ((M, F, G), 5), ((M, H), 2)])
     buf = io.StringIO()
     omniprof.sampler.print(p, file=buf, cols=100)
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "Overhead ╎ [+additional indent] Count Time % File:Line; Function"
+    rows = [ln.replace("╎", " ").split() for ln in lines[2:]]
+    assert rows[0] == ["10", "10.00", "ms", "100.0%", "app.py:1;", "main"]
+    assert rows[1] == ["3", "8", "8.00", "ms", "80.0%", "app.py:10;", "f"]
+    assert rows[2] == ["5", "5", "5.00", "ms", "50.0%", "app.py:20;", "g"]
+    assert rows[3] == ["2", "2", "2.00", "ms", "20.0%", "lib.py:5;", "h"]
+    # the gutter is Julia's: overhead right-aligned before the bar, the count right after the indent
+    assert lines[3].index("╎") == len("Overhead") and lines[3].split("╎", 1)[1].startswith(" 8 ")
+    buf = io.StringIO()
+    omniprof.sampler.print(p, file=buf, cols=100, format="flat")
+    flat = buf.getvalue().splitlines()
+    assert flat[0].split() == ["Count", "Overhead", "Time", "%", "Self", "time", "File", "Line", "Function"]
+    assert [ln.split()[:6] for ln in flat[2:] if ln.split()[-1] == "f"] == [["8", "3", "8.00", "ms", "80.0%", "3.00"]]
+
+
+def test_print_counts_false_shows_time_and_percent_only():
+    """counts=False: time and its % of the group's sampled time, self time in the gutter."""
+    p = part([((M, F), 3), ((M, F, G), 5), ((M, H), 2)])
+    buf = io.StringIO()
+    omniprof.sampler.print(p, file=buf, cols=100, counts=False)
     lines = buf.getvalue().splitlines()
     assert lines[0].startswith("Self time ╎ [+additional indent] Time % File:Line; Function")
     rows = [ln.replace("╎", " ").split() for ln in lines[2:]]
@@ -200,14 +224,11 @@ def test_print_shows_time_and_percent_by_default():
     assert rows[1] == ["3.00", "ms", "8.00", "ms", "80.0%", "app.py:10;", "f"]
     assert rows[2] == ["5.00", "ms", "5.00", "ms", "50.0%", "app.py:20;", "g"]
     buf = io.StringIO()
-    omniprof.sampler.print(p, file=buf, cols=100, format="flat")
+    omniprof.sampler.print(p, file=buf, cols=100, format="flat", counts=False)
     flat = buf.getvalue().splitlines()
     assert flat[0].split() == ["Time", "%", "Self", "time", "Self", "%", "File", "Line", "Function"]
     assert [ln.split()[:6] for ln in flat[2:] if ln.split()[-1] == "g"] == [["5.00", "ms", "50.0%", "5.00", "ms",
                                                                             "50.0%"]]
-    buf = io.StringIO()
-    omniprof.sampler.print(p, file=buf, cols=100, format="flat", counts=True)
-    assert buf.getvalue().splitlines()[0].split()[:2] == ["Count", "Overhead"]
 
 
 def test_many_samples_aggregate_exactly():
