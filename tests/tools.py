@@ -1,7 +1,9 @@
-"""Locating the real viewers and validators the tests run (installed by .ci/system-deps).
+"""Locating the real viewers and validators the tests run (installed by .ci/system-deps), and the
+project's shared data folder (the real GPU traces).
 
 A missing tool skips the test on a developer's machine and fails it under CI (``CI=true``), where
 .ci/system-deps installs everything: a format check can never silently not run in CI.
+A missing shared data file (shared_data) fails the test everywhere: the folder is part of the project.
 """
 
 from __future__ import annotations
@@ -23,6 +25,34 @@ def require(condition: bool, what: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+SHARED_DATA_ENV = "OMNIPROF_SHARED_DATA"
+
+
+def shared_data_dirs() -> list[Path]:
+    """Where the project's shared data folder is looked for, in order: ``$OMNIPROF_SHARED_DATA`` if
+    set, then ``shared/data`` beside the repository, then one level further up (a worktree)."""
+    env = os.environ.get(SHARED_DATA_ENV)
+    return [*([Path(env)] if env else []), ROOT.parent / "shared" / "data", ROOT.parent.parent / "shared" / "data"]
+
+
+def find_shared_data(*parts: str) -> Path | None:
+    """The file ``parts`` of the first shared data folder that holds it, or None."""
+    return next((d.joinpath(*parts) for d in shared_data_dirs() if d.joinpath(*parts).is_file()), None)
+
+
+def shared_data(*parts: str) -> Path:
+    """The file ``parts`` of the shared data folder, e.g. ``shared_data("kineto", "alexnet_cuda_trace.json.gz")``
+    (the real GPU traces, see shared/data/kineto/SOURCE.md). Not found, the test fails (never skips),
+    naming where it looked and the fix."""
+    path = find_shared_data(*parts)
+    if path is None:
+        looked = ", ".join(str(d) for d in shared_data_dirs())
+        pytest.fail(f"{'/'.join(parts)} not found in the shared data folder (looked in {looked}): put the "
+                    f"project's shared/ folder beside the repository, or set {SHARED_DATA_ENV}=/path/to/shared/data",
+                    pytrace=False)
+    return path
 
 
 def without_root_powers(cmd: list[str]) -> list[str]:
