@@ -36,15 +36,13 @@ from omniprof.core.results import (
 )
 from omniprof.reporters.tensorboard import TensorBoardOptions, write_logdir
 from omniprof.testing.fakes import make_result
-from tests.tools import stop_process
+from tests.tools import find_shared_data, shared_data, stop_process
 
 pytest.importorskip("xprof", reason="XProf is not installed (pip install 'omniprof[tensorboard]')")
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-# shared/ beside the repo root (a worktree sits one level deeper)
-KINETO = next((p for p in (ROOT / ".." / "shared", ROOT / ".." / ".." / "shared")
-               if (p / "data" / "kineto").is_dir()), ROOT / ".." / "shared") / "data" / "kineto" / "alexnet_cuda_trace.json.gz"
+KINETO = ("kineto", "alexnet_cuda_trace.json.gz")
 QUIET_ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
 
 def jax_xplane(tmp: Path) -> Path:
@@ -87,8 +85,8 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> dict:
         sum(i * i for i in range(300_000))
         del kept
     put("cpumem", prof.result)
-    if KINETO.is_file():
-        put("kineto", read_any(KINETO), host="a100box")
+    if (kineto := find_shared_data(*KINETO)) is not None:
+        put("kineto", read_any(kineto), host="a100box")
     with omniprof.Profiler(backend="torch", options={"device_tracer_level": 0}) as prof:
         with omniprof.annotate("tb-torch-region"):
             torch.nn.functional.relu(torch.ones(64, 64) @ torch.ones(64, 64))
@@ -198,8 +196,7 @@ def test_real_torch_backend_run_opens(server: dict, logdir: dict) -> None:
 def test_real_kineto_trace_shows_ops_kernels_and_kernel_stats(server: dict, logdir: dict) -> None:
     """A real torch GPU trace: cpu ops and kernels in the trace viewer, and XProf's kernel_stats tool
     lists its kernels with their launch shapes."""
-    if "kineto" not in logdir["runs"]:
-        pytest.skip(f"real Kineto trace not found at {KINETO}")
+    shared_data(*KINETO)  # fails here, naming the fix, where the trace is missing
     run = logdir["runs"]["kineto"]
     names = _names(_trace(server, run, "a100box"))
     assert "aten::empty" in names and any(n.startswith("void at::native") for n in names)

@@ -29,6 +29,7 @@ from omniprof.core.results import ProfileResult
 from omniprof.errors import ConfigError, InvalidArgumentError, OmniprofError, PluginError, TraceReadError
 from omniprof.testing.fakes import make_result
 from tests.reliability.conftest import FUZZ
+from tests.tools import find_shared_data
 
 # -- value strategies --------------------------------------------------------------------------------
 scalars = st.one_of(
@@ -534,10 +535,6 @@ def test_remote_capture_request_validated(tally, addresses, duration_ms):
 
 
 # -- Kineto reader (torch) ----------------------------------------------------------------------------
-_ROOT = Path(__file__).resolve().parents[2]
-# shared/ sits beside the repository root (one level further up from a worktree under wt/)
-KINETO_DATA = next((p for p in (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data"
-                                / "kineto") if p.is_dir()), _ROOT / ".." / "shared" / "data" / "kineto")
 
 
 @pytest.fixture(scope="module")
@@ -545,8 +542,8 @@ def kineto_trace(tmp_path_factory):
     """The shared folder's real GPU trace when it sits beside the repository; else (a fresh clone
     anywhere else) a real Kineto trace written here by torch's own profiler on the CPU, so the
     test runs, not skips, on every checkout."""
-    path = KINETO_DATA / "triton_cuda_trace.json.gz"
-    if path.is_file():
+    path = find_shared_data("kineto", "triton_cuda_trace.json.gz")
+    if path is not None:
         return json.loads(gzip.decompress(path.read_bytes()))
     import torch
 

@@ -16,10 +16,7 @@ from omniprof.formats.kineto import read_trace
 from omniprof.analysis import crossrank as cr
 from omniprof.core.results import BackendResult, ProfileResult, RunMetadata, Span, Track
 from omniprof.errors import TraceReadError
-
-KINETO = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "kineto"
-if not KINETO.is_dir():
-    KINETO = Path("/work/shared/data/kineto")
+from tests.tools import shared_data
 
 
 def _sweep(classes: dict[str, list[tuple[int, int]]], lo: int, hi: int) -> dict[str, int]:
@@ -80,7 +77,7 @@ def test_gpu_breakdown_on_a_real_trace_matches_the_sweep() -> None:
     the module agree with the sweep over the same spans, and partition the window."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = read_trace(KINETO / "alexnet_cuda_trace.json.gz")
+        res = read_trace(shared_data("kineto", "alexnet_cuda_trace.json.gz"))
     part = res.parts[0]
     dev = [s for s in part.spans if s.category in ("kernel", "memcpy", "memset")]
     classes = {"compute": [(s.start_ns, s.end_ns) for s in dev if s.category == "kernel" and not cr.is_comm(s.name)],
@@ -188,7 +185,7 @@ def test_kineto_directory_problems_are_named(tmp_path: Path) -> None:
 
 def test_parallel_reading_gives_the_same_report(tmp_path: Path) -> None:
     """Ranks reduced in worker processes give exactly what reading them here gives."""
-    with gzip.open(KINETO / "alexnet_cuda_trace.json.gz", "rt") as fh:
+    with gzip.open(shared_data("kineto", "alexnet_cuda_trace.json.gz"), "rt") as fh:
         doc = json.load(fh)
     for r in range(3):
         doc["distributedInfo"]["rank"] = r
@@ -242,8 +239,8 @@ def test_kernel_distribution_equals_numpy_over_the_raw_kineto_json(tmp_path: Pat
     numpy's over the `dur` of the trace's own events, read with the json module."""
     import shutil
 
-    shutil.copy(KINETO / "alexnet_cuda_trace.json.gz", tmp_path / "alexnet.json.gz")
-    shutil.copy(KINETO / "triton_cuda_trace.json.gz", tmp_path / "triton_rank1.json.gz")
+    shutil.copy(shared_data("kineto", "alexnet_cuda_trace.json.gz"), tmp_path / "alexnet.json.gz")
+    shutil.copy(shared_data("kineto", "triton_cuda_trace.json.gz"), tmp_path / "triton_rank1.json.gz")
     rep = cr.analyze(tmp_path, workers=1)
     rows = {r.name: r for r in rep.durations()}
     checked = 0

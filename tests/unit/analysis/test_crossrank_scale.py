@@ -24,10 +24,7 @@ from omniprof.analysis import executor as ex
 from omniprof.cli import main
 from omniprof.errors import InvalidArgumentError, TraceReadError
 from omniprof.formats.kineto import read_trace
-
-KINETO = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "kineto"
-if not KINETO.is_dir():
-    KINETO = Path("/work/shared/data/kineto")
+from tests.tools import shared_data
 
 
 def _read(path: Path):
@@ -91,7 +88,7 @@ def test_streamed_reduction_equals_the_in_memory_one(rank_dir: Path, monkeypatch
     """reduce_file (a stream, events in shuffled order, unions merged every few intervals) gives the
     very summary reduce_rank gives over read_trace's spans, on the real AlexNet trace and ours."""
     monkeypatch.setattr(cr, "_CHUNK", chunk)
-    for path in (KINETO / "alexnet_cuda_trace.json.gz", rank_dir / "rank2.pt.trace.json.gz"):
+    for path in (shared_data("kineto", "alexnet_cuda_trace.json.gz"), rank_dir / "rank2.pt.trace.json.gz"):
         streamed = cr.reduce_file(str(path), "kineto", 0)
         res = _read(path)
         whole = cr.reduce_rank(res.parts, rank=streamed.rank, host=res.metadata.host)
@@ -382,6 +379,6 @@ def test_executor_addresses() -> None:
         with pytest.raises(InvalidArgumentError, match="dask://host:port|not in 1..65535"):
             ex.parse_address(bad)
     with pytest.raises(InvalidArgumentError, match="give the run directory"):
-        cr.analyze(_read(KINETO / "triton_cuda_trace.json.gz"), executor="dask://h:1")
+        cr.analyze(_read(shared_data("kineto", "triton_cuda_trace.json.gz")), executor="dask://h:1")
     with pytest.raises(TraceReadError):
-        cr.reduce_file(str(KINETO / "triton_cuda_trace.json.gz"), "kineto", None)  # no rank anywhere
+        cr.reduce_file(str(shared_data("kineto", "triton_cuda_trace.json.gz")), "kineto", None)  # no rank anywhere

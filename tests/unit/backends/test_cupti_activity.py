@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
-
-import pytest
 
 from omniprof.backends.cupti.activity import (
     ActivityCollector,
     build_timeline,
     occupancy_pct,
 )
-
-_ROOT = Path(__file__).resolve().parents[3]
-# shared/ sits beside the repository root (a worktree sits one level deeper)
-_CANDIDATES = (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
-DATA = next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])
-ALEXNET = DATA / "alexnet_cuda_trace.json.gz"
+from tests.tools import shared_data
 
 DEVICE = {"kind": "device", "id": 0, "name": "A100", "num_multiprocessors": 108, "num_threads_per_warp": 32,
           "max_warps_per_multiprocessor": 64, "max_blocks_per_multiprocessor": 32,
@@ -167,10 +159,9 @@ def test_occupancy_limits():
     assert occupancy_pct([256, 1, 1], [1, 1, 1], 0, 0, {"name": "unknown"}) is None
 
 
-@pytest.mark.skipif(not ALEXNET.exists(), reason=f"real GPU trace not found at {ALEXNET}")
 def test_occupancy_matches_kineto_on_a_real_a100_trace():
     """On AlexNet's 79 real A100 kernels, our estimate is within 1 point of Kineto's wherever Kineto gives one."""
-    data = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+    data = json.loads(gzip.decompress(shared_data("kineto", "alexnet_cuda_trace.json.gz").read_bytes()))
     props = data["deviceProperties"][0]
     dev = {"num_multiprocessors": props["numSms"], "num_threads_per_warp": props["warpSize"],
            "max_warps_per_multiprocessor": props["maxThreadsPerMultiprocessor"] // props["warpSize"],

@@ -6,7 +6,6 @@ import gzip
 import json
 import time
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -39,12 +38,7 @@ from omniprof.testing.gpu_fakes import (
     records_from_kineto,
     use_fake_gpu,
 )
-
-_ROOT = Path(__file__).resolve().parents[3]
-_CANDIDATES = (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
-DATA = next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])
-ALEXNET = DATA / "alexnet_cuda_trace.json.gz"
-needs_trace = pytest.mark.skipif(not ALEXNET.exists(), reason=f"real GPU trace not found at {ALEXNET}")
+from tests.tools import shared_data
 
 SMALL = [
     {"kind": "device", "id": 0, "name": "A100", "num_multiprocessors": 108, "num_threads_per_warp": 32,
@@ -371,12 +365,12 @@ def test_cupti_joins_the_cpu_backend_on_one_timeline():
     assert runtime and runtime[0].track in cpu_tracks
 
 
-@needs_trace
 def test_replayed_alexnet_trace_gives_seed_kernel_table():
     """Replaying AlexNet's real A100 records gives the kernel table of the seed, matching the raw trace."""
-    raw = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+    alexnet = shared_data("kineto", "alexnet_cuda_trace.json.gz")
+    raw = json.loads(gzip.decompress(alexnet.read_bytes()))
     kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]
-    part, *_ = run(cupti=FakeCupti(records_from_kineto(ALEXNET)))
+    part, *_ = run(cupti=FakeCupti(records_from_kineto(alexnet)))
     rows = part.table("kernel_stats").records()
     assert sum(r["occurrences"] for r in rows) == len(kernels) == 79
     assert sum(r["total_ns"] for r in rows) == sum(int(round(e["dur"] * 1000)) for e in kernels)

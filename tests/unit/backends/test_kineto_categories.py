@@ -33,15 +33,11 @@ import pytest
 
 from omniprof.formats.kineto import read_trace
 from omniprof.errors import DataLossWarning, OmniprofWarning
-
-ROOT = Path(__file__).resolve().parents[3]
-DATA = next((p for p in (ROOT / ".." / "shared" / "data" / "kineto", ROOT / ".." / ".." / "shared" / "data" / "kineto")
-             if p.is_dir()), ROOT / ".." / "shared" / "data" / "kineto")
-ALEXNET = DATA / "alexnet_cuda_trace.json.gz"
+from tests.tools import shared_data
 
 
 def _events() -> dict:
-    with gzip.open(ALEXNET, "rt", encoding="utf-8") as fh:
+    with gzip.open(shared_data("kineto", "alexnet_cuda_trace.json.gz"), "rt", encoding="utf-8") as fh:
         return json.load(fh)
 
 

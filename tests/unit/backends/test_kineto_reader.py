@@ -17,16 +17,20 @@ from omniprof.formats.kineto import FWDBWD_FLOW_BASE, read_trace, us_text_to_ns
 from omniprof.cli import main
 from omniprof.core.readers import detect_format, read_any
 from omniprof.errors import DataLossWarning, TraceReadError
+from tests.tools import shared_data
 
 ROOT = Path(__file__).resolve().parents[3]
-# The shared/ folder beside the repository root (one level further up from a worktree).
-DATA = next((p for p in (ROOT / ".." / "shared" / "data" / "kineto", ROOT / ".." / ".." / "shared" / "data" / "kineto")
-             if p.is_dir()), ROOT / ".." / "shared" / "data" / "kineto")
-ALEXNET = DATA / "alexnet_cuda_trace.json.gz"
-TRITON = DATA / "triton_cuda_trace.json.gz"
 EXAMPLE = ROOT / "examples" / "traces" / "mlp_cpu.pt.trace.json.gz"
 
-needs_data = pytest.mark.skipif(not ALEXNET.exists(), reason=f"real Kineto traces not found in {DATA}")
+
+def alexnet() -> Path:
+    """The real AlexNet GPU trace of the shared data folder."""
+    return shared_data("kineto", "alexnet_cuda_trace.json.gz")
+
+
+def triton() -> Path:
+    """The real Triton GPU trace of the shared data folder."""
+    return shared_data("kineto", "triton_cuda_trace.json.gz")
 
 
 def _write(tmp_path: Path, events: list, name: str = "t.pt.trace.json", **top) -> Path:
@@ -39,10 +43,9 @@ def _x(name, cat, ts, dur, pid=1, tid=1, **args):
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
-@needs_data
 def test_alexnet_categories_and_counts():
     """Every kernel, memcpy, memset, CPU op and runtime call of the AlexNet trace becomes a span."""
-    part = read_trace(ALEXNET).parts[0]
+    part = read_trace(alexnet()).parts[0]
     cats: dict[str, int] = {}
     for s in part.spans:
         cats[s.category] = cats.get(s.category, 0) + 1
@@ -51,10 +54,9 @@ def test_alexnet_categories_and_counts():
     assert part.losses == ()
 
 
-@needs_data
 def test_alexnet_kernel_args_follow_conventions():
     """Kernel spans carry grid, block, registers, shared memory, occupancy, device, stream, correlation."""
-    part = read_trace(ALEXNET).parts[0]
+    part = read_trace(alexnet()).parts[0]
     k = next(s for s in part.spans if s.category == "kernel" and s.args.get("correlation_id") == 218)
     assert k.args["grid"] == [864, 1, 1] and k.args["block"] == [256, 1, 1]
     assert k.args["registers_per_thread"] == 47 and k.args["static_shared_memory_bytes"] == 0
@@ -68,10 +70,9 @@ def test_alexnet_kernel_args_follow_conventions():
     assert copy.args["bandwidth_bytes_per_s"] == pytest.approx(7.744e9)
 
 
-@needs_data
 def test_alexnet_launch_flows_link_runtime_to_device():
     """Each launch flow id is carried by one host runtime span and the GPU work it started."""
-    part = read_trace(ALEXNET).parts[0]
+    part = read_trace(alexnet()).parts[0]
     assert len(part.flows) == 139
     by_id: dict[int, set[str]] = {}
     for s in part.spans:
@@ -83,10 +84,9 @@ def test_alexnet_launch_flows_link_runtime_to_device():
         assert "runtime" in cats and cats & {"kernel", "memcpy", "memset", "sync"}
 
 
-@needs_data
 def test_alexnet_kernel_and_op_tables():
     """kernel_stats counts all 79 kernels; op_stats charges device time to the launching op."""
-    part = read_trace(ALEXNET).parts[0]
+    part = read_trace(alexnet()).parts[0]
     ks = part.table("kernel_stats")
     assert sum(ks.column("occurrences")) == 79
     ops = {r["name"]: r for r in part.table("op_stats").records()}
@@ -98,10 +98,9 @@ def test_alexnet_kernel_and_op_tables():
     assert ops["[param|cuda]"]["device_total_ns"] <= kernel_ns
 
 
-@needs_data
 def test_triton_trace_metadata_and_base_time():
     """Top-level fields (devices, CUDA versions, base time) land in the part's metadata."""
-    r = read_trace(TRITON)
+    r = read_trace(triton())
     part = r.parts[0]
     assert part.metadata["kineto_base_time_ns"] == 1727743122000000000
     assert part.metadata["devices"][0]["name"].startswith("NVIDIA A100")
@@ -113,18 +112,16 @@ def test_triton_trace_metadata_and_base_time():
     assert r.metadata.devices and r.metadata.backends == ("torch",)
 
 
-@needs_data
 def test_result_round_trips_through_json(tmp_path):
     """A result read from a trace saves and loads back equal."""
-    r = read_trace(ALEXNET)
+    r = read_trace(alexnet())
     assert omniprof.load(r.save(tmp_path / "r.json")) == r
 
 
-@needs_data
 @pytest.mark.parametrize("fraction", [0.0001, 0.3, 0.5, 0.97, 0.9999])
 def test_truncated_real_trace_names_file_and_position(tmp_path, fraction):
     """A truncated copy of a real trace raises TraceReadError with the file and line/column/char."""
-    raw = gzip.decompress(ALEXNET.read_bytes())
+    raw = gzip.decompress(alexnet().read_bytes())
     cut = tmp_path / "cut.pt.trace.json"
     cut.write_bytes(raw[: int(len(raw) * fraction)])
     with pytest.raises(TraceReadError) as info:
@@ -134,10 +131,9 @@ def test_truncated_real_trace_names_file_and_position(tmp_path, fraction):
     assert "truncated" in msg or "ends" in msg
 
 
-@needs_data
 def test_truncated_gzip_is_a_clear_error(tmp_path):
     """A gzip file cut short raises TraceReadError saying it is truncated."""
-    data = ALEXNET.read_bytes()
+    data = alexnet().read_bytes()
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(TraceReadError, match="truncated"):
@@ -308,19 +304,17 @@ def test_bundled_example_trace_reads():
     assert part.table("op_stats") is not None
 
 
-@needs_data
 def test_cli_report_prints_kernel_and_op_tables(capsys):
     """`omniprof report TRACE -r table` prints the op and kernel tables."""
-    assert main(["report", str(ALEXNET), "-r", "table"]) == 0
+    assert main(["report", str(alexnet()), "-r", "table"]) == 0
     out = capsys.readouterr().out
     assert "Kernel statistics" in out and "Op statistics" in out and "aten::addmm" in out
 
 
-@needs_data
 def test_cli_report_truncated_is_one_line_error(tmp_path, capsys):
     """A truncated trace gives exit code 1 and a one-line error naming the file, no traceback."""
     cut = tmp_path / "cut.pt.trace.json"
-    cut.write_bytes(gzip.decompress(ALEXNET.read_bytes())[:50_000])
+    cut.write_bytes(gzip.decompress(alexnet().read_bytes())[:50_000])
     assert main(["report", str(cut)]) == 2  # an unreadable input is a user mistake: exit 2
     err = capsys.readouterr().err
     assert err.startswith("omniprof: error: ") and str(cut) in err and "Traceback" not in err
@@ -359,7 +353,7 @@ def test_raw_control_characters_in_strings_are_read_and_counted(tmp_path, monkey
     real with_stack trace: ``"Call stack": "torch/profiler/_cupti_monitor.py(0): \\x07;..."``), which
     strict JSON forbids: json.load rejects the file, and the whole torch result was lost. Such values
     are read as written and counted; the rest of the trace reads as without them."""
-    data = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+    data = json.loads(gzip.decompress(alexnet().read_bytes()))
     events = data["traceEvents"][:60] if chunk_chars else data["traceEvents"]
     op = next(e for e in events if e.get("cat") == "cpu_op")
     op["name"] += "\x07"

@@ -5,28 +5,22 @@ from __future__ import annotations
 import gzip
 import json
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, kernel_stats, kernel_stats_table
 from omniprof.core.readers import read_any
+from tests.tools import shared_data
 
-_ROOT = Path(__file__).resolve().parents[3]
-_CANDIDATES = (_ROOT / ".." / "shared" / "data" / "kineto", _ROOT / ".." / ".." / "shared" / "data" / "kineto")
-DATA = next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])
 TRACES = ["alexnet_cuda_trace.json.gz", "triton_cuda_trace.json.gz"]
 
 
 def _read(name: str):
-    path = DATA / name
-    if not path.exists():
-        pytest.skip(f"real GPU trace not found at {path}")
-    return read_any(path)
+    return read_any(shared_data("kineto", name))
 
 
 def _raw_kernels(name: str) -> list[dict]:
-    data = json.loads(gzip.decompress((DATA / name).read_bytes()))
+    data = json.loads(gzip.decompress(shared_data("kineto", name).read_bytes()))
     return [e for e in data["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
 
 

@@ -44,6 +44,7 @@ from omniprof.reporters.perfetto import (
 )
 from omniprof.testing.conformance import ReporterConformance
 from omniprof.testing.fakes import make_result
+from tests.tools import shared_data
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
                          reason="the perfetto package (pip install perfetto) ships Perfetto's official protos")
@@ -470,10 +471,6 @@ class TestChromeConformance(ReporterConformance):
 
 
 # -- Perfetto's real trace processor -------------------------------------------------------------
-# The shared/ folder beside the repository root (one level further up from a worktree).
-SHARED_DATA = next((p for p in (Path(__file__).resolve().parents[3] / ".." / "shared" / "data",
-                                Path(__file__).resolve().parents[3] / ".." / ".." / "shared" / "data") if p.is_dir()),
-                   Path(__file__).resolve().parents[3] / ".." / "shared" / "data")
 
 
 def cpu_result() -> ProfileResult:
@@ -498,10 +495,7 @@ def cpu_result() -> ProfileResult:
 def kineto_result() -> ProfileResult:
     from omniprof.core.readers import read_any
 
-    path = SHARED_DATA / "kineto" / "alexnet_cuda_trace.json.gz"
-    if not path.exists():
-        pytest.skip(f"real Kineto traces not found at {path}")
-    return read_any(path)
+    return read_any(shared_data("kineto", "alexnet_cuda_trace.json.gz"))
 
 
 def backend_result(name: str, workload) -> ProfileResult:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -15,25 +14,14 @@ from omniprof.core.results import ProfileResult
 from omniprof.reporters.speedscope import speedscope_document
 from omniprof.reporters.stackdata import span_lanes, stack_profile
 from tests.unit.reporters.test_speedscope import check_importable
-
-import os
-
-# shared/ sits beside the repository; OMNIPROF_SHARED_DATA points elsewhere (e.g. from a worktree).
-_ROOT = Path(__file__).resolve().parents[3]
-# The shared/ folder beside the repository root (one level further up from a worktree).
-DATA = Path(os.environ.get("OMNIPROF_SHARED_DATA") or next(
-    (p for p in (_ROOT / ".." / "shared" / "data", _ROOT / ".." / ".." / "shared" / "data") if p.is_dir()),
-    _ROOT / ".." / "shared" / "data")) / "kineto"
+from tests.tools import shared_data
 
 
 def _kineto_spans(name: str) -> ProfileResult:
     """A real Kineto GPU trace, read by omniprof's own Kineto reader."""
     from omniprof.core.readers import read_any
 
-    path = DATA / name
-    if not path.is_file():
-        pytest.skip(f"{path} not found: the shared/ data folder must sit beside the repository")
-    return read_any(path)
+    return read_any(shared_data("kineto", name))
 
 
 @pytest.mark.parametrize("trace", ["alexnet_cuda_trace.json.gz", "triton_cuda_trace.json.gz"])
