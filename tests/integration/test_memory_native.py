@@ -3,21 +3,26 @@
 Its instance reader (``instance_state``, which the heap snapshot uses instead of ``__dict__``)
 follows each version's private object layout: 3.10 a dict slot, 3.11 a values pointer and a dict
 pointer before the object, 3.12 one tagged pointer for either, 3.13 values inline after the object.
-Each is built here with that interpreter's own headers and checked under it by
-tests/tools/allocsampler_check.py against independent truths.
+Its frame reader (``frame_locals``) reads a running function's locals in place (3.11+ keeps them
+in the interpreter's frame, which the collector does not list). Each is built here with that
+interpreter's own headers and checked under it by tests/tools/allocsampler_check.py against
+independent truths; a heap snapshot taken under each (tests/tools/heapsnapshot_version_check.py)
+is read back with DevTools' own loader.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.tools import build_extension, cpython_interpreters
+from tests.tools import NODE_MODULES, build_extension, cpython_interpreters, node_package
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKS = 24  # every check allocsampler_check.py makes on 3.11+ (21 on 3.10: no values array there)
+CHECKS = 27  # every check allocsampler_check.py makes on 3.11+ (24 on 3.10: no values array there)
 
 
 @pytest.mark.slow
@@ -37,3 +42,86 @@ def test_allocsampler_on_every_cpython(version, exe, tmp_path):
     assert run.returncode == 0, f"{version}:\n{run.stdout}\n{run.stderr[-3000:]}"
     assert "FAIL" not in run.stdout
     assert run.stdout.count("OK ") == (CHECKS - 3 if version == "3.10" else CHECKS), run.stdout
+
+
+HEAP_CHECKS = 4  # OK lines heapsnapshot_version_check.py prints on 3.11+ (3 on 3.10: no instance-dict probe)
+
+
+def _names(node):
+    """attribute name -> (target name, target type) for an instance, its own edges and its __dict__'s."""
+    out = {}
+    for e in node["edges"]:
+        if e["type"] == "property":
+            out[e["name"]] = (e["to"], e["toType"])
+        for d in e.get("edges", ()):  # the dict's own edges, under the internal "__dict__" edge
+            if d["type"] == "property":
+                out[d["name"]] = (d["to"], d["toType"])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version,exe", cpython_interpreters(), ids=[v for v, _ in cpython_interpreters()])
+def test_heap_snapshot_on_every_cpython(version, exe, tmp_path):
+    """take_heap_snapshot under each CPython, with the reader built for it, read back with DevTools'
+    own loader (tests/tools/heapsnapshot_nodes.mjs). The truths come from how the objects were made:
+    each of 2,000 instances is reached by exactly the attributes its constructor set, each edge
+    ending at the value it was given (its unique label string, its number, a list), whether the
+    attributes live in a values array, a dict slot or a dict built on purpose (two, one with a key
+    the class never shared); 40-attribute instances likewise; a running function's locals hold
+    what only they hold (distance 3 from the root: root, frame, list), so 50 owners of a 10 KiB
+    buffer retain it and are dominated by their list (with __slots__ too); an instance's shallow
+    size in DevTools is the bytes tracemalloc saw allocated for it (object and values array, or
+    object and dict on 3.10). In the process: objects counted by type with gc before and after
+    (nothing left behind, no dict built) and, on 3.11+, no instance refers to a dict."""
+    node_package("heap-snapshot-toolkit")
+    build_extension(exe, ROOT / "omniprof/backends/memory/_allocsampler.c", tmp_path)
+    run = subprocess.run([exe, str(ROOT / "tests/tools/heapsnapshot_version_check.py"), str(ROOT), str(tmp_path),
+                          str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, f"{version}:\n{run.stdout}\n{run.stderr[-3000:]}"
+    assert "FAIL" not in run.stdout
+    assert run.stdout.count("OK ") == (HEAP_CHECKS - 1 if version == "3.10" else HEAP_CHECKS), run.stdout
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert truth["version"] == version
+    proc = subprocess.run(["node", str(ROOT / "tests/tools/heapsnapshot_nodes.mjs"), str(tmp_path / "h.heapsnapshot"),
+                           "--edges", "Item", "Wide", "Plain", "Owner", "SlottedOwner", "frame"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMNIPROF_NODE_MODULES": str(NODE_MODULES)})
+    assert proc.returncode == 0, proc.stderr
+    by: dict[str, list[dict]] = {}
+    for n in json.loads(proc.stdout)["nodes"]:
+        by.setdefault(n["name"], []).append(n)
+    assert {k: len(v) for k, v in by.items() if k != "frame"} == {
+        "Item": 2_000, "Wide": 3, "Plain": truth["plains"], "Owner": truth["owners"], "SlottedOwner": truth["slotted"]}
+
+    # Every instance: exactly its attributes, each to the value the constructor gave it.
+    seen = set()
+    for n in by["Item"]:
+        names = _names(n)
+        label = names["label"][0]
+        want = truth["items"][label]
+        expected = {"label": (label, "string"), "num": (str(want["num"]), "number"), "tags": ("list", "object")}
+        if label == truth["extra"]:
+            expected["extra"] = ("list", "object")
+        assert names == expected, (label, names)
+        has_dict = any(e["name"] == "__dict__" for e in n["edges"])
+        # a dict is there only where one exists: built on purpose, or 3.10's, kept by every instance
+        assert has_dict == (label in truth["built"] or version == "3.10"), (label, n["edges"])
+        seen.add(label)
+    assert seen == set(truth["items"])
+    for n in by["Wide"]:
+        names = _names(n)
+        assert set(names) == {"label", *truth["wides"][names["label"][0]]}
+        assert all(names[f"a{k}"] == ("list", "object") for k in range(40))
+
+    # What only a running function holds is reachable, owned and dominated as it is.
+    for cls in ("Owner", "SlottedOwner"):
+        for n in by[cls]:
+            assert n["distance"] == 3 and n["dominator"] == "list", n  # root -> frame -> list -> instance
+            assert n["retained"] >= n["self"] + 10_240, n
+    frame_locals = {e["name"] for f in by["frame"] for e in f["edges"] if e["type"] == "property"}
+    assert {"items", "owners", "slotted", "plains"} <= frame_locals, frame_locals
+
+    # Shallow size against tracemalloc (the class settled before it was measured).
+    for n in by["Plain"]:
+        size = n["self"] + sum(e["toSelf"] for e in n["edges"] if e["name"] == "__dict__")
+        assert size == truth["plain_bytes"], (size, truth["plain_bytes"])

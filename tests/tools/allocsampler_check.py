@@ -5,8 +5,9 @@ interpreter's own headers).
 
 Prints one ``OK name detail`` or ``FAIL name detail`` line per check; exit status 1 on any FAIL.
 The truths are independent of the extension: attribute values are the ones the constructor set
-(read back with getattr, which builds no dict), "no dict built" is objects counted by type with
-gc before and after, and the values array's size is what tracemalloc saw allocated.
+(read back with getattr, which builds no dict), a frame's locals the objects the function bound,
+"no dict built" is objects counted by type with gc before and after, and the values array's size
+is what tracemalloc saw allocated.
 """
 
 from __future__ import annotations
@@ -145,7 +146,53 @@ def main():
     f.marker = [1]
     check("function_dict", A.instance_state(f)[1] is f.__dict__)
 
-    # 5. the values array's bytes, against what tracemalloc saw allocated per instance (the type
+    # 5. a running frame's locals, read in place: the very objects bound, named as in the source
+    import threading
+
+    def probe(arg):
+        kept = [1]
+        text = "probe-text"
+
+        def inner():
+            return kept  # kept becomes a cell variable
+
+        return dict(A.frame_locals(sys._getframe())), arg, kept, text, inner
+
+    got, arg, kept, text, inner = probe(Plain())
+    cell = got.get("kept")
+    check("frame_locals_self", got.get("arg") is arg and got.get("text") is text and got.get("inner") is inner
+          and type(cell).__name__ == "cell" and cell.cell_contents is kept and set(got) == {"arg", "kept", "text", "inner"},
+          str(sorted(got)))
+    ready, release, marker = threading.Event(), threading.Event(), [object()]
+
+    def waiter(held):
+        ready.set()
+        release.wait(30)
+
+    t = threading.Thread(target=waiter, args=(marker,))
+    t.start()
+    ready.wait(30)
+    f = sys._current_frames()[t.ident]
+    while f is not None and f.f_code.co_name != "waiter":
+        f = f.f_back
+    other = dict(A.frame_locals(f)) if f is not None else {}
+    release.set()
+    t.join()
+    check("frame_locals_other_thread", other.get("held") is marker, str(sorted(other)))
+
+    def gen(held):
+        yield held
+
+    g = gen(marker)
+    next(g)
+    suspended = A.frame_locals(g.gi_frame)
+    # 3.11+: a generator's frame is its own, not a thread's (the collector visits it through the
+    # generator); 3.10: the frame object's slots, as for any frame
+    check("frame_locals_suspended", suspended is None if V >= (3, 11) else dict(suspended).get("held") is marker,
+          repr(suspended)[:80])
+    del g
+
+    # 6. the values array's bytes, against what tracemalloc saw allocated per instance (the type
     #    settled first: the first instances of a class get larger arrays, read as a lower bound)
     warm = [Plain() for _ in range(200)]
     made, slots = [None] * 1000, list(range(1000))  # made before tracing: the loop allocates nothing else
@@ -166,9 +213,7 @@ def main():
         check("values_bytes_none", vbs == {0}, str(vbs))
     del warm
 
-    # 6. the sampler itself: every allocation at rate 1, with its stack, type and liveness
-    import threading
-
+    # 7. the sampler itself: every allocation at rate 1, with its stack, type and liveness
     def alloc_site():
         return [bytearray(5_000) for _ in range(50)]  # SITE
 

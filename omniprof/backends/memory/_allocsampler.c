@@ -613,6 +613,54 @@ static PyObject *py_instance_state(PyObject *self, PyObject *obj) {
     return Py_BuildValue("(NOn)", attrs ? attrs : Py_NewRef(Py_None), dict ? dict : Py_None, values_bytes);
 }
 
+/* frame_locals(frame) -> ((name, value), ...) or None, without building f_locals.
+ * A frame still running on a thread's stack holds its locals in the interpreter's own frame
+ * (3.11+), which the collector does not visit through the frame object: gc.get_referents(frame)
+ * lists none of them, and the heap snapshot would show everything that only a running function
+ * holds as unreachable. f_locals would build (3.11/3.12) or proxy (3.13) a mapping; this reads the
+ * slots in place, named by the code's local, cell and free variable names (a cell variable's value
+ * is its cell). None for a frame not running on a thread (a generator's, or one that finished:
+ * the collector visits those through their owner). 3.10: the frame object's own slots. */
+static PyObject *py_frame_locals(PyObject *self, PyObject *obj) {
+    if (!PyFrame_Check(obj)) { PyErr_SetString(PyExc_TypeError, "frame_locals(frame): a frame"); return NULL; }
+    PyObject **slots;
+    PyObject *names[3] = {NULL, NULL, NULL}; /* name tuples in slot order */
+    Py_ssize_t counts[3] = {0, 0, 0};
+#ifdef OMNIPROF_INTERNALS
+    _PyInterpreterFrame *f = ((PyFrameObject *)obj)->f_frame;
+    if (!f || f->owner != FRAME_OWNED_BY_THREAD) Py_RETURN_NONE;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (!PyCode_Check(f->f_executable)) Py_RETURN_NONE;
+    PyCodeObject *co = (PyCodeObject *)f->f_executable;
+#else
+    PyCodeObject *co = f->f_code;
+#endif
+    slots = f->localsplus;
+    names[0] = co->co_localsplusnames;
+    counts[0] = co->co_nlocalsplus;
+#else
+    PyFrameObject *f = (PyFrameObject *)obj;
+    PyCodeObject *co = f->f_code;
+    slots = f->f_localsplus;
+    names[0] = co->co_varnames; counts[0] = co->co_nlocals;
+    names[1] = co->co_cellvars; counts[1] = PyTuple_GET_SIZE(co->co_cellvars);
+    names[2] = co->co_freevars; counts[2] = PyTuple_GET_SIZE(co->co_freevars);
+#endif
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    Py_ssize_t at = 0;
+    for (int t = 0; t < 3; t++) {
+        for (Py_ssize_t i = 0; i < counts[t] && i < PyTuple_GET_SIZE(names[t]); i++, at++) {
+            PyObject *v = slots[at];
+            if (!v) continue;
+            PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(names[t], i), v);
+            if (!pair || PyList_Append(out, pair) < 0) { Py_XDECREF(pair); Py_DECREF(out); return NULL; }
+            Py_DECREF(pair);
+        }
+    }
+    return out;
+}
+
 static PyObject *py_is_active(PyObject *self, PyObject *noargs) { return PyBool_FromLong(active != 0); }
 
 static PyMethodDef methods[] = {
@@ -620,6 +668,7 @@ static PyMethodDef methods[] = {
     {"stop", py_stop, METH_NOARGS, "stop(): restore the original allocators"},
     {"take", py_take, METH_O, "take(types) -> (records, stats); clears the buffer"},
     {"instance_state", py_instance_state, METH_O, "instance_state(obj) -> (attrs, dict, values_bytes)"},
+    {"frame_locals", py_frame_locals, METH_O, "frame_locals(frame) -> ((name, value), ...) or None"},
     {"is_active", py_is_active, METH_NOARGS, "True while hooks are installed"},
     {"discard", py_discard, METH_NOARGS, "discard(): stop and drop every record (a forked child)"},
     {NULL, NULL, 0, NULL},

@@ -5,9 +5,11 @@ The format (V8's): one JSON object with ``snapshot.meta`` describing flat intege
 and ``edges`` (3 fields: type, name_or_index, to_node, where to_node is the target's offset in
 ``nodes``), and a ``strings`` table that names refer to. Node 0 is a synthetic root.
 
-Python objects map to node types: ``str`` -> string, numbers -> number, list/tuple/set -> array,
-functions -> closure, code -> code, everything else -> object named after its class (so DevTools'
-"Constructor" view groups instances by class). Edges: dict items and instance attributes are
+Python objects map to node types: ``str`` -> string, numbers -> number, functions -> closure,
+code -> code, bytes-like -> native, everything else (lists, tuples, sets and dicts too) -> object
+named after its class (so DevTools' "Constructor" view groups instances by class). Not V8's
+"array" type, which is an object's internal backing store: DevTools adds the size of an "array"
+node with one owner to its owner's shallow size, so a list would have vanished into whoever held it. Edges: dict items and instance attributes are
 ``property`` edges named by key, sequence items ``element`` edges by index, other references
 ``hidden`` edges. ``self_size`` is ``sys.getsizeof`` (or 1 for every node with ``all_one=True``,
 to count objects instead of bytes, as Julia's ``all_one``).
@@ -80,8 +82,6 @@ def _describe_unchecked(obj: Any) -> tuple[int, Any]:
         return T_STRING, obj[:MAX_NAME]
     if _isa(obj, (bool, int, float, complex)):
         return T_NUMBER, repr(obj)[:MAX_NAME]
-    if _isa(obj, (list, tuple, set, frozenset)):
-        return T_ARRAY, type(obj).__name__
     if _isa(obj, types.CodeType):
         return T_CODE, getattr(obj, "co_qualname", obj.co_name)
     if _isa(obj, _FUNCS):
@@ -111,9 +111,21 @@ def _instance_state() -> Any:
     return instance_state
 
 
-def _edges(obj: Any, state: Any) -> tuple[list[tuple[int, Any, Any]], int]:
+def _frame_locals() -> Any:
+    """The C helper that reads a running frame's locals in place (no ``f_locals`` built), or None."""
+    try:
+        from omniprof.backends.memory._allocsampler import frame_locals
+    except ImportError:
+        return None
+    return frame_locals
+
+
+def _edges(obj: Any, state: Any, frame_locals: Any = None) -> tuple[list[tuple[int, Any, Any]], int]:
     """(edge type, name or index, target) for every reference held by ``obj``, and the bytes of
     its attribute values array (part of the instance on CPython 3.11+, missed by getsizeof).
+
+    A frame running on a thread names its locals through ``frame_locals`` (the C helper): on 3.11+
+    the collector does not list them, and what only a running function holds would be unreachable.
 
     Never reads ``__dict__``: on CPython 3.11+ that builds a dict an instance did not have, for
     good. Containers are read through their own iteration (no user code runs for the built-in
@@ -142,6 +154,8 @@ def _edges(obj: Any, state: Any) -> tuple[list[tuple[int, Any, Any]], int]:
     except Exception:
         return out, 0
     attrs, d, values_bytes = state(obj) if state is not None else (None, None, 0)
+    if frame_locals is not None and _isa(obj, types.FrameType):
+        attrs = frame_locals(obj)
     named: dict[int, int] = {}
     for k, val in attrs or ():
         out.append((E_PROPERTY, k, val))
@@ -254,7 +268,7 @@ def _walk(objs: list[Any], emit_node: Any, emit_edge: Any, all_one: bool) -> tup
 
 
 def _walk_quiet(objs: list[Any], emit_node: Any, emit_edge: Any, all_one: bool) -> tuple[int, int]:
-    state = _instance_state()
+    state, frame_locals = _instance_state(), _frame_locals()
     initial = _IdSet()  # the program's tracked objects: visited by the loop over objs below
     for o in objs:
         if not (_isa(o, types.FrameType) and o.f_code.co_filename.startswith(_OWN_DIR + os.sep)):
@@ -295,7 +309,7 @@ def _walk_quiet(objs: list[Any], emit_node: Any, emit_edge: Any, all_one: bool) 
 
     def visit(obj: Any) -> None:
         nonlocal nodes, edges
-        out, extra = _edges(obj, state)
+        out, extra = _edges(obj, state, frame_locals)
         out = [e for e in out if wanted(e[2])]
         ntype, name = _describe(obj)
         emit_node(ntype, name, id(obj), 1 if all_one else _size(obj) + extra, len(out))
