@@ -262,6 +262,29 @@ def main():
     check("sampler_totals_every_rate", r1 == n1 and r0 == 0 and all(abs(n - n1) <= 10 and abs(b - b1) <= 1_000
                                                                     for n, b in ((n0, b0), (n2, b2))), str(totals))
     check("sampler_thread", {r[2] for r in at_site} == {threading.get_ident()})
+
+    # an allocation the allocator refuses (MemoryError) is no allocation: not counted, not recorded,
+    # whether it was the sampled one (rate 1, no size stratum) or a large one (always recorded)
+    def refused():
+        n = 0
+        for make in (lambda: b"x" * 2**60, lambda: bytes(2**60)):  # 1 EiB from malloc, then calloc: refused
+            try:
+                make()
+            except MemoryError:
+                n += 1
+        return n
+
+    failed = {}
+    for rate, always in ((1.0, 0), (0.01, 65_536)):
+        A.start(rate, 100_000, 8, 5, False, always)
+        refused_n = refused()
+        small = [bytearray(100) for _ in range(20)]
+        A.stop()
+        recs, stats = A.take(None)
+        failed[rate] = (refused_n, stats["allocations"], len(recs), stats["allocated_bytes"], len(small))
+    (r1, n1, k1, b1, _), (r2, n2, k2, b2, _) = failed[1.0], failed[0.01]
+    check("refused_allocation_not_counted", r1 == r2 == 2 and n1 == k1 and b1 < 2**40 and b2 < 2**40
+          and all(rec[1] < 2**40 for rec in recs), str(failed))
     del kept, widgets
 
     sys.exit(1 if FAILS else 0)

@@ -349,31 +349,48 @@ static __attribute__((noinline)) void on_sampled(void *ptr, size_t size, uint8_t
     record(ptr, size, domain);
 }
 
-/* every allocation: add its bytes, run the countdown down */
-static inline void on_alloc(void *ptr, size_t size, uint8_t domain) {
-    if (__builtin_expect(!ptr, 0)) return;
+/* An allocation that is recorded: a large one, or the one the countdown ran down to. Made here,
+ * then recorded; one that fails is taken out of the counts again. */
+static __attribute__((noinline)) void *alloc_recorded(PyMemAllocatorEx *orig, int zeroed, size_t ne, size_t n,
+                                                      uint8_t domain) {
+    void *p = zeroed ? orig->calloc(orig->ctx, ne, n) : orig->malloc(orig->ctx, n);
+    size_t size = zeroed ? ne * n : n;
+    int large = size >= always_bytes;
+    if (!p) {
+        bytes_seen -= size;
+        if (!large) { countdown = draw_countdown(); drawn += countdown - 1; } /* the failed one is no allocation */
+        return NULL;
+    }
+    if (large) on_large(p, size, domain);
+    else on_sampled(p, size, domain);
+    return p;
+}
+
+/* every allocation: add its bytes, run the countdown down; nearly always the last step is a tail
+ * call of the real allocator (no frame of ours around it). One that fails there (MemoryError) is
+ * still counted: it cannot be told from here without keeping a frame around every call. */
+static inline int counts_as_recorded(size_t size) {
     bytes_seen += size;
-    if (__builtin_expect(size >= always_bytes, 0)) on_large(ptr, size, domain);
-    else if (__builtin_expect(--countdown == 0, 0)) on_sampled(ptr, size, domain);
+    return __builtin_expect(size >= always_bytes, 0) || __builtin_expect(--countdown == 0, 0);
 }
 
 /* The free hook's common path is a load, a test and a tail call of the real free. */
 #define HOOKS(NAME, ORIG, DOMAIN)                                                            \
     static void *NAME##_malloc(void *ctx, size_t n) {                                       \
-        void *p = ORIG.malloc(ORIG.ctx, n);                                                 \
-        on_alloc(p, n, DOMAIN);                                                             \
-        return p;                                                                           \
+        if (counts_as_recorded(n)) return alloc_recorded(&ORIG, 0, 1, n, DOMAIN);           \
+        return ORIG.malloc(ORIG.ctx, n);                                                    \
     }                                                                                       \
     static void *NAME##_calloc(void *ctx, size_t ne, size_t es) {                           \
-        void *p = ORIG.calloc(ORIG.ctx, ne, es);                                            \
-        on_alloc(p, ne * es, DOMAIN);                                                       \
-        return p;                                                                           \
+        if (counts_as_recorded(ne * es)) return alloc_recorded(&ORIG, 1, ne, es, DOMAIN);   \
+        return ORIG.calloc(ORIG.ctx, ne, es);                                               \
     }                                                                                       \
     static void *NAME##_realloc(void *ctx, void *old, size_t n) {                           \
         void *p = ORIG.realloc(ORIG.ctx, old, n);                                           \
         if (p) {                                                                            \
             if (maybe_sampled(old, DOMAIN)) note_sampled_free(old, 0);                      \
-            on_alloc(p, n, DOMAIN);                                                         \
+            bytes_seen += n;                                                                \
+            if (__builtin_expect(n >= always_bytes, 0)) on_large(p, n, DOMAIN);             \
+            else if (__builtin_expect(--countdown == 0, 0)) on_sampled(p, n, DOMAIN);       \
         }                                                                                   \
         return p;                                                                           \
     }                                                                                       \
