@@ -2,15 +2,17 @@
 
 1. Allocation sampling overhead on allocation-heavy workloads: CPU time under omniprof's
    `memory` backend at sample_rate=0.01 and 0.1 (Julia's default), under tracemalloc (full tracing)
-   and under memray (when installed), each divided by the unprofiled time (median of repeats).
+   and under memray (when installed), each divided by the unprofiled time (median of repeats);
+   then the same churn after the session built a heap it keeps (its sampled blocks stay alive and
+   every free meets them).
 2. Accuracy: the estimated live bytes at rate 0.01, for 10 seeds, against tracemalloc's exact
    figure for the same workload (>= 100k allocations, all kept alive); and the estimated
    allocated bytes against the sampler's own exact count, with the reported standard error.
 3. Heap snapshot of ~10^6 live objects: time and peak extra memory, in memory and streaming.
 
-Run: python benchmarks/memory.py [--quick] [--only overhead|accuracy|snapshot] [--against REV]
+Run: python benchmarks/memory.py [--quick] [--only overhead|kept|accuracy|snapshot] [--against REV]
 
-``--against REV`` (with the overhead section) builds the sampler's C source as it was at git
+``--against REV`` (with the overhead and kept sections) builds the sampler's C source as it was at git
 revision REV and as it is in the working tree, both with the same compiler flags, and times them
 side by side, interleaved, at rate 0.01: the before/after of a change to the allocation hook.
 """
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -184,6 +187,55 @@ def overhead(repeats: int, scale: float, against: str | None = None) -> None:
         tmp.cleanup()
 
 
+def w_keep_then_churn(k: int) -> int:
+    """A program that loads its data, then works: ``k`` strings built and kept, then the strings
+    workload's churn beside them (every free meets the sampled blocks the kept heap left alive)."""
+    kept = [str(i) for i in range(k)]
+    return len(kept) + w_strings(WORKLOADS["strings"][1])
+
+
+def kept_heap(repeats: int, keep: int, against: str | None = None) -> None:
+    """CPU time of w_keep_then_churn, unprofiled, under the memory backend at 0.01, and (--against)
+    under each sampler build alone, each seeded alike run by run (which blocks a seed samples decides
+    which frees meet a live sampled block's slot)."""
+    import omniprof
+
+    print(f"\n== keep {keep:,} strings, then churn (CPU time, median of {repeats} interleaved runs, seeds 1..{repeats})")
+
+    def backend(k: int, seed: int) -> float:
+        with omniprof.Profiler(backend="memory", backend_options={"memory": {"sample_rate": 0.01, "seed": seed}}):
+            return timed(w_keep_then_churn, k)
+
+    variants: dict[str, Any] = {"omniprof@0.01": backend}
+    tmp = None
+    if against:
+        tmp = tempfile.TemporaryDirectory()
+        for label, rev in ((f"{against[:10]}@0.01", against), ("worktree@0.01", None)):
+            mod = build_sampler(rev, tmp.name)
+
+            def alone(k: int, seed: int, mod: Any = mod) -> float:
+                mod.start(0.01, 1_000_000, 128, seed, False, 65_536)
+                try:
+                    return timed(w_keep_then_churn, k)
+                finally:
+                    mod.stop()
+                    mod.take(None)
+
+            variants[label] = alone
+
+    print(f"{'kept':>10} {'base_s':>8} " + " ".join(f"{label:>14}" for label in variants))
+    for k in (0, keep):
+        runs: dict[str, list[float]] = {"base": [], **{label: [] for label in variants}}
+        for seed in range(1, repeats + 1):
+            runs["base"].append(timed(w_keep_then_churn, k))
+            for label, run in variants.items():
+                runs[label].append(run(k, seed))
+        base = statistics.median(runs["base"])
+        print(f"{k:>10,} {base:8.3f} " + " ".join(f"{statistics.median(runs[label]) / base:14.3f}" for label in variants))
+    if tmp is not None:
+        tmp.cleanup()
+
+
 def w_kept(n: int) -> list:
     """>= n allocations, all kept alive: dicts holding a string and a tuple."""
     return [{"i": i, "s": str(i) * 3, "t": (i, str(i))} for i in range(n)]
@@ -284,13 +336,15 @@ def snapshot(n: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
-    ap.add_argument("--only", choices=["overhead", "accuracy", "snapshot"], help="one section only")
+    ap.add_argument("--only", choices=["overhead", "kept", "accuracy", "snapshot"], help="one section only")
     ap.add_argument("--against", metavar="REV", help="overhead: also time the sampler as built from git REV and "
                                                      "from the working tree, side by side")
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (shared with other work)")
     if args.only in (None, "overhead"):
         overhead(repeats=3 if args.quick else 5, scale=0.25 if args.quick else 1.0, against=args.against)
+    if args.only in (None, "kept"):
+        kept_heap(repeats=3 if args.quick else 5, keep=1_000_000 if args.quick else 3_000_000, against=args.against)
     if args.only in (None, "accuracy"):
         accuracy(100_000, 10)
     if args.only in (None, "snapshot"):

@@ -263,6 +263,20 @@ def main():
                                                                     for n, b in ((n0, b0), (n2, b2))), str(totals))
     check("sampler_thread", {r[2] for r in at_site} == {threading.get_ident()})
 
+    # many sampled blocks alive at once (the live counts in front of the map fill up): every free
+    # of one is seen, and no block is called freed that was not
+    A.start(1.0, 1_000_000, 4, 9, False)
+    blocks = [bytearray(3_000 + (k % 7)) for k in range(20_000)]
+    for k in range(0, 20_000, 2):
+        blocks[k] = None
+    A.stop()
+    recs, _ = A.take(None)
+    state = collections.Counter((r[1] - 3_000, r[3]) for r in recs if 3_000 <= r[1] < 3_007 + 57)
+    freed = sum(n for (_, f), n in state.items() if f)
+    alive = sum(n for (_, f), n in state.items() if not f)
+    check("many_live_blocks", freed == 10_000 and alive == 10_000, f"freed {freed} alive {alive}")
+    del blocks
+
     # an allocation the allocator refuses (MemoryError) is no allocation: not counted, not recorded,
     # whether it was the sampled one (rate 1, no size stratum) or a large one (always recorded)
     def refused():
