@@ -48,15 +48,15 @@ HEAP_CHECKS = 4  # OK lines heapsnapshot_version_check.py prints on 3.11+ (3 on 
 
 
 def _names(node):
-    """attribute name -> (target name, target type) for an instance, its own edges and its __dict__'s."""
-    out = {}
-    for e in node["edges"]:
-        if e["type"] == "property":
-            out[e["name"]] = (e["to"], e["toType"])
-        for d in e.get("edges", ()):  # the dict's own edges, under the internal "__dict__" edge
-            if d["type"] == "property":
-                out[d["name"]] = (d["to"], d["toType"])
-    return out
+    """attribute name -> (target name, target type) as DevTools shows them from the object itself:
+    property edges (attributes kept in the object) and shortcuts (past a dict that keeps them)."""
+    return {e["name"]: (e["to"], e["toType"]) for e in node["edges"] if e["type"] in ("property", "shortcut")}
+
+
+def _dict_names(node):
+    """the same, read through the object's "__dict__" edge (None when it has none)."""
+    d = next((e for e in node["edges"] if e["name"] == "__dict__"), None)
+    return None if d is None else {e["name"]: (e["to"], e["toType"]) for e in d["edges"] if e["type"] == "property"}
 
 
 @pytest.mark.slow
@@ -72,7 +72,8 @@ def test_heap_snapshot_on_every_cpython(version, exe, tmp_path):
     buffer retain it and are dominated by their list (with __slots__ too); an instance's shallow
     size in DevTools is the bytes tracemalloc saw allocated for it (object and values array, or
     object and dict on 3.10). In the process: objects counted by type with gc before and after
-    (nothing left behind, no dict built) and, on 3.11+, no instance refers to a dict."""
+    (nothing left behind, no dict built) and, on 3.11+, no instance refers to a dict. Attributes a
+    dict keeps are named from the object too (shortcut edges), as on every version they are to a user."""
     node_package("heap-snapshot-toolkit")
     build_extension(exe, ROOT / "omniprof/backends/memory/_allocsampler.c", tmp_path)
     run = subprocess.run([exe, str(ROOT / "tests/tools/heapsnapshot_version_check.py"), str(ROOT), str(tmp_path),
@@ -103,15 +104,18 @@ def test_heap_snapshot_on_every_cpython(version, exe, tmp_path):
         if label == truth["extra"]:
             expected["extra"] = ("list", "object")
         assert names == expected, (label, names)
-        has_dict = any(e["name"] == "__dict__" for e in n["edges"])
-        # a dict is there only where one exists: built on purpose, or 3.10's, kept by every instance
-        assert has_dict == (label in truth["built"] or version == "3.10"), (label, n["edges"])
+        in_dict = _dict_names(n)
+        # a dict is there only where one exists: built on purpose, or 3.10's, kept by every instance;
+        # and it holds the same attributes
+        assert (in_dict is not None) == (label in truth["built"] or version == "3.10"), (label, n["edges"])
+        assert in_dict is None or in_dict == expected, (label, in_dict)
         seen.add(label)
     assert seen == set(truth["items"])
     for n in by["Wide"]:
         names = _names(n)
         assert set(names) == {"label", *truth["wides"][names["label"][0]]}
         assert all(names[f"a{k}"] == ("list", "object") for k in range(40))
+        assert _dict_names(n) == names  # past the class's shared keys: a dict keeps them, on every version
 
     # What only a running function holds is reachable, owned and dominated as it is.
     for cls in ("Owner", "SlottedOwner"):

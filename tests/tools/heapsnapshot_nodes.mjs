@@ -1,6 +1,7 @@
 // Load a .heapsnapshot with heap-snapshot-toolkit (the Chromium DevTools frontend's own loader) and
 // print, for every node whose class is named on the command line, what DevTools computes for it:
-// self and retained size, distance from the root, and its immediate dominator (class and id).
+// self and retained size, distance from the root, its immediate dominator (class and id) and that
+// one's dominator (dominator2).
 // With --edges, also each node's outgoing edges as DevTools reads them (type, name, and the target's
 // name, class, type and self size); an internal "__dict__" edge lists the dict's own edges too.
 // usage: node heapsnapshot_nodes.mjs FILE [--edges] ClassName [ClassName ...]
@@ -29,8 +30,10 @@ for (let i = 0; i < snap.nodeCount; i++) {
   const node = snap.createNode(i * snap.nodeFieldCount)
   if (!wanted.has(node.className())) continue
   const dom = snap.createNode(node.dominatorIndex())
+  const dom2 = snap.createNode(dom.dominatorIndex())
   const item = { id: node.id(), name: node.className(), self: node.selfSize(), retained: node.retainedSize(),
-                 distance: node.distance(), dominator: dom.className(), dominatorId: dom.id() }
+                 distance: node.distance(), dominator: dom.className(), dominatorId: dom.id(),
+                 dominator2: dom2.className(), dominator2Id: dom2.id() }
   if (withEdges) item.edges = edgesOf(node, 1)
   out.push(item)
 }

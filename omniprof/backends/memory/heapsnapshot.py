@@ -9,9 +9,10 @@ Python objects map to node types: ``str`` -> string, numbers -> number, function
 code -> code, bytes-like -> native, everything else (lists, tuples, sets and dicts too) -> object
 named after its class (so DevTools' "Constructor" view groups instances by class). Not V8's
 "array" type, which is an object's internal backing store: DevTools adds the size of an "array"
-node with one owner to its owner's shallow size, so a list would have vanished into whoever held it. Edges: dict items and instance attributes are
-``property`` edges named by key, sequence items ``element`` edges by index, other references
-``hidden`` edges. ``self_size`` is ``sys.getsizeof`` (or 1 for every node with ``all_one=True``,
+node with one owner to its owner's shallow size, so a list would have vanished into whoever held
+it. Edges: dict items and instance attributes are ``property`` edges named by key, sequence items
+``element`` edges by index, other references ``hidden`` edges; attributes kept in the object's dict are also ``shortcut`` edges from the object
+(DevTools leaves those out of dominators). ``self_size`` is ``sys.getsizeof`` (or 1 for every node with ``all_one=True``,
 to count objects instead of bytes, as Julia's ``all_one``).
 
 ``streaming=True`` writes ``<prefix>.nodes``, ``<prefix>.edges``, ``<prefix>.strings`` as it walks
@@ -42,7 +43,7 @@ NODE_TYPES = ["hidden", "array", "string", "object", "code", "closure", "regexp"
 EDGE_FIELDS = ["type", "name_or_index", "to_node"]
 EDGE_TYPES = ["context", "element", "property", "internal", "hidden", "shortcut", "weak"]
 T_ARRAY, T_STRING, T_OBJECT, T_CODE, T_CLOSURE, T_NUMBER, T_NATIVE, T_SYNTHETIC = 1, 2, 3, 4, 5, 7, 8, 9
-E_ELEMENT, E_PROPERTY, E_INTERNAL, E_HIDDEN = 1, 2, 3, 4
+E_ELEMENT, E_PROPERTY, E_INTERNAL, E_HIDDEN, E_SHORTCUT = 1, 2, 3, 4, 5
 NF = len(NODE_FIELDS)
 MAX_NAME = 200
 _SKIP = (type(None), type(NotImplemented), type(Ellipsis))
@@ -156,6 +157,7 @@ def _edges(obj: Any, state: Any, frame_locals: Any = None) -> tuple[list[tuple[i
     attrs, d, values_bytes = state(obj) if state is not None else (None, None, 0)
     if frame_locals is not None and _isa(obj, types.FrameType):
         attrs = frame_locals(obj)
+    held = d if attrs is None and type(d) is dict else None  # attributes kept in a dict of the object's
     named: dict[int, int] = {}
     for k, val in attrs or ():
         out.append((E_PROPERTY, k, val))
@@ -176,6 +178,14 @@ def _edges(obj: Any, state: Any, frame_locals: Any = None) -> tuple[list[tuple[i
         # CPython 3.13 visits the attributes, not the dict built from them while they still live in
         # the object: the object owns that dict all the same
         out.append((E_INTERNAL, "__dict__", d))
+    if held is not None:
+        # Attributes that live in the object's dict (3.10's every instance, a dict built or grown
+        # past the class's shared keys on 3.11+): named from the object too, as shortcut edges --
+        # DevTools walks them for distances and shows them, but leaves them out of dominators and
+        # retained sizes, which follow the real path through "__dict__"
+        for k, val in list(dict.items(held)):
+            if _isa(k, str):
+                out.append((E_SHORTCUT, k, val))
     return out, values_bytes
 
 

@@ -43,7 +43,9 @@ def test_every_allocation_recorded_at_rate_one():
     part = prof.result.part("memory")
     big = [a for a in part.allocations if a.size_bytes >= 100_000]
     sites = {part.frames[part.stacks[a.stack_id][-1]].name for a in big}
-    assert "make_blobs.<locals>.<listcomp>" in sites or "<listcomp>" in sites
+    # the comprehension's own frame up to 3.11; inlined into its function from 3.12 (PEP 709)
+    site = "make_blobs" if sys.version_info >= (3, 12) else "make_blobs.<locals>.<listcomp>"
+    assert site in sites or (sys.version_info < (3, 12) and "<listcomp>" in sites), sites
     kept_allocs = [a for a in big if a.size_bytes < 50_000 * 3 and a.alive_at_end]
     assert len(kept_allocs) >= 40
     churned = [a for a in part.allocations if 50_000 <= a.size_bytes < 60_000]
@@ -203,8 +205,10 @@ def test_heap_snapshot_structure(tmp_path, streaming):
         starts[i] = pos
         pos += nodes[i + 4] * 3
     g = gadget_nodes[0]
+    # property edges (attributes kept in the object), or shortcuts past the dict that keeps them
+    # (CPython 3.10's every instance)
     names = {strings[edges[e + 1]]: edges[e + 2] for e in range(starts[g], starts[g] + nodes[g + 4] * 3, 3)
-             if edges[e] == 2}
+             if edges[e] in (2, 5)}
     assert "payload" in names and strings[nodes[names["payload"] + 1]] == "list"
     if streaming:
         assert {p.name for p in tmp_path.glob("h.heapsnapshot.*")} == {
@@ -441,21 +445,25 @@ def test_devtools_retained_sizes_and_dominators(tmp_path, streaming):
     assert len(links) == 5
     assert [n["distance"] for n in links] == list(range(links[0]["distance"], links[0]["distance"] + 5))
     for outer, inner in zip(links, links[1:]):
-        assert inner["dominatorId"] == outer["id"]
+        # the link before it, or (attributes in a dict, CPython 3.10) that link's __dict__
+        assert inner["dominatorId"] == outer["id"] or (inner["dominator"] == "dict"
+                                                       and inner["dominator2Id"] == outer["id"]), (outer, inner)
         assert outer["retained"] >= inner["retained"] + 1_000
     assert links[-1]["retained"] >= 1_000
     # A cycle of two held by one Holder: the holder retains both rings and their buffers.
     assert len(by["Holder"]) == 3 and all(n["retained"] >= 4_000 for n in by["Holder"])
+    def owner(n):  # its dominator, past the dict that keeps the attributes (CPython 3.10)
+        return ids.get(n["dominator2Id"] if n["dominator"] == "dict" else n["dominatorId"])
+
     for ring in by["Ring"]:
-        dom = ids.get(ring["dominatorId"])
-        assert ring["dominator"] in ("Holder", "Ring")
-        assert dom is not None
+        dom = owner(ring)
+        assert dom is not None and dom["name"] in ("Holder", "Ring"), ring
         while dom["name"] == "Ring":
-            dom = ids[dom["dominatorId"]]
+            dom = owner(dom)
         assert dom["name"] == "Holder"
     # A child reached through two kids of one parent: its dominator is the parent, not a kid.
     assert len(by["Shared"]) == 4
-    assert all(n["dominator"] == "Parent" for n in by["Shared"])
+    assert all(owner(n)["name"] == "Parent" for n in by["Shared"])
     assert all(n["retained"] < 3_000 for n in by["Kid"])
     assert all(n["retained"] >= 3_000 for n in by["Parent"])
 
@@ -768,7 +776,9 @@ def test_print_takes_the_sampler_print_options():
     lines = buf.getvalue().splitlines()
     rows = [ln for ln in lines if "_alloc_a" in ln or "_alloc_b" in ln]
     assert rows and "_alloc_a" in rows[0]  # 30 allocations before 10
-    counts = {("a" if "_alloc_a" in ln else "b"): int(ln.split()[0]) for ln in rows}
+    counts = {"a": 0, "b": 0}  # a function's lines summed (3.13 may charge one block to its def line)
+    for ln in rows:
+        counts["a" if "_alloc_a" in ln else "b"] += int(ln.split()[0])
     assert counts["a"] >= 30 and counts["b"] >= 10
     buf = io.StringIO()
     omniprof.allocs.print(omniprof.allocs.fetch(), file=buf, format="tree", groupby="thread", C=True,
