@@ -186,11 +186,15 @@ def main():
     g = gen(marker)
     next(g)
     suspended = A.frame_locals(g.gi_frame)
-    # 3.11+: a generator's frame is its own, not a thread's (the collector visits it through the
-    # generator); 3.10: the frame object's slots, as for any frame
-    check("frame_locals_suspended", suspended is None if V >= (3, 11) else dict(suspended).get("held") is marker,
+    check("frame_locals_suspended", suspended is not None and dict(suspended).get("held") is marker,
           repr(suspended)[:80])
-    del g
+    frame = g.gi_frame
+    for _ in g:  # runs to its end: the frame object keeps a copy of its data, which the collector visits
+        pass
+    finished = A.frame_locals(frame)
+    check("frame_locals_finished", finished is None if V >= (3, 11) else isinstance(finished, list),
+          repr(finished)[:80])
+    del g, frame
 
     # 6. the values array's bytes, against what tracemalloc saw allocated per instance (the type
     #    settled first: the first instances of a class get larger arrays, read as a lower bound)

@@ -648,8 +648,10 @@ static PyObject *py_instance_state(PyObject *self, PyObject *obj) {
  * lists none of them, and the heap snapshot would show everything that only a running function
  * holds as unreachable. f_locals would build (3.11/3.12) or proxy (3.13) a mapping; this reads the
  * slots in place, named by the code's local, cell and free variable names (a cell variable's value
- * is its cell). None for a frame not running on a thread (a generator's, or one that finished:
- * the collector visits those through their owner). 3.10: the frame object's own slots. */
+ * is its cell). A generator's frame likewise (suspended, or running on a stack: reached through
+ * its frame object, the generator itself being held only by its caller's value stack). None for a
+ * frame that finished (its frame object owns a copy, which the collector visits). 3.10: the frame
+ * object's own slots. */
 static PyObject *py_frame_locals(PyObject *self, PyObject *obj) {
     if (!PyFrame_Check(obj)) { PyErr_SetString(PyExc_TypeError, "frame_locals(frame): a frame"); return NULL; }
     PyObject **slots;
@@ -657,7 +659,7 @@ static PyObject *py_frame_locals(PyObject *self, PyObject *obj) {
     Py_ssize_t counts[3] = {0, 0, 0};
 #ifdef OMNIPROF_INTERNALS
     _PyInterpreterFrame *f = ((PyFrameObject *)obj)->f_frame;
-    if (!f || f->owner != FRAME_OWNED_BY_THREAD) Py_RETURN_NONE;
+    if (!f || (f->owner != FRAME_OWNED_BY_THREAD && f->owner != FRAME_OWNED_BY_GENERATOR)) Py_RETURN_NONE;
 #if PY_VERSION_HEX >= 0x030D0000
     if (!PyCode_Check(f->f_executable)) Py_RETURN_NONE;
     PyCodeObject *co = (PyCodeObject *)f->f_executable;
