@@ -200,7 +200,8 @@ def kept_heap(repeats: int, keep: int, against: str | None = None) -> None:
     which frees meet a live sampled block's slot)."""
     import omniprof
 
-    print(f"\n== keep {keep:,} strings, then churn (CPU time, median of {repeats} interleaved runs, seeds 1..{repeats})")
+    print(f"\n== keep {keep:,} strings, then churn (CPU time, median of {repeats} interleaved runs, "
+          f"seeds 1..{repeats})")
 
     def backend(k: int, seed: int) -> float:
         with omniprof.Profiler(backend="memory", backend_options={"memory": {"sample_rate": 0.01, "seed": seed}}):
@@ -231,7 +232,8 @@ def kept_heap(repeats: int, keep: int, against: str | None = None) -> None:
             for label, run in variants.items():
                 runs[label].append(run(k, seed))
         base = statistics.median(runs["base"])
-        print(f"{k:>10,} {base:8.3f} " + " ".join(f"{statistics.median(runs[label]) / base:14.3f}" for label in variants))
+        print(f"{k:>10,} {base:8.3f} "
+              + " ".join(f"{statistics.median(runs[label]) / base:14.3f}" for label in variants))
     if tmp is not None:
         tmp.cleanup()
 

@@ -161,8 +161,8 @@ def main():
     got, arg, kept, text, inner = probe(Plain())
     cell = got.get("kept")
     check("frame_locals_self", got.get("arg") is arg and got.get("text") is text and got.get("inner") is inner
-          and type(cell).__name__ == "cell" and cell.cell_contents is kept and set(got) == {"arg", "kept", "text", "inner"},
-          str(sorted(got)))
+          and type(cell).__name__ == "cell" and cell.cell_contents is kept
+          and set(got) == {"arg", "kept", "text", "inner"}, str(sorted(got)))
     ready, release, marker = threading.Event(), threading.Event(), [object()]
 
     def waiter(held):

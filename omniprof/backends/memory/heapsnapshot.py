@@ -11,9 +11,10 @@ named after its class (so DevTools' "Constructor" view groups instances by class
 "array" type, which is an object's internal backing store: DevTools adds the size of an "array"
 node with one owner to its owner's shallow size, so a list would have vanished into whoever held
 it. Edges: dict items and instance attributes are ``property`` edges named by key, sequence items
-``element`` edges by index, other references ``hidden`` edges; attributes kept in the object's dict are also ``shortcut`` edges from the object
-(DevTools leaves those out of dominators). ``self_size`` is ``sys.getsizeof`` (or 1 for every node with ``all_one=True``,
-to count objects instead of bytes, as Julia's ``all_one``).
+``element`` edges by index, a frame's locals ``property`` edges by name, other references
+``hidden`` edges; attributes kept in the object's dict are also ``shortcut`` edges from the
+object (DevTools leaves those out of dominators). ``self_size`` is ``sys.getsizeof`` (or 1 for
+every node with ``all_one=True``, to count objects instead of bytes, as Julia's ``all_one``).
 
 ``streaming=True`` writes ``<prefix>.nodes``, ``<prefix>.edges``, ``<prefix>.strings`` as it walks
 (edges name their target by object id, so no id->index map is held), then assembles them; a
@@ -125,8 +126,9 @@ def _edges(obj: Any, state: Any, frame_locals: Any = None) -> tuple[list[tuple[i
     """(edge type, name or index, target) for every reference held by ``obj``, and the bytes of
     its attribute values array (part of the instance on CPython 3.11+, missed by getsizeof).
 
-    A frame running on a thread names its locals through ``frame_locals`` (the C helper): on 3.11+
-    the collector does not list them, and what only a running function holds would be unreachable.
+    A frame running on a thread (or a generator's) names its locals through ``frame_locals`` (the
+    C helper): on 3.11+ the collector does not list them, and what only a running function holds
+    would be unreachable.
 
     Never reads ``__dict__``: on CPython 3.11+ that builds a dict an instance did not have, for
     good. Containers are read through their own iteration (no user code runs for the built-in
