@@ -20,17 +20,11 @@ import gc
 import importlib.util
 import json
 import sys
-import tracemalloc
 from pathlib import Path
 
-FAILS = []
+from checklines import check, finish, traced_bytes_each  # this directory is sys.path[0]
+
 V = sys.version_info[:2]
-
-
-def check(name, ok, detail=""):
-    print(("OK  " if ok else "FAIL") + f" {name} {detail}", flush=True)
-    if not ok:
-        FAILS.append(name)
 
 
 class Item:
@@ -106,14 +100,7 @@ def main():
     built[1].__dict__["extra"] = [7]
     # Plain's bytes as tracemalloc sees them allocated (the class settled first: its first
     # instances get larger values arrays)
-    warm = [Plain() for _ in range(200)]
-    plains, slots = [None] * 1_000, list(range(1_000))
-    tracemalloc.start()
-    m0 = tracemalloc.get_traced_memory()[0]
-    for k in slots:
-        plains[k] = Plain()
-    plain_bytes = (tracemalloc.get_traced_memory()[0] - m0) / 1_000
-    tracemalloc.stop()
+    warm, plains, plain_bytes = traced_bytes_each(Plain)
     del warm
 
     path = out / "h.heapsnapshot"
@@ -143,7 +130,7 @@ def main():
         "slotted": len(slotted),
     }
     (out / "truth.json").write_text(json.dumps(truth))
-    sys.exit(1 if FAILS else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from checklines import check, finish  # this directory is sys.path[0]
+
 # the shared workloads, loaded by path: this script runs under interpreters without omniprof's dependencies
 _spec = importlib.util.spec_from_file_location("cpu_workloads", Path(__file__).with_name("cpu_workloads.py"))
 wl = importlib.util.module_from_spec(_spec)
@@ -24,13 +26,6 @@ _spec.loader.exec_module(wl)
 heavy, tiny, hot_loop, spin = wl.heavy, wl.tiny, wl.hot_loop, wl.spin
 
 ns = None  # the extension, imported by main() from the directory given
-FAILS = []
-
-
-def check(name, ok, detail=""):
-    print(("OK  " if ok else "FAIL") + f" {name} {detail}", flush=True)
-    if not ok:
-        FAILS.append(name)
 
 
 def deep(n, f):
@@ -248,7 +243,7 @@ def main():
             check(f"shares_vs_in_thread_{label}", rn > 200 and gn > 1000 and max(map(abs, diff.values())) < 12,
                   f"engine minus reference, points: {diff} ({gn} samples, reference {rn})")
 
-    sys.exit(1 if FAILS else 0)
+    finish()
 
 
 if __name__ == "__main__":
