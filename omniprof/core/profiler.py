@@ -41,6 +41,9 @@ RESULT_FILENAME = "omniprof.result.json"
 #: Written in the session directory while recording and replaced by RESULT_FILENAME at the end;
 #: a run killed without warning (SIGKILL, OOM killer, power) leaves this readable partial result.
 PARTIAL_FILENAME = "omniprof.partial.json"
+#: The Profiler's start, stop and step paths: whatever runs under them (the standard library's
+#: signal, threading, json) is omniprof's time, and the cpu engines leave it out of the profile.
+LIFECYCLE_METHODS = ("start", "stop", "step", "__enter__", "__exit__")
 #: Seconds between checkpoints; ``OMNIPROF_CHECKPOINT_S=0`` switches them off.
 CHECKPOINT_INTERVAL_S = 5.0
 CHECKPOINT_ENV = "OMNIPROF_CHECKPOINT_S"

@@ -233,10 +233,6 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 
 _PROFILER_FILE = os.path.join(_PKG_DIR, "core", "profiler.py")
-# The Profiler's own start and stop paths: whatever they call (the standard library's signal,
-# threading, json) is omniprof's time, not the program's.
-_LIFECYCLE = frozenset({"Profiler.start", "Profiler.stop", "Profiler.step", "Profiler.__enter__",
-                        "Profiler.__exit__"})
 
 
 def _own_threads() -> set[int]:
@@ -255,17 +251,23 @@ def _drop_own(frames: Any, stacks: Any, samples: Any, own_threads: set[int] = fr
     own_frames = {i for i, f in enumerate(frames) if f.file and f.file.startswith(_PKG_DIR)}
     if not own_frames and not own_threads:
         return samples, 0, 0
-    lifecycle = {i for i in own_frames if frames[i].file == _PROFILER_FILE and frames[i].name in _LIFECYCLE}
+    from omniprof.core.profiler import LIFECYCLE_METHODS
+
+    lifecycle_names = {f"Profiler.{n}" for n in LIFECYCLE_METHODS}
+    lifecycle = {i for i in own_frames if frames[i].file == _PROFILER_FILE and frames[i].name in lifecycle_names}
     own_stacks = {k for k, st in enumerate(stacks)
                   if st and (st[-1] in own_frames or (lifecycle and not lifecycle.isdisjoint(st)))}
     if not own_stacks and not own_threads:
         return samples, 0, 0
-    kept = tuple(x for x in samples if x.stack_id not in own_stacks and x.thread_id not in own_threads)
+    kept, own_ns = [], 0
+    for x in samples:
+        if x.stack_id in own_stacks or x.thread_id in own_threads:
+            own_ns += x.weight_ns
+        else:
+            kept.append(x)
     if len(kept) == len(samples):
         return samples, 0, 0
-    kept_ids = {id(x) for x in kept}
-    own_ns = sum(x.weight_ns for x in samples if id(x) not in kept_ids)
-    return kept, len(samples) - len(kept), own_ns
+    return tuple(kept), len(samples) - len(kept), own_ns
 
 
 def _signal_usable() -> bool:

@@ -201,9 +201,9 @@ class TaskRegistry:
 @functools.lru_cache(maxsize=1)
 def _lifecycle_codes() -> frozenset[Any]:
     """The code objects of the Profiler's start, stop and step paths."""
-    from omniprof.core.profiler import Profiler
+    from omniprof.core.profiler import LIFECYCLE_METHODS, Profiler
 
-    return frozenset(getattr(Profiler, n).__code__ for n in ("start", "stop", "step", "__enter__", "__exit__"))
+    return frozenset(getattr(Profiler, n).__code__ for n in LIFECYCLE_METHODS)
 
 
 class NativeEngine:
