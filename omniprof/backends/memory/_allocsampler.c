@@ -399,9 +399,10 @@ static inline int counts_as_recorded(size_t size) {
         void *p = ORIG.realloc(ORIG.ctx, old, n);                                           \
         if (p) {                                                                            \
             if (maybe_sampled(old, DOMAIN)) note_sampled_free(old, 0);                      \
-            bytes_seen += n;                                                                \
-            if (__builtin_expect(n >= always_bytes, 0)) on_large(p, n, DOMAIN);             \
-            else if (__builtin_expect(--countdown == 0, 0)) on_sampled(p, n, DOMAIN);       \
+            if (counts_as_recorded(n)) {                                                    \
+                if (n >= always_bytes) on_large(p, n, DOMAIN);                              \
+                else on_sampled(p, n, DOMAIN);                                              \
+            }                                                                               \
         }                                                                                   \
         return p;                                                                           \
     }                                                                                       \
