@@ -137,7 +137,6 @@ def _short_path(path: str, cwd: str) -> str:
     return rel if not rel.startswith("..") else path
 
 
-
 def frame_where(frame: Frame, *, line: bool = True) -> str:
     """``file:line`` (or ``file`` without ``line``) for Python frames, the library for native
     ones, '' for pseudo-frames."""

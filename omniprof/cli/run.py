@@ -106,11 +106,12 @@ def _keep_result(outcome: Any, outdir: str | None) -> None:
               file=sys.stderr)
         return
     kept = []
+    where = Path(outdir or ".")
     with deferred_signals():
         for result in outcome.results:
             try:
-                Path(outdir or ".").mkdir(parents=True, exist_ok=True)
-                kept.append(atomic_write_bytes(Path(outdir or ".") / RESULT_FILENAME, result.to_json().encode("utf-8"),
+                where.mkdir(parents=True, exist_ok=True)
+                kept.append(atomic_write_bytes(where / RESULT_FILENAME, result.to_json().encode("utf-8"),
                                                overwrite=False))
             except OSError as e:
                 print(f"omniprof: error: interrupted while writing the reports, and the result could not be saved: "

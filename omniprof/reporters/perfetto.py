@@ -478,7 +478,8 @@ _TYPE_BEGIN, _TYPE_END, _TYPE_INSTANT, _TYPE_COUNTER = 1, 2, 3, 4
 # InternedData fields
 _I_CATEGORIES, _I_NAMES, _I_ARG_NAMES, _I_FUNCTIONS, _I_FRAMES, _I_CALLSTACKS = 1, 2, 3, 5, 6, 7
 _I_MAPPING_PATHS, _I_MAPPINGS = 17, 19
-
+_SEQ_TAIL = _f_uint(_P_SEQ_ID, SEQ_ID) + _f_uint(_P_FLAGS, _SEQ_NEEDS)
+_TE_TAG = _tag(_P_TRACK_EVENT, 2)
 
 
 @functools.lru_cache(maxsize=None)
@@ -488,8 +489,6 @@ def _varint_tables() -> tuple[list[bytes], list[bytes]]:
     bits (both bytes carry the continuation bit); ``[1]``: the varint of every length below 4096."""
     return ([bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(1 << 14)],
             [_varint(i) for i in range(1 << 12)])
-_SEQ_TAIL = _f_uint(_P_SEQ_ID, SEQ_ID) + _f_uint(_P_FLAGS, _SEQ_NEEDS)
-_TE_TAG = _tag(_P_TRACK_EVENT, 2)
 
 
 class _Sink:

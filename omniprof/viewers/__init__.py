@@ -43,8 +43,7 @@ def view(target: Any, *, host: str = "127.0.0.1", port: int | None = None, verbo
         from omniprof.core.fileio import process_temp_dir
         from omniprof.core.reporting import report
 
-        path = report(target, "perfetto", process_temp_dir("omniprof-view-") / "profile.perfetto-trace")
-        target = path
+        target = report(target, "perfetto", process_temp_dir("omniprof-view-") / "profile.perfetto-trace")
     if not isinstance(target, (str, os.PathLike)):
         raise InvalidArgumentError(f"omniprof.view() takes a ProfileResult, a trace file or a logdir "
                                    f"(got {type(target).__name__})")

@@ -1089,8 +1089,8 @@ static void reset_session(void) {
     E.n_new_codes = 0;
     close_thread_fds();
     E.n_threads = 0;
-    E.truncated = 0;
     E.ticks = E.samples_total = E.torn = E.dropped = E.idle_samples = E.thread_reads = E.retries = E.snapshots = E.signal_reads = E.signal_timeouts = 0;
+    E.truncated = 0;
     E.engine_cpu_ns = E.max_lag_ns = 0;
     E.t_prev = 0;
 }
