@@ -2,13 +2,14 @@
 
     python benchmarks/fuzz_campaign.py [--cases N] [--seed S] [--timeout-s T]
 
-Seeds: a real cpu-backend result, a result with every part kind (omniprof.testing.make_result),
-a real Kineto trace (``../shared/data/kineto`` beside the repository, else a small one made here)
-and an XSpace serialised by jaxlib. Each case mutates one seed: a JSON value replaced by a
-hostile one (ints of 5,000 digits or >= 2^64, NaN/Infinity, lone surrogates, terminal escape
-sequences, 600-deep nesting, wrong types), bytes truncated/flipped/appended, or the whole file
-gzipped. The case is read with ``omniprof.core.readers.read_any`` and, when it reads, written by
-every reporter; each output is then read back by an independent reader:
+Seeds: a real cpu-backend result, a result with every part kind (omniprof.testing.make_result), a
+real Kineto trace (``kineto/triton_cuda_trace.json.gz`` of the shared data folder, found as the
+tests find it, else a small one made here) and an XSpace serialised by jaxlib. Each case mutates one
+seed: a JSON value replaced by a hostile one (ints of 5,000 digits or >= 2^64, NaN/Infinity, lone
+surrogates, terminal escape sequences, 600-deep nesting, wrong types), bytes
+truncated/flipped/appended, or the whole file gzipped. The case is read with
+``omniprof.core.readers.read_any`` and, when it reads, written by every reporter; each output is
+then read back by an independent reader:
 
     json        omniprof.load (must equal the result written)
     chrome      Python's strict JSON parser (no NaN/Infinity/True), UTF-8, traceEvents present
@@ -70,10 +71,10 @@ def seeds(tmp: Path) -> dict[str, tuple[str, bytes]]:
         sum(i * i for i in range(300_000))
     out["cpu_result"] = ("r.result.json", prof.result.to_json().encode())
     out["full_result"] = ("f.result.json", make_result().to_json().encode())
-    kineto = ROOT.parent / "shared" / "data" / "kineto" / "triton_cuda_trace.json.gz"
-    if not kineto.is_file():
-        kineto = Path("/work/shared/data/kineto/triton_cuda_trace.json.gz")
-    if kineto.is_file():
+    from tests.tools import find_shared_data
+
+    kineto = find_shared_data("kineto", "triton_cuda_trace.json.gz")
+    if kineto is not None:
         out["kineto"] = ("k.pt.trace.json", gzip.decompress(kineto.read_bytes()))
     else:
         ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5,

@@ -40,9 +40,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-KINETO = ROOT.parent / "shared" / "data" / "kineto"
-if not KINETO.is_dir():
-    KINETO = Path("/work/shared/data/kineto")
 
 _HTA = r"""
 import json, sys, warnings, logging
@@ -211,10 +208,18 @@ def main(argv: list[str] | None = None) -> int:
     if ns.traces:
         worst.append(compare("traces", ns.traces, ns.hta_python))
     else:
+        from tests.tools import SHARED_DATA_ENV, find_shared_data, shared_data_dirs
+
+        alexnet = find_shared_data("kineto", "alexnet_cuda_trace.json.gz")
+        if alexnet is None:
+            print(f"kineto/alexnet_cuda_trace.json.gz not found in the shared data folder (looked in "
+                  f"{', '.join(map(str, shared_data_dirs()))}): put shared/ beside the repository or set "
+                  f"{SHARED_DATA_ENV}", file=sys.stderr)
+            return 2
         with tempfile.TemporaryDirectory() as tmp:
             real = Path(tmp) / "real"
             real.mkdir()
-            with gzip.open(KINETO / "alexnet_cuda_trace.json.gz", "rt") as fh:
+            with gzip.open(alexnet, "rt") as fh:
                 doc = json.load(fh)
             for r in range(2):
                 doc["distributedInfo"] = {**doc.get("distributedInfo", {}), "rank": r, "world_size": 2}
