@@ -120,7 +120,7 @@ def _run_engine(f: Callable[[], None], engine: str) -> tuple[float, float]:
     out = _timed(f, prof.start, prof.stop)
     ENGINE_CPU_S.setdefault(engine, []).append(
         prof.result.part("cpu").summaries["overhead"].get("engine_cpu_ns", 0) / 1e9)
-    omniprof.sampler.clear()
+    omniprof.cpu.clear()
     return out
 
 
@@ -158,7 +158,7 @@ def overhead(repeats: int, only: list[str] | None = None) -> None:
 
     with omniprof.Profiler(backend="cpu"):  # first-session imports are not part of the overhead
         pass
-    omniprof.sampler.clear()
+    omniprof.cpu.clear()
     names = ["none", *[n for n in PROFILERS if n != "none" and (not only or n in only)]]
     best: dict[str, dict[str, list[float]]] = {}
     for wname, f in WORKLOADS.items():
@@ -245,7 +245,7 @@ def accuracy(duration_s: float) -> None:
               f"achieved {over['achieved_rate_hz']:.0f} Hz of {over['requested_rate_hz']:.0f} Hz "
               f"({100 * over['achieved_rate_hz'] / over['requested_rate_hz']:.1f}%); "
               f"sampler self-time {over['sampler_overhead_pct']:.2f}%; {len(part.samples)} samples")
-        omniprof.sampler.clear()
+        omniprof.cpu.clear()
     print("targets: shares within 2 points; achieved rate within 10% of requested "
           "(a loaded machine delays timer signals: check the load average printed above)")
     print()

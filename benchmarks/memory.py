@@ -262,7 +262,7 @@ def accuracy(n: int, seeds: int) -> None:
     live_ratios, alloc_ratios = [], []
     for seed in range(1, seeds + 1):
         gc.collect()
-        with omniprof.allocs.profile(sample_rate=0.01, seed=seed) as prof:
+        with omniprof.memory.profile(sample_rate=0.01, seed=seed) as prof:
             kept = w_kept(n)
         s = prof.result.part("memory").summaries["memory"]
         del kept

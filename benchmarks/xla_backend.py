@@ -3,7 +3,7 @@
 1. Tracing overhead: the same jitted workload under plain ``jax.profiler.start_trace`` and under
    ``omniprof.Profiler(backend="xla")``, interleaved; the time of the workload *while tracing* is
    compared (target ratio <= 1.02), post-processing (stop: export, reading, xprof tools) reported apart.
-2. ``omniprof.timed`` runtime vs an independent ``timeit`` of the compiled function (target within 5%).
+2. ``omniprof.jax.timed`` runtime vs an independent ``timeit`` of the compiled function (target within 5%).
 3. Cost of ``omniprof.annotate`` when no profiler runs, and of an annotation while tracing.
 
 Run: ``python benchmarks/xla_backend.py [--rounds 7] [--iters 200]``
@@ -127,7 +127,7 @@ def timed_vs_timeit(n: int, nrepeat: int, rounds: int) -> None:
     ours_s, ref_s = [], []
 
     def one_ours() -> None:
-        ours_s.append(omniprof.timed(f, x, nrepeat=nrepeat).runtime_s)
+        ours_s.append(omniprof.jax.timed(f, x, nrepeat=nrepeat).runtime_s)
 
     def one_ref() -> None:
         ref_s.append(timeit.timeit(lambda: compiled(x).block_until_ready(), number=nrepeat) / nrepeat)
@@ -135,7 +135,7 @@ def timed_vs_timeit(n: int, nrepeat: int, rounds: int) -> None:
     for i in range(rounds):  # alternate which goes first: a loaded machine drifts within a round
         for fn in ((one_ours, one_ref) if i % 2 == 0 else (one_ref, one_ours)):
             fn()
-    print(f"\n2. omniprof.timed vs timeit of the compiled function ({n}x{n} matmul+tanh, nrepeat={nrepeat}, "
+    print(f"\n2. omniprof.jax.timed vs timeit of the compiled function ({n}x{n} matmul+tanh, nrepeat={nrepeat}, "
           f"{rounds} alternating rounds)")
     pairs = [a / b for a, b in zip(ours_s, ref_s)]
     q1, q2, q3 = _quartiles(pairs)

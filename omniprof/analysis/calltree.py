@@ -1,6 +1,6 @@
 """One call tree for every stack report: weighted stacks, small pure filters, tree and flat rows.
 
-Every report of stack-shaped data (the ``table`` reporter, ``omniprof.sampler.print``, allocation
+Every report of stack-shaped data (the ``table`` reporter, ``omniprof.cpu.print``, allocation
 reports, ``diff``) goes through the same three steps:
 
 1. :func:`sample_stacks` / :func:`allocation_stacks`: the part's samples (or allocations)

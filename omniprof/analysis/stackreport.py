@@ -64,7 +64,7 @@ def _check_ids(inst: Any, attribute: Any, value: Any) -> None:
 
 @attrs.frozen(kw_only=True)
 class PrintOptions:
-    """Options of :func:`omniprof.sampler.print` (Julia's ``Profile.print`` keywords).
+    """Options of :func:`omniprof.cpu.print` (Julia's ``Profile.print`` keywords).
 
     Attributes:
         format: ``"tree"`` (nesting by indentation) or ``"flat"``.

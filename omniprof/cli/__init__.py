@@ -157,7 +157,7 @@ def _parser() -> _Parser:
     diff.add_argument("--format", choices=("text", "json"), default="text")
     _plugin_args(diff)
     collect = sub.add_parser("collect", help="capture running processes through their profiler servers "
-                             "(omniprof.start_server) into one run directory")
+                             "(omniprof.jax.start_server) into one run directory")
     collect.add_argument("addresses", help="HOST:PORT[,HOST:PORT...] of the profiler servers")
     collect.add_argument("--duration-ms", type=int, required=True, help="capture window in milliseconds")
     collect.add_argument("--logdir", default=None, help="XProf logdir (default: a new temporary directory)")

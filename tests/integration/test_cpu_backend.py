@@ -159,7 +159,7 @@ def test_sessions_accumulate_until_clear_and_retrieve_round_trips(tmp_path):
     back = omniprof.load(path)
     assert back == res and len(back.part("cpu").samples) == n1 + n2
     out = io.StringIO()
-    omniprof.sampler.print(back, file=out, format="flat")
+    omniprof.cpu.print(back, file=out, format="flat")
     assert "spin" in out.getvalue()
     api.clear()
     assert len(api.fetch().t_ns) == 0
@@ -311,7 +311,7 @@ def test_pyspy_engine_records_native_frames():
         names = {f.name for f in part.frames if f.kind == "native"}
         print("ENGINE", part.summaries["overhead"]["engine"], "SAMPLES", len(part.samples))
         print("NATIVE", " ".join(sorted(names)))
-        omniprof.sampler.print(p.result, C=True, format="flat", sortedby="overhead", cols=150)
+        omniprof.cpu.print(p.result, C=True, format="flat", sortedby="overhead", cols=150)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     if proc.returncode != 0 and "could not attach" in proc.stderr:
@@ -365,8 +365,8 @@ def test_peek_on_sigusr1_prints_stacks_then_profile():
     """SIGUSR1 to a process with peek enabled prints every thread's stack, then a profile; the program finishes."""
     code = _child_script("""
         import sys, threading, time, omniprof
-        omniprof.enable_peek()
-        omniprof.set_peek_duration(0.3)
+        omniprof.cpu.enable_peek()
+        omniprof.cpu.set_peek_duration(0.3)
         def background_worker():
             end = time.perf_counter() + 3
             while time.perf_counter() < end:
@@ -400,7 +400,7 @@ def test_cli_run_peek_flag(tmp_path):
     script.write_text(textwrap.dedent("""
         import os, signal, time
         import omniprof
-        omniprof.set_peek_duration(0.2)
+        omniprof.cpu.set_peek_duration(0.2)
         os.kill(os.getpid(), signal.SIGUSR1)
         end = time.perf_counter() + 0.8
         while time.perf_counter() < end:
@@ -413,12 +413,12 @@ def test_cli_run_peek_flag(tmp_path):
 
 
 def test_public_api_names():
-    """omniprof.sampler exposes Julia's Profile API; peek functions are top-level."""
+    """omniprof.cpu exposes Julia's Profile API and the peek functions."""
     for name in ("print", "callers", "fetch", "retrieve", "clear", "init"):
-        assert callable(getattr(omniprof.sampler, name))
-    assert omniprof.enable_peek is api.enable_peek and omniprof.set_peek_duration is api.set_peek_duration
+        assert callable(getattr(omniprof.cpu, name))
+    assert omniprof.cpu.enable_peek is api.enable_peek and omniprof.cpu.set_peek_duration is api.set_peek_duration
     with pytest.raises(InvalidArgumentError):
-        omniprof.set_peek_duration(0)
+        omniprof.cpu.set_peek_duration(0)
     assert os.environ.get("OMNIPROF_NEVER_SET") is None
 
 
@@ -429,7 +429,7 @@ def test_clear_while_recording_is_refused_and_empty_print_says_so():
             api.clear()
     api.clear()
     out = io.StringIO()
-    omniprof.sampler.print(file=out)
+    omniprof.cpu.print(file=out)
     assert "No samples collected" in out.getvalue()
 
 
@@ -446,8 +446,8 @@ def test_julia_parity_init_fetch_print():
     assert len(raw.t_ns) == len(raw.stack_ids) > 0
     assert bare.t_ns == () and bare.stack_ids == raw.stack_ids and bare.weights_ns == raw.weights_ns
     a, b = io.StringIO(), io.StringIO()
-    omniprof.sampler.print(a, raw, format="flat")
-    omniprof.sampler.print(api.retrieve(), b, format="flat")
+    omniprof.cpu.print(a, raw, format="flat")
+    omniprof.cpu.print(api.retrieve(), b, format="flat")
     assert "spin" in a.getvalue() and "spin" in b.getvalue()
     rows_raw = {(r.frame.name, r.frame.line): r.count for r in api.report_groups(raw, format="flat")[0].flat}
     rows_all = {(r.frame.name, r.frame.line): r.count

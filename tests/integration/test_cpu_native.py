@@ -509,8 +509,8 @@ def test_peek_during_a_long_c_call_is_full_rate():
     the peek samples at the requested rate during the call (the signal engine: 1-2 samples after it)."""
     code = textwrap.dedent("""
         import os, random, signal, sys, threading, time, omniprof
-        omniprof.enable_peek()
-        omniprof.set_peek_duration(0.3)
+        omniprof.cpu.enable_peek()
+        omniprof.cpu.set_peek_duration(0.3)
         data = [random.random() for _ in range(4_000_000)]
         def long_c_call():
             return sorted(data)
@@ -520,7 +520,7 @@ def test_peek_during_a_long_c_call_is_full_rate():
         long_c_call()
         print("CALL", time.perf_counter() - t, flush=True)
         time.sleep(0.5)
-        omniprof.disable_peek()
+        omniprof.cpu.disable_peek()
     """)
     # from outside: inside the process no Python code runs during the C call
     rc, out, err = peek_from_outside(code, wait_s=0.3, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -547,13 +547,13 @@ def test_peek_report_hook_replaces_the_report():
             omniprof.cpu.print(result, file, cols=100)
         omniprof.cpu.peek_report[...] = mine
         assert omniprof.cpu.peek_report[...] is mine
-        omniprof.enable_peek()
-        omniprof.set_peek_duration(0.3)
+        omniprof.cpu.enable_peek()
+        omniprof.cpu.set_peek_duration(0.3)
         print("READY", flush=True)
         end = time.perf_counter() + 1.5
         while time.perf_counter() < end:
             sum(i * i for i in range(1000))
-        omniprof.disable_peek()
+        omniprof.cpu.disable_peek()
     """)
     rc, out, err = peek_from_outside(code, wait_s=0.2, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert rc == 0, err

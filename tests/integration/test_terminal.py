@@ -171,7 +171,7 @@ def _piped(args: list[str], cwd: Path, *, ci: bool = False) -> subprocess.Comple
 _SNAPSHOT_CHILD = """
 import sys
 sys.path.insert(0, {root!r})
-from omniprof import take_heap_snapshot
+from omniprof.memory import take_heap_snapshot
 keep = [{{"k": [str(i), i]}} for i in range({n})]
 take_heap_snapshot({prefix!r}, streaming=True)
 """
@@ -266,7 +266,7 @@ _XLA_SERVER = """
 import sys, time
 import omniprof
 import jax, jax.numpy as jnp
-omniprof.start_server(int(sys.argv[1]), all_interfaces_ok=True)
+omniprof.jax.start_server(int(sys.argv[1]), all_interfaces_ok=True)
 f = jax.jit(lambda x: jnp.sin(x) @ x)
 x = jnp.ones((64, 64))
 f(x).block_until_ready()

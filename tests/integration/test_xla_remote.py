@@ -27,7 +27,7 @@ CHILD = textwrap.dedent("""
     import omniprof
     import jax, jax.numpy as jnp
     port = int(sys.argv[1])
-    omniprof.start_server(port, all_interfaces_ok=True)
+    omniprof.jax.start_server(port, all_interfaces_ok=True)
     f = jax.jit(lambda x: jnp.sin(x) @ x)
     x = jnp.ones((64, 64))
     f(x).block_until_ready()
@@ -37,7 +37,7 @@ CHILD = textwrap.dedent("""
         with omniprof.annotate("child_work", port=port):
             f(x).block_until_ready()
         time.sleep(0.002)
-    omniprof.stop_server()
+    omniprof.jax.stop_server()
     print("CHILD_DONE", file=sys.stderr, flush=True)
 """)
 
@@ -117,7 +117,7 @@ def test_cli_collect_one_process(children, tmp_path, capsys):
 def test_collect_without_server_fails_clearly(tmp_path):
     """No server at the address: BackendError naming the address and how to start one."""
     port = free_port()
-    with pytest.raises(BackendError, match=f"nothing listens at 127.0.0.1:{port}.*omniprof.start_server"):
+    with pytest.raises(BackendError, match=f"nothing listens at 127.0.0.1:{port}.*omniprof.jax.start_server"):
         remote.collect(f"127.0.0.1:{port}", 50, tmp_path, num_tracing_attempts=1)
     assert not list(tmp_path.glob("plugins/profile/*"))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".omniprof-capture")]
@@ -196,7 +196,7 @@ def test_start_server_refuses_a_port_another_process_serves(children):
     (port,) = children(1)
     child_pid = children.procs[0].pid
     with pytest.raises(BackendError, match=rf"port {port} is already in use by pid {child_pid}"):
-        omniprof.start_server(port, all_interfaces_ok=True)
+        omniprof.jax.start_server(port, all_interfaces_ok=True)
     assert remote.server_port() is None
 
 
@@ -212,18 +212,18 @@ def test_start_server_warns_about_every_interface_and_stops():
     """start_server warns that the server listens on every interface; stop_server ends it; state errors are clear."""
     port = free_port()
     with pytest.warns(remote.ExposedServerWarning, match="EVERY network interface.*ssh -L"):
-        omniprof.start_server(port)
+        omniprof.jax.start_server(port)
     try:
         assert remote.server_port() == port
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
         with pytest.raises(ProfilerStateError, match="already running"):
-            omniprof.start_server(free_port(), all_interfaces_ok=True)
+            omniprof.jax.start_server(free_port(), all_interfaces_ok=True)
     finally:
-        omniprof.stop_server()
+        omniprof.jax.stop_server()
     assert remote.server_port() is None
     with pytest.raises(ProfilerStateError, match="no profiler server"):
-        omniprof.stop_server()
+        omniprof.jax.stop_server()
 
 
 def test_quiet_by_default_verbose_shows_native_logs(tmp_path):

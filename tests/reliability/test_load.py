@@ -108,7 +108,7 @@ def test_many_short_sessions_leak_nothing(tmp_path, registry_with, monkeypatch, 
     checkpoints, some failing) leave no thread, signal handler, timer, file descriptor, profiler
     state or growing memory behind. (The cpu sessions use accumulate=false: with the default, the
     process-wide sample buffer keeps earlier sessions' samples on purpose, up to max_samples, until
-    omniprof.sampler.clear(), which is checked at the end.)"""
+    omniprof.cpu.clear(), which is checked at the end.)"""
     monkeypatch.setenv("OMNIPROF_CHECKPOINT_S", "0.01")
     reg = registry_with(("backend", "fake", "omniprof.testing.fakes:FakeBackend"))
     own = {"accumulate": False}
@@ -159,9 +159,9 @@ def test_many_short_sessions_leak_nothing(tmp_path, registry_with, monkeypatch, 
     assert grown < 2 * 1024 * 1024, f"memory grew by {grown} bytes over 300 sessions"
     with omniprof.Profiler(backend="cpu"):  # the default keeps samples across sessions...
         _spin(0.05)
-    assert len(omniprof.sampler.buffer()) > 0
-    omniprof.sampler.clear()  # ...until cleared
-    assert len(omniprof.sampler.buffer()) == 0
+    assert len(omniprof.cpu.fetch().t_ns) > 0
+    omniprof.cpu.clear()  # ...until cleared
+    assert len(omniprof.cpu.fetch().t_ns) == 0
 
 
 def _rss_bytes() -> int:

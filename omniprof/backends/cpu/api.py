@@ -1,10 +1,10 @@
-"""``omniprof.sampler``: Julia's ``Profile`` module, for Python.
+"""``omniprof.cpu``: Julia's ``Profile`` module, for Python.
 
 The ``cpu`` backend records into one process-wide buffer that accumulates across sessions until
 :func:`clear` (as Julia's does); each session's result also holds its own samples.
 
 >>> import omniprof
->>> omniprof.sampler.init()                      # (max_samples, interval_s)
+>>> omniprof.cpu.init()                      # (max_samples, interval_s)
 (1000000, 0.001)
 
 Functions: :func:`init`, :func:`fetch`, :func:`retrieve`, :func:`clear`, :func:`print`,
@@ -154,7 +154,7 @@ def retrieve(*, record_offsets: bool = True) -> ProfileResult:
         summaries={"overhead": {"engine": "buffer", "samples": len(samples), "ticks": b.ticks,
                                 "sampler_time_ns": b.self_time_ns, "samples_dropped": b.dropped,
                                 "bytes_per_sample": BYTES_PER_SAMPLE, "buffer_bytes": b.nbytes()}},
-        metadata={"source": "omniprof.sampler.retrieve"})
+        metadata={"source": "omniprof.cpu.retrieve"})
     md = RunMetadata(host=socket.gethostname(), pid=os.getpid(), python=platform.python_version(),
                      platform=platform.platform(), backends=("cpu",), start_ns=start, end_ns=end)
     return ProfileResult(metadata=md, parts=(part,))
@@ -165,7 +165,7 @@ def clear() -> None:
     from omniprof.core import profiler as profiler_mod
 
     if profiler_mod._active.get("cpu") is not None:
-        raise ProfilerStateError("the cpu backend is recording; stop the Profiler before omniprof.sampler.clear()")
+        raise ProfilerStateError("the cpu backend is recording; stop the Profiler before omniprof.cpu.clear()")
     buffer().clear()
 
 
@@ -200,7 +200,7 @@ def _from_raw(raw: RawBuffer) -> BackendResult:
     threads = [b.threads.get(t) or ThreadInfo(t, f"thread {t}") for t in tids]
     return BackendResult(backend="cpu", frames=frames, stacks=stacks, samples=samples, threads=threads,
                          tasks=[t for k, t in sorted(b.task_info.items())], losses=losses,
-                         metadata={"source": "omniprof.sampler.fetch"})
+                         metadata={"source": "omniprof.cpu.fetch"})
 
 
 def report_groups(result: ProfileResult | BackendResult | None = None, **options: Any) -> list[GroupReport]:
@@ -491,7 +491,7 @@ def _peek_heap_snapshot(err: Any) -> None:
     """With ``OMNIPROF_PEEK_HEAP_SNAPSHOT`` set (as Julia's ``JULIA_PROFILE_PEEK_HEAP_SNAPSHOT``), a peek
     also writes a heap snapshot to the current directory: ``1``/``true``/``yes`` a whole
     ``.heapsnapshot``, ``streaming`` the parts of a streaming snapshot (join them with
-    ``omniprof.assemble_snapshot``). Read when the peek happens, so it can be set late."""
+    ``omniprof.memory.assemble_snapshot``). Read when the peek happens, so it can be set late."""
     mode = os.environ.get(PEEK_HEAP_SNAPSHOT_ENV, "").strip().lower()
     if mode in ("", "0", "false", "no"):
         return

@@ -76,8 +76,8 @@ class CpuOptions:
     """Options of the ``cpu`` backend.
 
     Attributes:
-        interval_s: time between samples (default 0.001: 1 kHz; ``omniprof.sampler.init`` sets the default).
-        max_samples: sample buffer size, shared by sessions until ``omniprof.sampler.clear()``;
+        interval_s: time between samples (default 0.001: 1 kHz; ``omniprof.cpu.init`` sets the default).
+        max_samples: sample buffer size, shared by sessions until ``omniprof.cpu.clear()``;
             when full, recording stops (the program goes on) and the rest is counted. It also
             bounds the annotation spans one session keeps (the rest counted as ``annotations_dropped``).
         engine: ``"auto"``, ``"native"``, ``"signal"``, ``"thread"`` or ``"py-spy"`` (see the module docs).
@@ -91,7 +91,7 @@ class CpuOptions:
             pointers). Off by default: frames on one line are then one frame, which every
             reporter expects.
         accumulate: keep earlier sessions' samples in the process-wide buffer (Julia's model,
-            ``omniprof.sampler.clear()`` empties it); False empties it when this session starts,
+            ``omniprof.cpu.clear()`` empties it); False empties it when this session starts,
             so ``max_samples`` is this session's own budget.
     """
 

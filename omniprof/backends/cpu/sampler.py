@@ -24,8 +24,8 @@ from omniprof.errors import DataLossWarning
 
 __all__ = ["Sampler", "BYTES_PER_SAMPLE", "NO_TASK", "FLAG_IDLE", "current_tasks"]
 
-OVERFLOW_HINT = ("Raise 'max_samples' (backend option, or omniprof.sampler.init(max_samples=...)), lower the "
-                 "sampling rate ('interval_s'), or call omniprof.sampler.clear() between sessions.")
+OVERFLOW_HINT = ("Raise 'max_samples' (backend option, or omniprof.cpu.init(max_samples=...)), lower the "
+                 "sampling rate ('interval_s'), or call omniprof.cpu.clear() between sessions.")
 
 #: Bytes of buffer per stored sample (5 int64 arrays and a flags byte), excluding the per-distinct-stack table.
 BYTES_PER_SAMPLE = 5 * 8 + 1

@@ -1,7 +1,7 @@
-"""``omniprof.allocs``: allocation profiling in the shape of Julia's ``Profile.Allocs``.
+"""``omniprof.memory``: allocation profiling in the shape of Julia's ``Profile.Allocs``.
 
 >>> import omniprof
->>> with omniprof.allocs.profile(sample_rate=1.0) as prof:
+>>> with omniprof.memory.profile(sample_rate=1.0) as prof:
 ...     data = [bytearray(1000) for _ in range(10)]
 >>> sum(a.size_bytes >= 1000 for a in prof.result.part("memory").allocations) >= 10
 True
@@ -125,7 +125,7 @@ def start(sample_rate: float = 0.01, **options: Any) -> None:
     """Start recording allocations (Julia's ``Allocs.start``); :func:`stop` ends it."""
     with _lock:
         if _running:
-            raise ProfilerStateError("omniprof.allocs is already recording; call omniprof.allocs.stop() first")
+            raise ProfilerStateError("omniprof.memory is already recording; call omniprof.memory.stop() first")
         prof = profile(sample_rate, **options)
         prof.start()
         _running.append(prof)
@@ -135,7 +135,7 @@ def stop() -> ProfileResult:
     """Stop the recording :func:`start` began; returns that session's result (also kept for :func:`fetch`)."""
     with _lock:
         if not _running:
-            raise ProfilerStateError("omniprof.allocs is not recording; call omniprof.allocs.start() first")
+            raise ProfilerStateError("omniprof.memory is not recording; call omniprof.memory.start() first")
         prof = _running.pop()
     prof.stop()
     return prof.result
@@ -148,8 +148,8 @@ def _keep(result: ProfileResult) -> None:
     with _lock:
         lost = _kept.add(part, MAX_KEPT_ALLOCATIONS)
     if lost:
-        warnings.warn(f"omniprof.allocs: the buffer keeps {MAX_KEPT_ALLOCATIONS} allocations across sessions "
-                      f"(omniprof.allocs.init(n) to change); {lost} of this session's were not kept for fetch() "
+        warnings.warn(f"omniprof.memory: the buffer keeps {MAX_KEPT_ALLOCATIONS} allocations across sessions "
+                      f"(omniprof.memory.init(n) to change); {lost} of this session's were not kept for fetch() "
                       f"(they are in the session's own result); clear() empties it", DataLossWarning, stacklevel=3)
 
 
@@ -159,13 +159,13 @@ def fetch() -> ProfileResult:
     with _lock:
         k = _kept
         if not k.sessions:
-            raise ProfilerStateError("no allocation profile yet: run code under omniprof.allocs.profile() "
+            raise ProfilerStateError("no allocation profile yet: run code under omniprof.memory.profile() "
                                      "(or start()/stop()) first")
         losses = []
         if k.not_kept:
             losses.append(Loss("memory", "allocations_not_kept", k.not_kept, "allocations",
                                f"the buffer keeps {MAX_KEPT_ALLOCATIONS} allocations across sessions; raise it "
-                               f"with omniprof.allocs.init(n)"))
+                               f"with omniprof.memory.init(n)"))
         summary: dict[str, Any] = {"engine": "buffer", "sessions": k.sessions, **k.totals,
                                    "est_allocated_bytes_stderr": round(k.var_bytes ** 0.5),
                                    "sample_rate": next(iter(k.rates)) if len(k.rates) == 1 else None}
@@ -173,7 +173,7 @@ def fetch() -> ProfileResult:
                              end_ns=k.end_ns, frames=tuple(k.frames), stacks=tuple(k.stacks),
                              threads=tuple(k.threads[t] for t in sorted(k.threads)),
                              allocations=tuple(k.allocations), losses=losses, summaries={"memory": summary},
-                             metadata={"source": "omniprof.allocs.fetch"})
+                             metadata={"source": "omniprof.memory.fetch"})
     import attrs
 
     from omniprof.backends.memory.report import allocation_tables
@@ -195,7 +195,7 @@ def print(*args: Any, file: IO[str] | None = None, by: str = "bytes", **options:
     """Print an allocation profile as Julia's ``Allocs.print([io,] [data]; kwargs...)``.
 
     Arguments: an optional stream first, then an optional result (default :func:`fetch`); or
-    ``file=``. Options are those of ``omniprof.sampler.print`` (``format``, ``C``, ``combine``,
+    ``file=``. Options are those of ``omniprof.cpu.print`` (``format``, ``C``, ``combine``,
     ``maxdepth``, ``sortedby``, ``groupby``, ``noisefloor``, ``mincount``, ``recur``, ``threads``,
     ``cols``); counts are recorded allocations, and ``by`` ("bytes" or "count") picks the weight
     the tree shows beside them (estimated bytes or estimated allocations).
@@ -206,7 +206,7 @@ def print(*args: Any, file: IO[str] | None = None, by: str = "bytes", **options:
             raise InvalidArgumentError("give the stream positionally or as file=, not both")
         file = rest.pop(0)
     if len(rest) > 1:
-        raise InvalidArgumentError("omniprof.allocs.print([io,] [data]; options...): too many arguments")
+        raise InvalidArgumentError("omniprof.memory.print([io,] [data]; options...): too many arguments")
     data = rest[0] if rest else fetch()
     out = file if file is not None else __import__("sys").stdout
     out.write("\n".join(format_allocs(data, by=by, **options)) + "\n")

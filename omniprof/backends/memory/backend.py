@@ -194,7 +194,8 @@ class MemoryBackend(Backend):
                        "built" if native else "the _allocsampler extension was not built: the tracemalloc engine "
                                               "is used (slower); reinstall omniprof with a C compiler available"),
             Capability("allocation sampling, tracemalloc engine", True, "always available"),
-            Capability("heap snapshots (.heapsnapshot for Chrome DevTools)", True, "omniprof.take_heap_snapshot"),
+            Capability("heap snapshots (.heapsnapshot for Chrome DevTools)", True,
+                       "omniprof.memory.take_heap_snapshot"),
         ]
 
     def __init__(self, options: MemoryOptions | None = None, *, context: Any = None) -> None:

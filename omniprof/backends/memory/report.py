@@ -94,7 +94,7 @@ def allocation_tables(part: BackendResult, largest: int = 20) -> tuple[Table, ..
 
 
 def format_allocs(result: ProfileResult | BackendResult, *, by: str = "bytes", **options: Any) -> list[str]:
-    """Text lines of an allocation report, with the options of ``omniprof.sampler.print``.
+    """Text lines of an allocation report, with the options of ``omniprof.cpu.print``.
 
     Each recorded allocation is one "sample" of its stack, so ``format``, ``C``, ``combine``,
     ``maxdepth``, ``sortedby``, ``groupby``, ``noisefloor``, ``mincount``, ``recur``, ``threads``
@@ -112,7 +112,7 @@ def format_allocs(result: ProfileResult | BackendResult, *, by: str = "bytes", *
     opts = _print_options(options)
     part = result.part("memory") if isinstance(result, ProfileResult) else result
     if part is None:
-        raise ValueError("no 'memory' part in this result: profile with omniprof.allocs.profile() or backend='memory'")
+        raise ValueError("no 'memory' part in this result: profile with omniprof.memory.profile() or backend='memory'")
     cols = opts.cols or 120
     fmt = _fmt_bytes if by == "bytes" else str
     pseudo = attrs.evolve(part, samples=[StackSample(a.t_ns, a.thread_id or 0, a.stack_id, w(a))

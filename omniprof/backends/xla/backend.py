@@ -345,7 +345,7 @@ class XlaBackend(Backend):
     # -- hooks ---------------------------------------------------------------------------------
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
         # The process-wide sink (acquired in start) emits the TraceMe: one per annotation however
-        # many users (a local Profiler and omniprof.start_server) want them.
+        # many users (a local Profiler and omniprof.jax.start_server) want them.
         return None
 
     def step(self, step_num: int) -> None:

@@ -1,7 +1,7 @@
 """Remote capture through XLA's profiler service (the one ``jax.profiler.start_server`` runs and
 ``xprof``'s capture button and ``python -m jax.collect_profile`` talk to).
 
-In the profiled process: ``omniprof.start_server(port)`` / ``omniprof.stop_server()``.
+In the profiled process: ``omniprof.jax.start_server(port)`` / ``omniprof.jax.stop_server()``.
 From anywhere that reaches it: ``omniprof collect ADDR[,ADDR...] --duration-ms N --logdir DIR`` or
 :func:`collect`, which captures every address for the same window into one new run directory,
 one ``<host>_<port>.xplane.pb`` per process, and reads them into one result.
@@ -88,14 +88,14 @@ def start_server(port: int, *, all_interfaces_ok: bool = False) -> int:
     _check_port(port)
     if _server is not None:
         raise ProfilerStateError(f"a profiler server is already running in this process on port {_server_port}; "
-                                 f"call omniprof.stop_server() first")
+                                 f"call omniprof.jax.stop_server() first")
     jax = _runtime.import_jax()
     if port_in_use(port):
         holder = port_holder(port)
         raise BackendError(f"cannot start the profiler server: port {port} is already in use"
                            + (f" by {holder}" if holder else " (by a process this user cannot inspect)")
                            + f". XLA's server would share the port with it and captures would reach either process; "
-                           f"stop that process or choose a free port (omniprof.start_server(OTHER_PORT))",
+                           f"stop that process or choose a free port (omniprof.jax.start_server(OTHER_PORT))",
                            plugin="xla")
     if not all_interfaces_ok:
         warnings.warn(
@@ -138,7 +138,8 @@ def stop_server() -> None:
     """
     global _server, _server_port, _sink, _stderr_filter
     if _server is None:
-        raise ProfilerStateError("no profiler server is running in this process (start one with omniprof.start_server)")
+        raise ProfilerStateError("no profiler server is running in this process "
+                                 "(start one with omniprof.jax.start_server)")
     jax = _runtime.import_jax()
     try:
         jax.profiler.stop_server()
@@ -220,7 +221,7 @@ def collect(addresses: str | Sequence[str], duration_ms: int, logdir: str | os.P
     Serving a Perfetto link is the caller's step, once this returned (everything is saved by then).
 
     Args:
-        addresses: ``HOST:PORT`` of profiler servers (``omniprof.start_server`` in each process).
+        addresses: ``HOST:PORT`` of profiler servers (``omniprof.jax.start_server`` in each process).
         duration_ms: capture window.
         logdir: XProf logdir; the run goes to ``<logdir>/plugins/profile/<unique run>/``.
             None: a new temporary directory, kept (it holds the capture) and named in the result.
@@ -282,7 +283,7 @@ def collect(addresses: str | Sequence[str], duration_ms: int, logdir: str | os.P
             printed = _our_flags(native.text.strip()[-500:])
             raise BackendError(
                 f"capture from {', '.join(addrs)} failed after {num_tracing_attempts} attempt(s): {who} "
-                f"({_our_flags(detail)}). Start one in each profiled process with omniprof.start_server(PORT) (or "
+                f"({_our_flags(detail)}). Start one in each profiled process with omniprof.jax.start_server(PORT) (or "
                 f"jax.profiler.start_server), check HOST:PORT, and that the process runs jax work during the "
                 f"{duration_ms} ms window; more attempts: omniprof collect --attempts N"
                 + (f". Profiler output: {printed}" if printed else ""),

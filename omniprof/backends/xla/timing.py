@@ -1,4 +1,4 @@
-"""``omniprof.time`` / ``omniprof.timed`` / ``omniprof.profile``: Reactant's ``@time``, ``@timed``
+"""``omniprof.jax.time`` / ``omniprof.jax.timed`` / ``omniprof.jax.profile``: Reactant's ``@time``, ``@timed``
 and ``@profile`` for jax functions.
 
 Compilation (``jit(f).lower(*args).compile()``) is timed apart from execution; every run is
@@ -358,7 +358,7 @@ def time(f: Callable[..., Any], *args: Any, **kwargs: Any) -> TimeResult:
     Reactant's ``@time``. ``f`` is jitted unless it already is; ``value`` holds what it returned.
 
     >>> import jax.numpy as jnp, omniprof
-    >>> r = omniprof.time(lambda x: x * 2, jnp.ones(4))
+    >>> r = omniprof.jax.time(lambda x: x * 2, jnp.ones(4))
     >>> r.runtime_s > 0 and r.compile_time_s > 0
     True
 
@@ -378,7 +378,7 @@ def timed(f: Callable[..., Any], *args: Any, nrepeat: int = 100, warmup: int = 1
     is known) and memory (compiled analysis, allocator statistics where the device has them).
 
     >>> import jax.numpy as jnp, omniprof
-    >>> agg = omniprof.timed(lambda x: x @ x, jnp.ones((8, 8)), nrepeat=5)
+    >>> agg = omniprof.jax.timed(lambda x: x @ x, jnp.ones((8, 8)), nrepeat=5)
     >>> agg.nrepeat, agg.flops.raw_flops > 0
     (5, True)
 

@@ -37,7 +37,7 @@ def churn(n):
 @needs_native
 def test_every_allocation_recorded_at_rate_one():
     """With sample_rate=1 every large allocation is recorded at its site, with its size and liveness."""
-    with omniprof.allocs.profile(sample_rate=1.0) as prof:
+    with omniprof.memory.profile(sample_rate=1.0) as prof:
         kept = make_blobs(40, 100_000)
         churn(25)
     part = prof.result.part("memory")
@@ -60,7 +60,7 @@ def test_every_allocation_recorded_at_rate_one():
 @needs_native
 def test_sampling_rate_is_honoured():
     """At sample_rate=0.1, about a tenth of allocations are recorded, each standing for 10."""
-    with omniprof.allocs.profile(sample_rate=0.1, seed=7) as prof:
+    with omniprof.memory.profile(sample_rate=0.1, seed=7) as prof:
         junk = [str(i) * 3 for i in range(100_000)]
     part = prof.result.part("memory")
     s = part.summaries["memory"]
@@ -78,7 +78,7 @@ def test_sampling_rate_is_honoured():
 def test_buffer_full_is_counted_and_warned():
     """A full allocation buffer stops recording, counts what it dropped and warns once."""
     with pytest.warns(DataLossWarning, match="not recorded"):
-        with omniprof.allocs.profile(sample_rate=1.0, max_allocations=10) as prof:
+        with omniprof.memory.profile(sample_rate=1.0, max_allocations=10) as prof:
             make_blobs(100, 10)
     part = prof.result.part("memory")
     # the buffer held 10 records; those of omniprof's own (after its hooks went in) are left out
@@ -88,7 +88,7 @@ def test_buffer_full_is_counted_and_warned():
 
 def test_tracemalloc_engine_finds_leak_candidates():
     """The tracemalloc engine keeps the allocations alive at the end, with exact peak/current memory."""
-    with omniprof.allocs.profile(sample_rate=1.0, engine="tracemalloc") as prof:
+    with omniprof.memory.profile(sample_rate=1.0, engine="tracemalloc") as prof:
         kept = make_blobs(5, 200_000)
         churn(3)
     part = prof.result.part("memory")
@@ -103,7 +103,7 @@ def test_tracemalloc_engine_finds_leak_candidates():
 @needs_native
 def test_reports_by_bytes_and_count():
     """Flat and tree rows weight by bytes or count; tables name the largest and the leak candidates."""
-    with omniprof.allocs.profile(sample_rate=1.0) as prof:
+    with omniprof.memory.profile(sample_rate=1.0) as prof:
         kept = make_blobs(30, 64_000)
     part = prof.result.part("memory")
     by_bytes = flat_rows(part, "bytes")
@@ -123,7 +123,7 @@ def test_reports_by_bytes_and_count():
         def isatty(self):
             return False
 
-    omniprof.allocs.print(prof.result, format="tree", by="count", cols=80, file=W())
+    omniprof.memory.print(prof.result, format="tree", by="count", cols=80, file=W())
     assert all(len(line) <= 80 for line in "".join(out).splitlines())
     del kept
 
@@ -142,7 +142,7 @@ def test_result_round_trips_and_validates(tmp_path):
     """A memory result saves and loads exactly and validates against the JSON Schema."""
     import jsonschema
 
-    with omniprof.allocs.profile(sample_rate=0.5) as prof:
+    with omniprof.memory.profile(sample_rate=0.5) as prof:
         make_blobs(10, 1000)
     r = prof.result
     assert omniprof.load(r.save(tmp_path / "m.json")) == r
@@ -293,8 +293,8 @@ def test_peek_writes_heap_snapshot_when_asked(tmp_path, mode):
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
         import omniprof
-        omniprof.enable_peek()
-        omniprof.set_peek_duration(0.1)
+        omniprof.cpu.enable_peek()
+        omniprof.cpu.set_peek_duration(0.1)
         class Widget:
             pass
         widgets = [Widget() for _ in range(9)]
@@ -404,7 +404,7 @@ for _ in range(5):
     chain = Link(chain)
 holders = [Holder() for _ in range(3)]
 parents = [Parent() for _ in range(4)]
-omniprof.take_heap_snapshot({path!r}, streaming={streaming})
+omniprof.memory.take_heap_snapshot({path!r}, streaming={streaming})
 """
 
 
@@ -478,7 +478,7 @@ class Item:
         self.i = i
         self.tags = [i]                        # a container: a built dict would be tracked, so counted
 
-omniprof.take_heap_snapshot({path!r})       # the first one loads omniprof's modules
+omniprof.memory.take_heap_snapshot({path!r})       # the first one loads omniprof's modules
 items = [Item(i) for i in range(10_000)]    # made after it: their __dict__s are not built yet
 
 def counts():
@@ -488,7 +488,7 @@ def counts():
 counts()                                       # Counter's first use fills caches
 c0 = counts()
 c1 = counts()                                  # what counting itself leaves: c0
-omniprof.take_heap_snapshot({path!r})
+omniprof.memory.take_heap_snapshot({path!r})
 c2 = counts()                                  # ... and c1
 print(json.dumps({{"calibration": dict(c1 - c0), "snapshot": dict(c2 - c1), "gone": dict(c1 - c2)}}))
 """
@@ -517,7 +517,7 @@ def test_small_seeds_sample_from_the_first_allocation(seed):
     (2,000 allocations with their objects), then 30,000 small strings: at rate 0.01 about 10 of the
     buffers are sampled (an unmixed small seed skipped the first ~1,400-2,300 allocations: none),
     and the estimate of the buffers' bytes agrees with what was allocated."""
-    with omniprof.allocs.profile(sample_rate=0.01, seed=seed) as prof:
+    with omniprof.memory.profile(sample_rate=0.01, seed=seed) as prof:
         kept = blobs_20k(1_000)
         rest = [str(i) * 2 for i in range(30_000)]
     part = prof.result.part("memory")
@@ -538,7 +538,7 @@ def test_estimate_and_its_standard_error_are_honest():
     truth = 3_000 * 5_000
     within = 0
     for seed in range(1, 11):
-        with omniprof.allocs.profile(sample_rate=0.05, seed=seed) as prof:
+        with omniprof.memory.profile(sample_rate=0.05, seed=seed) as prof:
             kept = [bytearray(5_000) for _ in range(3_000)]
         part = prof.result.part("memory")
         s = part.summaries["memory"]
@@ -550,7 +550,7 @@ def test_estimate_and_its_standard_error_are_honest():
         assert s["est_allocated_bytes_stderr"] > 0
         del kept
     assert within >= 7
-    with omniprof.allocs.profile(sample_rate=0.3, seed=3) as prof:
+    with omniprof.memory.profile(sample_rate=0.3, seed=3) as prof:
         kept = [str(i) * 3 for i in range(20_000)]
     counts = [a.count for a in prof.result.part("memory").allocations if a.size_bytes < 65_536]
     assert set(counts) == {3, 4}
@@ -570,7 +570,7 @@ def test_tracemalloc_stacks_are_root_first():
     """The tracemalloc engine charges an allocation to the innermost frame (the stack's last frame),
     not the outermost one."""
     leaf_line = next(i for i, ln in enumerate(Path(__file__).read_text().splitlines(), 1) if ln.endswith("# LEAF LINE"))
-    with omniprof.allocs.profile(sample_rate=1.0, engine="tracemalloc") as prof:
+    with omniprof.memory.profile(sample_rate=1.0, engine="tracemalloc") as prof:
         kept = _outer()
     part = prof.result.part("memory")
     big = [a for a in part.allocations if a.size_bytes >= 300_000]
@@ -592,7 +592,7 @@ class Widget:
 @needs_native
 def test_allocation_type_is_recorded():
     """Object allocations carry their class (Julia's Alloc.type); every allocation its domain."""
-    with omniprof.allocs.profile(sample_rate=1.0) as prof:
+    with omniprof.memory.profile(sample_rate=1.0) as prof:
         widgets = [Widget(i) for i in range(500)]
         texts = ["x" * (100 + i) for i in range(300)]
     part = prof.result.part("memory")
@@ -631,7 +631,7 @@ def test_names_of_threads_that_ended_are_kept():
         global _kept_by_thread
         _kept_by_thread = make_blobs(50, 500)
 
-    with omniprof.allocs.profile(sample_rate=1.0) as prof:
+    with omniprof.memory.profile(sample_rate=1.0) as prof:
         t = threading.Thread(target=work, name="w3000")
         t.start()
         t.join()
@@ -643,7 +643,7 @@ def test_names_of_threads_that_ended_are_kept():
 
 def test_sample_rate_zero_records_nothing():
     """sample_rate=0 records no allocation (Julia's 0.0), while the totals are still counted."""
-    with omniprof.allocs.profile(sample_rate=0.0) as prof:
+    with omniprof.memory.profile(sample_rate=0.0) as prof:
         kept = make_blobs(100, 1_000)
     part = prof.result.part("memory")
     assert part.allocations == ()
@@ -659,7 +659,7 @@ def test_memory_timeline_counters():
     kept and fall back when they are freed."""
     import time as _time
 
-    with omniprof.allocs.profile(sample_rate=0.1, seed=5) as prof:
+    with omniprof.memory.profile(sample_rate=0.1, seed=5) as prof:
         kept = make_blobs(2_000, 10_000)     # +20 MB live
         _time.sleep(0.01)
         del kept                              # -20 MB
@@ -714,44 +714,44 @@ def _allocs_in(result, size):
 
 def test_fetch_accumulates_sessions_until_clear():
     """fetch() holds every session since clear() (Julia's Allocs), from profile() and start()/stop()."""
-    omniprof.allocs.clear()
+    omniprof.memory.clear()
     for _ in range(3):
-        with omniprof.allocs.profile(sample_rate=1.0):
+        with omniprof.memory.profile(sample_rate=1.0):
             kept = [bytearray(7_777) for _ in range(10)]
-    omniprof.allocs.start(sample_rate=1.0)
+    omniprof.memory.start(sample_rate=1.0)
     kept = [bytearray(7_777) for _ in range(10)]
     with pytest.raises(omniprof.errors.ProfilerStateError, match="already recording"):
-        omniprof.allocs.start()
-    own = omniprof.allocs.stop()
+        omniprof.memory.start()
+    own = omniprof.memory.stop()
     assert _allocs_in(own, 7_777) == 10
-    got = omniprof.allocs.fetch()
+    got = omniprof.memory.fetch()
     assert _allocs_in(got, 7_777) == 40
     assert got.part("memory").summaries["memory"]["sessions"] == 4
-    omniprof.allocs.clear()
+    omniprof.memory.clear()
     with pytest.raises(omniprof.errors.ProfilerStateError, match="no allocation profile yet"):
-        omniprof.allocs.fetch()
+        omniprof.memory.fetch()
     with pytest.raises(omniprof.errors.ProfilerStateError, match="not recording"):
-        omniprof.allocs.stop()
+        omniprof.memory.stop()
     del kept
 
 
 def test_fetch_buffer_is_bounded_and_says_so():
     """Past the buffer's limit a session's allocations are counted as not kept, with a warning;
     the session's own result still has them all."""
-    omniprof.allocs.clear()
-    old = omniprof.allocs.init()
-    omniprof.allocs.init(50)
+    omniprof.memory.clear()
+    old = omniprof.memory.init()
+    omniprof.memory.init(50)
     try:
         with pytest.warns(DataLossWarning, match="not kept"):
-            with omniprof.allocs.profile(sample_rate=1.0) as prof:
+            with omniprof.memory.profile(sample_rate=1.0) as prof:
                 kept = [bytearray(3_333) for _ in range(200)]
         mine = len(prof.result.part("memory").allocations)
-        part = omniprof.allocs.fetch().part("memory")
+        part = omniprof.memory.fetch().part("memory")
         assert len(part.allocations) == 50
         assert part.losses[0].kind == "allocations_not_kept" and part.losses[0].count == mine - 50
     finally:
-        omniprof.allocs.init(old)
-        omniprof.allocs.clear()
+        omniprof.memory.init(old)
+        omniprof.memory.clear()
     del kept
 
 
@@ -768,11 +768,11 @@ def test_print_takes_the_sampler_print_options():
     file/io) and prints fetch() by default; counts are recorded allocations."""
     import io
 
-    omniprof.allocs.clear()
-    with omniprof.allocs.profile(sample_rate=1.0):
+    omniprof.memory.clear()
+    with omniprof.memory.profile(sample_rate=1.0):
         a, b = _alloc_a(), _alloc_b()
     buf = io.StringIO()
-    omniprof.allocs.print(buf, format="flat", sortedby="count", cols=200)  # Julia's print(io)
+    omniprof.memory.print(buf, format="flat", sortedby="count", cols=200)  # Julia's print(io)
     lines = buf.getvalue().splitlines()
     rows = [ln for ln in lines if "_alloc_a" in ln or "_alloc_b" in ln]
     assert rows and "_alloc_a" in rows[0]  # 30 allocations before 10
@@ -781,12 +781,12 @@ def test_print_takes_the_sampler_print_options():
         counts["a" if "_alloc_a" in ln else "b"] += int(ln.split()[0])
     assert counts["a"] >= 30 and counts["b"] >= 10
     buf = io.StringIO()
-    omniprof.allocs.print(omniprof.allocs.fetch(), file=buf, format="tree", groupby="thread", C=True,
+    omniprof.memory.print(omniprof.memory.fetch(), file=buf, format="tree", groupby="thread", C=True,
                           recur="flat", maxdepth=3, cols=100)
     text = buf.getvalue()
     assert "MainThread" in text and all(len(ln) <= 100 for ln in text.splitlines())
     with pytest.raises(InvalidArgumentError, match="sortedby"):
-        omniprof.allocs.print(file=io.StringIO(), sortedby="size")
+        omniprof.memory.print(file=io.StringIO(), sortedby="size")
     del a, b
 
 
@@ -799,14 +799,14 @@ def test_heap_snapshot_to_stream_dir_and_positional_all_one(tmp_path):
         import omniprof
         from omniprof.errors import InvalidArgumentError
         buf = io.StringIO()
-        assert omniprof.take_heap_snapshot(buf) is buf
+        assert omniprof.memory.take_heap_snapshot(buf) is buf
         with open({str(tmp_path / "io.heapsnapshot")!r}, "w") as fh:
             fh.write(buf.getvalue())
-        p = omniprof.take_heap_snapshot(dir={str(tmp_path / "d")!r})
+        p = omniprof.memory.take_heap_snapshot(dir={str(tmp_path / "d")!r})
         os.chdir({str(tmp_path / "cwd")!r})
-        q = omniprof.take_heap_snapshot(True)
+        q = omniprof.memory.take_heap_snapshot(True)
         try:
-            omniprof.take_heap_snapshot(io.StringIO(), streaming=True)
+            omniprof.memory.take_heap_snapshot(io.StringIO(), streaming=True)
             refused = ""
         except InvalidArgumentError as e:
             refused = str(e)
@@ -833,7 +833,7 @@ def test_heap_snapshot_falls_back_to_temp_dir(tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         os.chdir("/proc")
         import omniprof
-        print(omniprof.take_heap_snapshot())
+        print(omniprof.memory.take_heap_snapshot())
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
                          env={**os.environ, "TMPDIR": str(tmp_path)})
@@ -845,14 +845,14 @@ def test_heap_snapshot_falls_back_to_temp_dir(tmp_path):
 def test_large_allocations_are_all_recorded():
     """Allocations of at least record_all_above_bytes are all recorded, each for itself: 40 buffers
     of 100 KB at rate 0.001 are all there with count 1, and the smaller ones are still sampled."""
-    with omniprof.allocs.profile(sample_rate=0.001, seed=3) as prof:
+    with omniprof.memory.profile(sample_rate=0.001, seed=3) as prof:
         big = [bytearray(100_000) for _ in range(40)]
         small = [str(i) * 2 for i in range(50_000)]
     part = prof.result.part("memory")
     large = [a for a in part.allocations if 100_000 <= a.size_bytes < 100_100]
     assert len(large) == 40 and {a.count for a in large} == {1}
     assert {a.count for a in part.allocations if a.size_bytes < 65_536} <= {1000}
-    with omniprof.allocs.profile(sample_rate=0.001, seed=3, record_all_above_bytes=0) as prof:
+    with omniprof.memory.profile(sample_rate=0.001, seed=3, record_all_above_bytes=0) as prof:
         big2 = [bytearray(100_000) for _ in range(40)]
     assert sum(1 for a in prof.result.part("memory").allocations if a.size_bytes >= 100_000) < 40
     del big, small, big2
@@ -879,7 +879,7 @@ def test_estimated_live_bytes_match_tracemalloc():
     del rows
     for seed in (1, 2, 3):
         gc.collect()
-        with omniprof.allocs.profile(sample_rate=0.01, seed=seed) as prof:
+        with omniprof.memory.profile(sample_rate=0.01, seed=seed) as prof:
             rows = _kept_rows(50_000)
         s = prof.result.part("memory").summaries["memory"]
         assert s["allocations"] >= 100_000

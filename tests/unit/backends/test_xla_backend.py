@@ -373,13 +373,13 @@ def test_cli_run_with_xla_backend(tmp_path, capsys):
 
 
 def test_import_omniprof_and_backend_package_import_no_jax():
-    """`import omniprof` and the backend package import neither jax nor xprof; omniprof.time resolves lazily."""
+    """`import omniprof` and the backend package import neither jax nor xprof; omniprof.jax.time resolves lazily."""
     import subprocess
     import sys
 
     code = ("import sys, omniprof, omniprof.backends.xla\n"
             "assert 'jax' not in sys.modules and 'xprof' not in sys.modules, 'heavy import'\n"
-            "assert callable(omniprof.timed) and callable(omniprof.start_server)\n")
+            "assert callable(omniprof.jax.timed) and callable(omniprof.jax.start_server)\n")
     root = Path(__file__).resolve().parents[3]
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root)
     assert proc.returncode == 0, proc.stderr

@@ -171,13 +171,13 @@ def test_start_server_and_a_local_profiler_record_each_annotation_once(tmp_path)
     """One sink per process: with a profiler server running, a local xla session still records
     one range per annotation (two sinks recorded two), and no _omniprof mark reaches the file."""
     f, x = workload()
-    omniprof.start_server(free_port(), all_interfaces_ok=True)
+    omniprof.jax.start_server(free_port(), all_interfaces_ok=True)
     try:
         with omniprof.Profiler(backend="xla", logdir=tmp_path, backend_options={"xla": FAST}) as prof:
             with omniprof.annotate("once_only", k=1):
                 f(x, x).block_until_ready()
     finally:
-        omniprof.stop_server()
+        omniprof.jax.stop_server()
     spans = [s for s in prof.result.part("xla").spans if s.name == "once_only"]
     assert len(spans) == 1 and spans[0].category == "annotation" and spans[0].args == {"k": 1}
     xplane = next(prof.session_dir.glob("*.xplane.pb"))
@@ -256,7 +256,7 @@ def test_users_own_jax_start_trace_is_refused_up_front(tmp_path):
 def test_start_server_on_a_held_port_is_refused_naming_the_holder(held_port):
     with pytest.raises(BackendError, match=rf"port {held_port} is already in use by pid {os.getpid()}.*"
                                            r"choose a free port"):
-        omniprof.start_server(held_port, all_interfaces_ok=True)
+        omniprof.jax.start_server(held_port, all_interfaces_ok=True)
     assert remote.server_port() is None
 
 

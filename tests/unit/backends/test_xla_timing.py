@@ -1,4 +1,4 @@
-"""omniprof.time / timed / profile on real jax (CPU), and their summaries."""
+"""omniprof.jax.time / timed / profile on real jax (CPU), and their summaries."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_time_separates_compile_and_runtime_and_returns_value():
     """time() compiles then runs once; the value is f's result, both times are positive."""
     import jax.numpy as jnp
 
-    r = omniprof.time(lambda x: x * 3, jnp.arange(4.0))
+    r = omniprof.jax.time(lambda x: x * 3, jnp.arange(4.0))
     assert r.value.tolist() == [0.0, 3.0, 6.0, 9.0]
     assert r.runtime_s > 0 and r.compile_time_s > 0
     text = repr(r)
@@ -39,7 +39,7 @@ def test_timed_counts_runs_and_reads_flops_from_cost_analysis():
         calls.append(1)  # runs at trace time only: the compiled function is what is timed
         return a @ a
 
-    agg = omniprof.timed(f, x, nrepeat=7)
+    agg = omniprof.jax.timed(f, x, nrepeat=7)
     assert agg.nrepeat == 7 and len(calls) == 1
     assert agg.flops.raw_flops == pytest.approx(2 * 16**3, rel=0.01)
     assert agg.runtime_min_s <= agg.runtime_median_s and agg.runtime_s > 0
@@ -50,7 +50,7 @@ def test_timed_counts_runs_and_reads_flops_from_cost_analysis():
 
 def test_timed_on_cpu_says_peak_and_allocator_unknown():
     """On CPU the peak FLOP/s and the allocator statistics are unknown, and the repr says so."""
-    agg = omniprof.timed(lambda a: a + 1, _matmul_args(4), nrepeat=3)
+    agg = omniprof.jax.timed(lambda a: a + 1, _matmul_args(4), nrepeat=3)
     assert agg.flops.peak_flops_per_s is None and agg.flops.utilization is None
     assert agg.memory.allocator is None
     text = repr(agg)
@@ -61,9 +61,9 @@ def test_timed_on_cpu_says_peak_and_allocator_unknown():
 def test_timed_validates_nrepeat():
     """nrepeat must be a positive integer."""
     with pytest.raises(InvalidArgumentError, match="'nrepeat'"):
-        omniprof.timed(lambda a: a, _matmul_args(2), nrepeat=0)
+        omniprof.jax.timed(lambda a: a, _matmul_args(2), nrepeat=0)
     with pytest.raises(InvalidArgumentError, match="function"):
-        omniprof.time(3, _matmul_args(2))
+        omniprof.jax.time(3, _matmul_args(2))
 
 
 def test_already_jitted_function_is_used_as_is():
@@ -76,7 +76,7 @@ def test_already_jitted_function_is_used_as_is():
     def scale(a, k):
         return a * k
 
-    r = omniprof.time(scale, _matmul_args(2), 5)
+    r = omniprof.jax.time(scale, _matmul_args(2), 5)
     assert float(r.value[0, 0]) == 5.0
 
 
@@ -104,7 +104,7 @@ def test_allocator_summary_from_device_memory_stats():
 def test_profile_prints_op_table_and_summary():
     """profile() runs once under the trace and prints the framework op table and the summary."""
     out = io.StringIO()
-    run = omniprof.profile(lambda a: (a @ a).sum(), _matmul_args(32), file=out)
+    run = omniprof.jax.profile(lambda a: (a @ a).sum(), _matmul_args(32), file=out)
     text = out.getvalue()
     assert "FRAMEWORK OP STATISTICS" in text and "SUMMARY" in text and "KERNEL STATISTICS" not in text
     assert run.op_rows and {"name", "self_share_pct", "self_ns"} <= set(run.op_rows[0])
@@ -119,7 +119,7 @@ def test_kernel_table_rendering_matches_seed_columns():
     rows = [{"kernel_name": "gemm_fusion_dot_1", "occurrences": 1, "total_ns": 2500, "avg_ns": 2500, "min_ns": 2500,
              "max_ns": 2500, "static_shared_memory_bytes": 2048, "block_dim": "64,1,1", "grid_dim": "1,1,1",
              "tensor_core": False, "occupancy_pct": 100.0}]
-    agg = omniprof.timed(lambda a: a, _matmul_args(2), nrepeat=1)
+    agg = omniprof.jax.timed(lambda a: a, _matmul_args(2), nrepeat=1)
     text = timing.render_profile(timing.ProfileRun(value=None, result=None, summary=agg, kernel_rows=tuple(rows)))
     assert "KERNEL STATISTICS" in text
     line = next(ln for ln in text.splitlines() if "gemm_fusion_dot_1" in ln)

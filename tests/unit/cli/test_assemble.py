@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CHILD = """
 import sys
 sys.path.insert(0, {root!r})
-from omniprof import take_heap_snapshot
+from omniprof.memory import take_heap_snapshot
 keep = [{{"k": [str(i), i]}} for i in range({n})]
 take_heap_snapshot({prefix!r}, streaming=True)
 """

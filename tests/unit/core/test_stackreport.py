@@ -159,7 +159,7 @@ def test_options_are_validated():
     with pytest.raises(InvalidArgumentError, match="'groupby' must be one of"):
         PrintOptions(groupby="process")
     with pytest.raises(InvalidArgumentError, match="did you mean 'maxdepth'"):
-        omniprof.sampler.print(part([((M,), 1)]), max_depth=2)
+        omniprof.cpu.print(part([((M,), 1)]), max_depth=2)
 
 
 def test_callers_counts_each_caller():
@@ -180,7 +180,7 @@ def test_print_writes_julia_layout_and_overhead():
                                                     "requested_rate_hz": 1000.0, "sampler_time_ns": 6000,
                                                     "sampler_overhead_pct": 0.2}}})
     buf = io.StringIO()
-    omniprof.sampler.print(ProfileResult(parts=(p,)), file=buf, C=True)
+    omniprof.cpu.print(ProfileResult(parts=(p,)), file=buf, C=True)
     text = buf.getvalue()
     assert "Overhead ╎ [+additional indent] Count Time % File:Line; Function" in text
     assert "990 Hz achieved of 1000 Hz requested" in text and "0.20% of the session" in text
@@ -195,7 +195,7 @@ def test_print_tree_is_julias_with_time_beside_the_counts():
     the sample list: main 10 (3 + 5 + 2), f 8 with 3 of its own, g 5 of its own, h 2."""
     p = part([((M, F), 3), ((M, F, G), 5), ((M, H), 2)])
     buf = io.StringIO()
-    omniprof.sampler.print(p, file=buf, cols=100)
+    omniprof.cpu.print(p, file=buf, cols=100)
     lines = buf.getvalue().splitlines()
     assert lines[0] == "Overhead ╎ [+additional indent] Count Time % File:Line; Function"
     rows = [ln.replace("╎", " ").split() for ln in lines[2:]]
@@ -206,7 +206,7 @@ def test_print_tree_is_julias_with_time_beside_the_counts():
     # the gutter is Julia's: overhead right-aligned before the bar, the count right after the indent
     assert lines[3].index("╎") == len("Overhead") and lines[3].split("╎", 1)[1].startswith(" 8 ")
     buf = io.StringIO()
-    omniprof.sampler.print(p, file=buf, cols=100, format="flat")
+    omniprof.cpu.print(p, file=buf, cols=100, format="flat")
     flat = buf.getvalue().splitlines()
     assert flat[0].split() == ["Count", "Overhead", "Time", "%", "Self", "time", "File", "Line", "Function"]
     assert [ln.split()[:6] for ln in flat[2:] if ln.split()[-1] == "f"] == [["8", "3", "8.00", "ms", "80.0%", "3.00"]]
@@ -216,7 +216,7 @@ def test_print_counts_false_shows_time_and_percent_only():
     """counts=False: time and its % of the group's sampled time, self time in the gutter."""
     p = part([((M, F), 3), ((M, F, G), 5), ((M, H), 2)])
     buf = io.StringIO()
-    omniprof.sampler.print(p, file=buf, cols=100, counts=False)
+    omniprof.cpu.print(p, file=buf, cols=100, counts=False)
     lines = buf.getvalue().splitlines()
     assert lines[0].startswith("Self time ╎ [+additional indent] Time % File:Line; Function")
     rows = [ln.replace("╎", " ").split() for ln in lines[2:]]
@@ -224,7 +224,7 @@ def test_print_counts_false_shows_time_and_percent_only():
     assert rows[1] == ["3.00", "ms", "8.00", "ms", "80.0%", "app.py:10;", "f"]
     assert rows[2] == ["5.00", "ms", "5.00", "ms", "50.0%", "app.py:20;", "g"]
     buf = io.StringIO()
-    omniprof.sampler.print(p, file=buf, cols=100, format="flat", counts=False)
+    omniprof.cpu.print(p, file=buf, cols=100, format="flat", counts=False)
     flat = buf.getvalue().splitlines()
     assert flat[0].split() == ["Time", "%", "Self", "time", "Self", "%", "File", "Line", "Function"]
     assert [ln.split()[:6] for ln in flat[2:] if ln.split()[-1] == "g"] == [["5.00", "ms", "50.0%", "5.00", "ms",
