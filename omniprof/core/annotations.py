@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-__all__ = ["annotate", "annotate_function", "TraceAnnotation", "StepTraceAnnotation", "set_sinks", "active_sinks"]
+__all__ = ["annotate", "annotate_function", "StepTraceAnnotation", "set_sinks", "active_sinks"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,6 +47,10 @@ def active_sinks() -> tuple[Any, ...]:
 class annotate:  # noqa: N801 - public name mirrors jax.profiler.TraceAnnotation's use
     """Context manager marking a named range in every recording backend; a no-op otherwise.
 
+    The one name for a user range (jax's ``TraceAnnotation``, torch's ``record_function``): each
+    recording backend writes it to its own trace (a jax ``TraceMe``, a torch ``record_function``, an
+    ``annotation`` span of the cpu sampler), with ``args`` attached.
+
     >>> with annotate("load_batch"):
     ...     pass
 
@@ -78,11 +82,14 @@ class annotate:  # noqa: N801 - public name mirrors jax.profiler.TraceAnnotation
             stack.__exit__(*exc)
 
 
-TraceAnnotation = annotate
-
-
 class StepTraceAnnotation(annotate):
-    """An annotation marking one training step (``step_num`` is recorded as an argument)."""
+    """A range marking one training step: an :class:`annotate` range named ``name`` that carries
+    ``step_num`` as an argument in every recording backend, and that the xla backend also marks as a
+    step (jax's ``StepTraceAnnotation``: a ``step`` span, XProf's step view).
+
+    >>> with StepTraceAnnotation("train", step_num=3):
+    ...     pass
+    """
 
     __slots__ = ()
 
