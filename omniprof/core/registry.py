@@ -22,6 +22,7 @@ from omniprof.core import validators as v
 from omniprof.errors import (
     BackendUnavailableError,
     ConfigError,
+    InvalidArgumentError,
     PluginLoadError,
     PluginValidationError,
 )
@@ -341,6 +342,23 @@ class Registry:
                 if (kind, name) in self._entries:
                     self._entries[(kind, name)].enabled = False
                     self._entries[(kind, name)].disabled_by = "disabled by --no-plugin"
+
+    def add(self, kind: str, cls: type, *, source: str = "added in code") -> None:
+        """Register the class ``cls`` as the ``kind`` plugin called ``cls.name`` in this registry
+        only, in place of any plugin of that name (validated as a loaded plugin is). For plugins
+        made in code (tests, notebooks: ``omniprof.testing.gpu_fakes.fake_gpu_registry``); other
+        registries and the process-wide one are left as they are."""
+        if kind not in KINDS:
+            raise InvalidArgumentError(f"'kind' must be one of {', '.join(KINDS)} (got {kind!r})")
+        name = getattr(cls, "name", None)
+        target = f"{getattr(cls, '__module__', '?')}:{getattr(cls, '__qualname__', '?')}"
+        entry = _Entry(name if isinstance(name, str) else "?", kind, target, source, None)
+        _validate(entry, cls)
+        entry.loaded = cls
+        old = self._entries.get((kind, entry.name))
+        if old is not None:
+            entry.options.update(old.options)
+        self._entries[(kind, entry.name)] = entry
 
     # -- queries -----------------------------------------------------------------------------
     def names(self, kind: str, *, include_disabled: bool = False) -> list[str]:

@@ -6,21 +6,27 @@ They have the methods of the real adapters (:class:`~omniprof.backends.cupti.nvm
 ``cupti`` backend's logic runs unchanged above them. :func:`records_from_kineto` turns a real
 GPU's Kineto trace into CUPTI activity records to replay.
 
-::
+The fakes reach the backend the way any plugin does, through a registry, never by replacing
+something process-wide: :func:`fake_cupti_backend` makes a ``cupti`` backend class whose
+:class:`~omniprof.backends.cupti.backend.GpuAdapters` are the fakes, and :func:`fake_gpu_registry`
+a registry holding it in place of the real one::
 
-    from omniprof.testing.gpu_fakes import FakeCupti, FakeNvml, use_fake_gpu
+    from omniprof.testing.gpu_fakes import FakeCupti, FakeNvml, fake_gpu_registry
 
-    with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(records)):
-        with omniprof.Profiler(backend="cupti") as prof:
-            ...
+    reg = fake_gpu_registry(nvml=FakeNvml(), cupti=FakeCupti(records))
+    with omniprof.Profiler(backend="cupti", registry=reg) as prof:
+        ...
+
+For the CLI or a child process, name a module-level subclass in a ``plugins.toml``
+(``[backend.cupti]``, ``target = "mymod:FakeGpu"``, ``override = true``) and pass it with
+``--plugins`` or ``OMNIPROF_PLUGINS``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +38,8 @@ from omniprof.backends.cupti.nvml import (
     NvmlDevice,
 )
 
-__all__ = ["FakeNvml", "FakeCupti", "FakePmSampler", "use_fake_gpu", "records_from_kineto", "A100_READINGS",
-           "A100_DEVICE", "H100_DEVICE"]
+__all__ = ["FakeNvml", "FakeCupti", "FakePmSampler", "fake_adapters", "fake_cupti_backend", "fake_gpu_registry",
+           "records_from_kineto", "A100_READINGS", "A100_DEVICE", "H100_DEVICE"]
 
 #: One A100 as NVML describes it.
 A100_DEVICE = {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-00000000-fake-0000-0000-000000000000",
@@ -286,24 +292,40 @@ class FakePmSampler:
         self.state = "closed"
 
 
-@contextlib.contextmanager
-def use_fake_gpu(nvml: FakeNvml | None = None, cupti: FakeCupti | None = None,
-                 pm: Any = None) -> Iterator[None]:
-    """Put fakes behind the ``cupti`` backend's adapters for the duration of the block.
+def fake_adapters(nvml: FakeNvml | None = None, cupti: FakeCupti | None = None, pm: Any = None) -> Any:
+    """:class:`~omniprof.backends.cupti.backend.GpuAdapters` that hand out these fakes.
 
-    ``nvml`` and ``cupti`` are instances used by every session (and probe) in the block; ``pm`` a
-    factory ``(device, metrics, interval_ns, buffer_bytes) -> sampler``.
+    ``nvml`` and ``cupti`` are instances used by every session (and probe) of a backend with these
+    adapters (a default :class:`FakeNvml` / :class:`FakeCupti`, an A100 with no records, when
+    None); ``pm`` a factory ``(device, metrics, interval_ns, buffer_bytes) -> sampler`` (default
+    :class:`FakePmSampler`).
     """
-    from omniprof.backends.cupti.backend import adapter_factories, set_adapter_factories
+    from omniprof.backends.cupti.backend import GpuAdapters
 
-    saved = adapter_factories()
-    nvml = nvml if nvml is not None else FakeNvml()
-    cupti = cupti if cupti is not None else FakeCupti()
-    set_adapter_factories(nvml=lambda: nvml, cupti=lambda: cupti, pm=pm or FakePmSampler)
-    try:
-        yield
-    finally:
-        set_adapter_factories(**saved)
+    nv = nvml if nvml is not None else FakeNvml()
+    cu = cupti if cupti is not None else FakeCupti()
+    return GpuAdapters(nvml=lambda: nv, cupti=lambda: cu, pm=pm or FakePmSampler)
+
+
+def fake_cupti_backend(nvml: FakeNvml | None = None, cupti: FakeCupti | None = None, pm: Any = None) -> type:
+    """A subclass of the ``cupti`` backend (same name, same logic) whose adapters are these fakes
+    (see :func:`fake_adapters`); its ``capabilities()``, ``checks()`` and ``probe()`` read them too."""
+    from omniprof.backends.cupti.backend import CuptiBackend
+
+    return type("FakeGpuCuptiBackend", (CuptiBackend,), {"adapters": fake_adapters(nvml, cupti, pm),
+                                                         "__module__": __name__})
+
+
+def fake_gpu_registry(nvml: FakeNvml | None = None, cupti: FakeCupti | None = None, pm: Any = None,
+                      **registry_args: Any) -> Any:
+    """A :class:`~omniprof.core.registry.Registry` (built with ``registry_args``) whose ``cupti``
+    backend is :func:`fake_cupti_backend` of these fakes; every other plugin as installed. Give it
+    to ``Profiler(registry=...)``, ``run_doctor(...)`` or ``runner.run(..., registry=...)``."""
+    from omniprof.core.registry import Registry
+
+    reg = Registry(**registry_args)
+    reg.add("backend", fake_cupti_backend(nvml, cupti, pm), source="omniprof.testing.gpu_fakes")
+    return reg
 
 
 def records_from_kineto(path: str | Path, *, max_blocks_per_multiprocessor: int = 32) -> list[dict[str, Any]]:

@@ -4,6 +4,6 @@ Importing this package imports neither ``pynvml`` nor ``cupti``; the adapters im
 session (or ``probe()``) needs them.
 """
 
-from omniprof.backends.cupti.backend import CuptiBackend, CuptiOptions
+from omniprof.backends.cupti.backend import CuptiBackend, CuptiOptions, GpuAdapters
 
-__all__ = ["CuptiBackend", "CuptiOptions"]
+__all__ = ["CuptiBackend", "CuptiOptions", "GpuAdapters"]

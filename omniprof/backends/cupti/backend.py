@@ -22,7 +22,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -57,7 +57,7 @@ from omniprof.errors import (
     InvalidArgumentError,
 )
 
-__all__ = ["CuptiBackend", "CuptiOptions", "set_adapter_factories", "adapter_factories", "clock_map"]
+__all__ = ["CuptiBackend", "CuptiOptions", "GpuAdapters", "clock_map"]
 
 
 def _tuple_or_none(value: Any) -> Any:
@@ -126,7 +126,7 @@ class CuptiOptions:
     pm_poll_interval_s: float = attrs.field(default=0.1, validator=v.number_in_range(0.0, 60.0, lo_open=True))
 
 
-# -- adapter factories: the real ones, replaced by omniprof.testing.gpu_fakes where there is no GPU --
+# -- adapters: what the backend calls NVML, CUPTI and PM sampling through --
 def _real_nvml() -> Any:
     from omniprof.backends.cupti.nvml import PynvmlAdapter
 
@@ -145,24 +145,25 @@ def _real_pm(device: int, metrics: list[str], interval_ns: int, buffer_bytes: in
     return CuptiPmSampler(device, metrics, interval_ns, buffer_bytes)
 
 
-_REAL = {"nvml": _real_nvml, "cupti": _real_cupti, "pm": _real_pm}
-_factories: dict[str, Callable[..., Any]] = dict(_REAL)
+@attrs.frozen
+class GpuAdapters:
+    """The factories the ``cupti`` backend makes its NVML, CUPTI and PM-sampling adapters with.
 
+    ``CuptiBackend.adapters`` holds the real ones (nvidia-ml-py and cupti-python). A subclass that
+    sets other ones is another backend (``omniprof.testing.gpu_fakes.fake_cupti_backend``: fakes for
+    machines without a GPU), registered like any plugin; an instance may also be given its own
+    (``CuptiBackend(adapters=...)``). Nothing process-wide is replaced.
 
-def adapter_factories() -> dict[str, Callable[..., Any]]:
-    """The factories in use: ``{"nvml": () -> adapter, "cupti": () -> adapter, "pm": (...) -> sampler}``."""
-    return dict(_factories)
+    Attributes:
+        nvml: ``() -> adapter`` with the methods of :class:`~omniprof.backends.cupti.nvml.PynvmlAdapter`.
+        cupti: ``() -> adapter`` with those of :class:`~omniprof.backends.cupti.cupti_adapter.CuptiPythonAdapter`.
+        pm: ``(device, metrics, interval_ns, buffer_bytes) -> sampler`` as
+            :class:`~omniprof.backends.cupti.cupti_adapter.CuptiPmSampler`.
+    """
 
-
-def set_adapter_factories(nvml: Callable[[], Any] | None = None, cupti: Callable[[], Any] | None = None,
-                          pm: Callable[..., Any] | None = None, *, reset: bool = False) -> None:
-    """Swap the NVML/CUPTI/PM adapters (tests, docs and benchmarks without a GPU). ``reset``: back to the real ones."""
-    if reset:
-        _factories.clear()
-        _factories.update(_REAL)
-    for key, f in (("nvml", nvml), ("cupti", cupti), ("pm", pm)):
-        if f is not None:
-            _factories[key] = f
+    nvml: Callable[[], Any] = _real_nvml
+    cupti: Callable[[], Any] = _real_cupti
+    pm: Callable[..., Any] = _real_pm
 
 
 class CuptiBackend(Backend):
@@ -172,25 +173,32 @@ class CuptiBackend(Backend):
     summary = "NVIDIA GPU: NVML device metrics and CUPTI kernel/memcpy/sync activity, kernel statistics"
     single_session = True
     Options = CuptiOptions
+    #: The adapters this backend class uses (the real ones; a subclass may set others).
+    adapters: ClassVar[GpuAdapters] = GpuAdapters()
 
     @classmethod
     def capabilities(cls) -> list[Any]:
-        return diagnostics.gpu_capabilities(_factories["nvml"], _factories["cupti"])
+        return diagnostics.gpu_capabilities(cls.adapters.nvml, cls.adapters.cupti)
 
     @classmethod
     def checks(cls) -> list[Any]:
-        return diagnostics.gpu_checks(_factories["nvml"], _factories["cupti"])
+        return diagnostics.gpu_checks(cls.adapters.nvml, cls.adapters.cupti)
 
     @classmethod
     def probe(cls) -> None:
         # NVML and a GPU are all a session needs (record_activity=false is NVML only); CUPTI's own
         # problems are raised, with their fix, by the session that needs CUPTI.
-        checks = diagnostics.gpu_checks(_factories["nvml"], _factories["cupti"], stop_at_first=True,
+        checks = diagnostics.gpu_checks(cls.adapters.nvml, cls.adapters.cupti, stop_at_first=True,
                                         check_cupti=False)
         diagnostics.raise_first_failure(checks, plugin=cls.name)
 
-    def __init__(self, options: CuptiOptions | None = None, *, context: Any = None) -> None:
+    def __init__(self, options: CuptiOptions | None = None, *, context: Any = None,
+                 adapters: GpuAdapters | None = None) -> None:
         super().__init__(options, context=context)
+        if adapters is not None and not isinstance(adapters, GpuAdapters):
+            raise InvalidArgumentError(f"'adapters' must be a GpuAdapters (got {type(adapters).__name__})")
+        #: this session's adapters: ``adapters`` if given, else the class's
+        self.adapters = adapters if adapters is not None else type(self).adapters  # type: ignore[misc]
         self._nvml: Any = None
         self._cupti: Any = None
         self._subscribed = False
@@ -277,7 +285,7 @@ class CuptiBackend(Backend):
         self._prepared = True
 
     def _open_nvml(self) -> None:
-        nvml = _factories["nvml"]()
+        nvml = self.adapters.nvml()
         try:
             nvml.init()
         except NvmlCallError as e:
@@ -314,7 +322,7 @@ class CuptiBackend(Backend):
                 f"gpu_pm_sample_counters empty, or choose other GPUs with 'devices' / gpu_num_chips_to_profile_per_task")
 
     def _open_cupti(self) -> None:
-        cupti = _factories["cupti"]()
+        cupti = self.adapters.cupti()
         self._cupti = cupti
         try:
             cupti.load()
@@ -396,7 +404,7 @@ class CuptiBackend(Backend):
         interval_ns = int(adv("gpu_pm_sample_interval_us")) * 1000
         buffer_bytes = int(adv("gpu_pm_sample_buffer_size_per_gpu_mb")) * 1024 * 1024
         for d in self._devices:
-            pm = _factories["pm"](d, list(self._pm_metrics), interval_ns, buffer_bytes)
+            pm = self.adapters.pm(d, list(self._pm_metrics), interval_ns, buffer_bytes)
             try:
                 pm.start()
             except (CuptiCallError, CuptiLoadError) as e:

@@ -35,10 +35,12 @@ from omniprof.testing.gpu_fakes import (
     FakeCupti,
     FakeNvml,
     FakePmSampler,
+    fake_adapters,
+    fake_cupti_backend,
+    fake_gpu_registry,
     records_from_kineto,
-    use_fake_gpu,
 )
-from tests.tools import shared_data
+from tests.tools import nvml_loads, shared_data
 
 SMALL = [
     {"kind": "device", "id": 0, "name": "A100", "num_multiprocessors": 108, "num_threads_per_warp": 32,
@@ -65,11 +67,10 @@ SMALL = [
 def run(options=None, backend_options=None, nvml=None, cupti=None, pm=None, work=None):
     nvml = nvml or FakeNvml()
     cupti = cupti if cupti is not None else FakeCupti(SMALL)
-    with use_fake_gpu(nvml=nvml, cupti=cupti, pm=pm):
-        with omniprof.Profiler(backend="cupti", options=options,
-                               backend_options={"cupti": backend_options} if backend_options else None) as prof:
-            if work:
-                work()
+    with omniprof.Profiler(backend="cupti", options=options, registry=fake_gpu_registry(nvml=nvml, cupti=cupti, pm=pm),
+                           backend_options={"cupti": backend_options} if backend_options else None) as prof:
+        if work:
+            work()
     return prof.result.part("cupti"), nvml, cupti
 
 
@@ -286,9 +287,8 @@ def test_cupti_failures_explain_the_fix(cupti, match, hint):
                                          (4, "no permission")])
 def test_probe_explains_nvml_failures(code, match):
     """probe() says why NVML is unusable: no driver, driver not loaded, no permission."""
-    with use_fake_gpu(nvml=FakeNvml(init_error=code)):
-        with pytest.raises(BackendUnavailableError, match=match):
-            CuptiBackend.probe()
+    with pytest.raises(BackendUnavailableError, match=match):
+        fake_cupti_backend(nvml=FakeNvml(init_error=code)).probe()
 
 
 def test_probe_checks_nvml_only_and_leaves_cupti_alone():
@@ -296,16 +296,14 @@ def test_probe_checks_nvml_only_and_leaves_cupti_alone():
     (NVML-only sessions need none; sessions that need CUPTI say why they cannot have it)."""
     cupti = FakeCupti(subscribe_status=39)
     nvml = FakeNvml()
-    with use_fake_gpu(nvml=nvml, cupti=cupti):
-        CuptiBackend.probe()
+    fake_cupti_backend(nvml=nvml, cupti=cupti).probe()
     assert cupti.calls == [] and nvml.calls == ["init", "shutdown"]
 
 
 def test_probe_without_gpus():
     """NVML with zero devices: 'found no NVIDIA GPU'."""
-    with use_fake_gpu(nvml=FakeNvml(devices=[])):
-        with pytest.raises(BackendUnavailableError, match="found no NVIDIA GPU"):
-            CuptiBackend.probe()
+    with pytest.raises(BackendUnavailableError, match="found no NVIDIA GPU"):
+        fake_cupti_backend(nvml=FakeNvml(devices=[])).probe()
 
 
 def test_real_probe_here_gives_a_reason():
@@ -342,9 +340,8 @@ def test_record_options_choose_activity_kinds():
 
 def test_result_round_trips_through_json():
     """The result with NVML and CUPTI data saves and loads back equal."""
-    with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(SMALL)):
-        with omniprof.Profiler(backend="cupti") as prof:
-            pass
+    with omniprof.Profiler(backend="cupti", registry=fake_gpu_registry(cupti=FakeCupti(SMALL))) as prof:
+        pass
     r = prof.result
     assert omniprof.ProfileResult.from_dict(json.loads(r.to_json())) == r
 
@@ -354,11 +351,10 @@ def test_cupti_joins_the_cpu_backend_on_one_timeline():
     import threading
 
     recs = [dict(r, thread_id=threading.get_native_id()) if r["kind"] == "runtime" else r for r in SMALL]
-    with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(recs)):
-        with omniprof.Profiler(backend=["cpu", "cupti"]) as prof:
-            t0 = time.perf_counter()  # 0.1 s: the sampler sees this thread however loaded the machine (3 ms did not)
-            while time.perf_counter() - t0 < 0.1:
-                sum(i * i for i in range(5_000))
+    with omniprof.Profiler(backend=["cpu", "cupti"], registry=fake_gpu_registry(cupti=FakeCupti(recs))) as prof:
+        t0 = time.perf_counter()  # 0.1 s: the sampler sees this thread however loaded the machine (3 ms did not)
+        while time.perf_counter() - t0 < 0.1:
+            sum(i * i for i in range(5_000))
     r = prof.result
     cpu_tracks = {t.id for t in r.part("cpu").tracks}
     runtime = [s for s in r.part("cupti").spans if s.category == "runtime"]
@@ -390,17 +386,23 @@ def test_replayed_alexnet_trace_gives_seed_kernel_table():
     assert kernel_stats(part.spans) == rows
 
 
+class SmallGpuBackend(CuptiBackend):
+    """The ``cupti`` backend over fakes replaying SMALL: a plugin as a user would register it (by
+    ``module:class``) to try the backend without a GPU."""
+
+    adapters = fake_adapters(FakeNvml(), FakeCupti(SMALL))
+
+
 class TestCuptiConformance(BackendConformance):
     """The shared backend conformance suite, with fakes behind the adapters."""
 
-    backend_cls = CuptiBackend
+    backend_cls = SmallGpuBackend
 
     @pytest.fixture(autouse=True)
-    def _fake_gpu(self):
-        with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(SMALL)):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DataLossWarning)
-                yield
+    def _quiet(self):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataLossWarning)
+            yield
 
 
 def test_pm_sampling_without_nvperf_libraries_says_how_to_fix_it():
@@ -480,9 +482,10 @@ def test_pm_sampling_on_a_gpu_without_the_time_trigger_is_refused_up_front():
 def test_nvml_metrics_beside_a_real_torch_profiler_session():
     """torch (real torch.profiler) and cupti with record_activity=false in one run: both parts, one timeline."""
     torch = pytest.importorskip("torch")
-    with use_fake_gpu(nvml=FakeNvml(), cupti=FakeCupti(subscribe_status=39)), warnings.catch_warnings():
+    reg = fake_gpu_registry(cupti=FakeCupti(subscribe_status=39))
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", BackendOptionWarning)  # torch: no CUDA device on this machine
-        with omniprof.Profiler(backend=["torch", "cupti"],
+        with omniprof.Profiler(backend=["torch", "cupti"], registry=reg,
                                backend_options={"cupti": {"record_activity": False,
                                                           "nvml_interval_s": 0.005}}) as prof:
             a = torch.randn(256, 256)
@@ -493,3 +496,57 @@ def test_nvml_metrics_beside_a_real_torch_profiler_session():
     assert any(s.name == "aten::mm" for s in t.spans)
     util = next(c for c in g.counters if c.name == "gpu0.gpu_utilization")
     assert len(util.t_ns) >= 3 and g.start_ns <= util.t_ns[0] and util.t_ns[-1] <= g.end_ns
+
+
+def test_fake_gpu_is_chosen_per_registry_and_instance_never_process_wide():
+    """A fake GPU lives in its own registry (or is given to one instance): the real backend class,
+    the process-wide registry and a session of the real backend beside it are untouched."""
+    from omniprof.backends.cupti.backend import GpuAdapters
+    from omniprof.core.registry import get_registry
+
+    nvml = FakeNvml()
+    reg = fake_gpu_registry(nvml=nvml, cupti=FakeCupti(SMALL))
+    fake_cls = reg.backend("cupti")
+    assert issubclass(fake_cls, CuptiBackend) and fake_cls is not CuptiBackend
+    assert CuptiBackend.adapters == GpuAdapters() and get_registry().backend("cupti") is CuptiBackend
+    with omniprof.Profiler(backend="cupti", registry=reg) as prof:
+        # meanwhile the real backend, named through the process-wide registry, still sees this
+        # machine: a probe that fails exactly as it does without the fake (no driver here), or passes
+        real_reason = None
+        try:
+            get_registry().backend("cupti").probe()
+        except BackendUnavailableError as e:
+            real_reason = e.reason
+    kernels = [s for s in prof.result.part("cupti").spans if s.category == "kernel"]
+    assert sorted(s.name for s in kernels) == sorted(r["name"] for r in SMALL if r["kind"] == "kernel")
+    assert nvml.calls[0] == "init"  # the fake answered the session
+    if not nvml_loads():
+        assert real_reason is not None and "NVIDIA" in real_reason
+    # one instance may be given its own adapters; its class keeps the real ones
+    cupti = FakeCupti(SMALL)
+    b = CuptiBackend(adapters=fake_adapters(FakeNvml(), cupti))
+    b.prepare()
+    b.start()
+    part = b.stop()
+    b.close()
+    assert {s.name for s in part.spans if s.category == "kernel"} == {"gemm", "other_gpu"}
+    assert "subscribe" in cupti.calls and CuptiBackend.adapters == GpuAdapters()
+    with pytest.raises(InvalidArgumentError, match="'adapters' must be a GpuAdapters"):
+        CuptiBackend(adapters={"nvml": FakeNvml})
+
+
+def test_registry_add_validates_and_replaces_in_that_registry_only():
+    """Registry.add checks the class as a loaded plugin is checked, and replaces the name there only."""
+    from omniprof.core.registry import Registry, get_registry
+    from omniprof.errors import PluginValidationError
+
+    reg = Registry()
+    with pytest.raises(PluginValidationError, match="is not a subclass of omniprof.plugin.Backend"):
+        reg.add("backend", type("NotABackend", (), {"name": "cupti"}))
+    with pytest.raises(InvalidArgumentError, match="'kind' must be one of"):
+        reg.add("exporter", SmallGpuBackend)
+    reg.add("backend", SmallGpuBackend)
+    assert reg.backend("cupti") is SmallGpuBackend and Registry().backend("cupti") is CuptiBackend
+    assert get_registry().backend("cupti") is CuptiBackend
+    info = next(i for i in reg.infos("backend") if i.name == "cupti")
+    assert info.status == "ok" and info.source == "added in code"

@@ -14,7 +14,7 @@ from omniprof.backends.cupti.diagnostics import (
 )
 from omniprof.cli import main
 from omniprof.core.doctor import format_doctor, run_doctor
-from omniprof.testing.gpu_fakes import H100_DEVICE, FakeCupti, FakeNvml, use_fake_gpu
+from omniprof.testing.gpu_fakes import H100_DEVICE, FakeCupti, FakeNvml, fake_cupti_backend
 from tests.tools import nvml_loads
 
 
@@ -55,14 +55,22 @@ def test_doctor_json_is_machine_readable(capsys):
     assert {b["name"] for b in data["backends"]} >= {"cpu", "cupti"}
 
 
-@pytest.mark.parametrize("cupti, name, hint", [
-    (FakeCupti(subscribe_status=39), "cupti_subscriber", SUBSCRIBER_HINT),
-    (FakeCupti(subscribe_status=35), "cupti_subscriber", PRIVILEGES_HINT),
+@pytest.mark.parametrize("status, name, hint", [
+    (39, "cupti_subscriber", SUBSCRIBER_HINT),
+    (35, "cupti_subscriber", PRIVILEGES_HINT),
 ], ids=["subscriber", "privileges"])
-def test_doctor_explains_cupti_failures(capsys, cupti, name, hint):
-    """With a GPU but CUPTI blocked, doctor marks that check FAIL with the remedy, and cupti unavailable."""
-    with use_fake_gpu(nvml=FakeNvml(), cupti=cupti):
-        assert main(["doctor"]) == 0
+def test_doctor_explains_cupti_failures(capsys, tmp_path, monkeypatch, status, name, hint):
+    """With a GPU but CUPTI blocked, doctor marks that check FAIL with the remedy, and cupti unavailable.
+    The fake GPU reaches the CLI as a user would put it there: a ``cupti`` plugin named in --plugins."""
+    (tmp_path / f"fakegpu{status}.py").write_text(  # a module name per case: sys.modules keeps the first
+        "from omniprof.backends.cupti import CuptiBackend\n"
+        "from omniprof.testing.gpu_fakes import FakeCupti, FakeNvml, fake_adapters\n\n"
+        "class BlockedGpu(CuptiBackend):\n"
+        f"    adapters = fake_adapters(FakeNvml(), FakeCupti(subscribe_status={status}))\n", encoding="utf-8")
+    (tmp_path / "plugins.toml").write_text(f'[backend.cupti]\ntarget = "fakegpu{status}:BlockedGpu"\noverride = true\n',
+                                           encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["doctor", "--plugins", str(tmp_path / "plugins.toml")]) == 0
     out = capsys.readouterr().out
     assert "[ok] nvml: NVIDIA driver 580.65.06" in out
     assert "[ok] gpus: 0: NVIDIA A100-SXM4-40GB" in out
@@ -91,10 +99,7 @@ def test_cupti_call_error_names_the_result_code():
 
 
 def _caps(nvml, cupti):
-    from omniprof.backends.cupti import CuptiBackend
-
-    with use_fake_gpu(nvml=nvml, cupti=cupti):
-        return {c.feature.split(" (")[0]: c for c in CuptiBackend.capabilities()}
+    return {c.feature.split(" (")[0]: c for c in fake_cupti_backend(nvml, cupti).capabilities()}
 
 
 def test_cupti_capabilities_follow_the_gpu_and_its_compute_capability(monkeypatch):
