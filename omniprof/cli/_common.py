@@ -55,7 +55,9 @@ def note_terminated(e: Any) -> int:
 
 
 def registry(ns: argparse.Namespace) -> Any:
-    from omniprof.core.registry import Registry, reset_registry
+    """The command's registry, from ``--plugins``/``--no-plugin``. Commands pass it down explicitly
+    (readers, reporters, the runner): the process-wide default (``get_registry()``) is left alone."""
+    from omniprof.core.registry import Registry
 
     reg = Registry(plugins_file=ns.plugins, disable=ns.no_plugin)
     known = {n for kind in ("backend", "reporter") for n in reg.names(kind, include_disabled=True)}
@@ -66,7 +68,6 @@ def registry(ns: argparse.Namespace) -> Any:
             near = nearest(name, known)
             raise UsageError(f"--no-plugin {name!r}: no plugin of that name" + (f"; did you mean {near!r}?" if near else "")
                              + f" (plugins: {', '.join(sorted(known))})")
-    reset_registry(reg)
     return reg
 
 

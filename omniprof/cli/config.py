@@ -15,9 +15,9 @@ from omniprof.errors import UsageError
 def config_layers(ns: argparse.Namespace, path: str | None, cli: Any = None) -> Any:
     from omniprof import config as cfgmod
 
-    c.registry(ns)  # the process-wide registry; a `plugins` key in the file or on the command line replaces it
+    # the command's registry; a `plugins`/`no_plugin` key in the file or the environment replaces it
     return cfgmod.load_config(path, getattr(ns, "profile", None) or os.environ.get(cfgmod.PROFILE_ENV) or None,
-                              cli=cli)
+                              cli=cli, registry=c.registry(ns))
 
 
 def config_path(explicit: str | None, required: bool) -> str | None:
@@ -44,8 +44,7 @@ def config(ns: argparse.Namespace) -> int:
         if Path(path).name == "plugins.toml":
             problems = cfgmod.check_plugins_file(path)
         else:
-            c.registry(ns)
-            problems = cfgmod.check_config(path, profile=ns.profile)
+            problems = cfgmod.check_config(path, profile=ns.profile, registry=c.registry(ns))
         if problems:
             for p in problems:
                 print(p, file=sys.stderr)

@@ -12,7 +12,7 @@ def diff(ns: argparse.Namespace) -> int:
     from omniprof.analysis import diff as diffmod
     from omniprof.core.readers import read_any
 
-    c.registry(ns)
+    reg = c.registry(ns)
     if ns.vs is None and len(ns.files) != 2:
         print(f"omniprof diff: give two files (baseline, new), or the baseline's runs then --vs and the new "
               f"runs; got {len(ns.files)} file(s) and no --vs", file=sys.stderr)
@@ -25,7 +25,7 @@ def diff(ns: argparse.Namespace) -> int:
     # Large traces take a while to read: a bar over the inputs on a terminal once it has run 0.3 s.
     with progress(f"reading {len(files)} inputs", total=len(files)) as task:
         for f in files:
-            read.append(read_any(f))
+            read.append(read_any(f, registry=reg))
             task(1)
     a, b = read[:len(a_files)], read[len(a_files):]
     d = diffmod.diff(a, b, threshold_pct=ns.threshold_pct, min_share_pct=ns.min_share_pct, alpha=ns.alpha,

@@ -35,7 +35,7 @@ def report(ns: argparse.Namespace) -> int:
     from omniprof.cli.progress import progress
 
     with progress(f"reading {ns.file}"):
-        result = read_any(ns.file)
+        result = read_any(ns.file, registry=reg)
     c.make_outdir(ns.outdir)
     return c.emit_reports(result, reporters, ropts, ns.outdir, reg)
 

@@ -91,18 +91,18 @@ def resolve(layers: Sequence[Layer], *, registry: Any = None, source: str | None
     merged, origin = _merge(layers)
     problems = _Problems(origin, source or "configuration")
     problems.items.extend(early_problems)
+    # The configuration's own `plugins`/`no_plugin` choose the plugins; else the caller's registry
+    # (the CLI's, from --plugins/--no-plugin), else the process-wide one.
     reg = registry
+    if "plugins" in merged or "no_plugin" in merged:
+        try:
+            reg = Registry(plugins_file=merged.get("plugins") if isinstance(merged.get("plugins"), str) else None,
+                           disable=[x for x in merged.get("no_plugin", []) if isinstance(x, str)]
+                           if isinstance(merged.get("no_plugin"), list) else ())
+        except ConfigError as e:
+            problems.items.extend(e.problems)
     if reg is None:
-        if "plugins" in merged or "no_plugin" in merged:
-            try:
-                reg = Registry(plugins_file=merged.get("plugins") if isinstance(merged.get("plugins"), str) else None,
-                               disable=[x for x in merged.get("no_plugin", []) if isinstance(x, str)]
-                               if isinstance(merged.get("no_plugin"), list) else ())
-            except ConfigError as e:
-                problems.items.extend(e.problems)
-                reg = get_registry()
-        else:
-            reg = get_registry()
+        reg = get_registry()
     cfg = _validate(merged, problems, reg, source, profile)
     if cfg.target is not None and cfg.target.kind == "function":
         layer = origin.get(("function",))
@@ -407,7 +407,8 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         text: TOML text instead of a file (tests, docs).
         environ: environment to read ``OMNIPROF_*`` from (default ``os.environ``; ``{}`` for none).
         cli: a :func:`cli_layer` on top.
-        registry: plugin registry (default: the process-wide one).
+        registry: plugin registry, unless the configuration names its own ``plugins`` or
+            ``no_plugin`` (default: the process-wide one).
 
     Raises:
         ConfigError: with every problem found, each naming file:line (or env var / command line),
