@@ -33,7 +33,7 @@ from omniprof.core.registry import get_registry
 from omniprof.errors import InvalidArgumentError, OmniprofError
 
 __all__ = ["RunOutcome", "Terminated", "execute", "run", "make_call", "call_function", "environment",
-           "sigterm_unwinds", "cut_launcher_frames", "exit_code"]
+           "sigterm_unwinds", "launcher_codes", "exit_code"]
 
 
 class Terminated(BaseException):
@@ -68,22 +68,22 @@ def sigterm_unwinds() -> Iterator[None]:
         owned.restore()
 
 
-def cut_launcher_frames() -> None:
-    """Make sampled stacks start at the target, not at omniprof's launcher and runpy."""
-    from omniprof.backends.cpu import stacks
-
-    stacks.set_root_cut([runpy._run_code.__code__, call_function.__code__])  # type: ignore[attr-defined]
+def launcher_codes() -> tuple[Any, ...]:
+    """The code objects of the frames that hand over to the target: ``runpy``'s ``_run_code``
+    (scripts, ``-m`` modules) and :func:`call_function` (``module:function`` targets). The runner's
+    Profiler gets them (``Profiler(launcher_codes=...)``), so its stacks start at the target; a
+    Profiler made elsewhere in the same process is not affected."""
+    return (runpy._run_code.__code__, call_function.__code__)  # type: ignore[attr-defined]
 
 
 def run(cfg: RunConfig, *, registry: Any = None, peek: bool = False) -> RunOutcome:
     """:func:`execute` as ``omniprof run`` does it: sampled stacks start at the target, SIGTERM
     unwinds the target (:class:`Terminated` in ``outcome.error``), and with ``peek`` SIGUSR1 prints
     every thread's stack."""
-    cut_launcher_frames()
     if peek:
         from omniprof.backends.cpu import api as sampler_api
 
-        sampler_api.enable_peek()
+        sampler_api.enable_peek(launcher_codes=launcher_codes())
     pid = os.getpid()
     try:
         with sigterm_unwinds():
@@ -206,7 +206,7 @@ def _check_module(module: str) -> None:
 
 
 def call_function(func: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """Call a function target (the CLI cuts sampled stacks here, so they start at the target)."""
+    """Call a function target (the runner's stacks are cut here, so they start at the target)."""
     return func(*args, **kwargs)
 
 
@@ -227,7 +227,7 @@ def execute(cfg: RunConfig, *, registry: Any = None, clock: Any = None) -> RunOu
     """Run ``cfg``: set its environment, run the target ``repeats`` times (or for ``duration_s``)
     under one :class:`~omniprof.Profiler`, calling ``Profiler.step()`` between runs so the schedule
     applies. The target's own exceptions are caught into the outcome (and recorded in the result);
-    omniprof's errors propagate.
+    omniprof's errors propagate. The Profiler's stacks start at the target (:func:`launcher_codes`).
     """
     if cfg.target is None:
         raise InvalidArgumentError("the configuration names nothing to run: set script, module or function")
@@ -236,7 +236,8 @@ def execute(cfg: RunConfig, *, registry: Any = None, clock: Any = None) -> RunOu
     with environment(cfg.env):
         prof = Profiler(backend=list(cfg.backends), options=cfg.options, backend_options=dict(cfg.backend_options),
                         logdir=cfg.logdir, schedule=cfg.schedule, registry=reg, label=cfg.label,
-                        verbose=cfg.verbose, clock=clock, distributed=cfg.distributed)
+                        verbose=cfg.verbose, clock=clock, distributed=cfg.distributed,
+                        launcher_codes=launcher_codes())
         call = make_call(cfg.target)
         count = cfg.repeat_count()
         deadline = time.monotonic() + cfg.duration_s if cfg.duration_s is not None else None

@@ -14,6 +14,7 @@ import abc
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from types import CodeType
 from typing import Any, ClassVar
 
 import attrs
@@ -26,6 +27,10 @@ __all__ = ["Backend", "BackendContext", "Capability", "SUPPORTED_API_VERSIONS"]
 
 #: Backend/Reporter ``api_version`` values this omniprof can load.
 SUPPORTED_API_VERSIONS = frozenset({1})
+
+
+def _code_tuple(value: Any) -> tuple[CodeType, ...]:
+    return tuple(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -43,6 +48,10 @@ class BackendContext:
         step_num: returns the Profiler's current step number (None when no Profiler drives the
             backend), so a backend started mid-schedule can label the step that is beginning.
         scheduled: the Profiler runs a schedule (so step() calls are expected from the start).
+        launcher_codes: code objects of the launcher's frames that hand over to the profiled
+            program (``omniprof run``: ``runpy``'s ``_run_code``, the runner's ``call_function``).
+            A backend that records stacks leaves these frames and their callers out, so stacks
+            start at the program. Empty (cut nothing) for a Profiler made in the user's own code.
     """
 
     profile_options: ProfileOptions = attrs.field(factory=ProfileOptions)
@@ -52,6 +61,7 @@ class BackendContext:
     verbose: bool = False
     step_num: Callable[[], int] | None = None
     scheduled: bool = False
+    launcher_codes: tuple[CodeType, ...] = attrs.field(default=(), converter=_code_tuple)
 
 
 @attrs.frozen

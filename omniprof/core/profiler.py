@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 from omniprof.core.backend import Backend, BackendContext
@@ -92,6 +93,11 @@ class Profiler:
             job's own communication layer; rank 0 gathers the ranks' results and writes the merged
             one (:attr:`merged_result`). Every rank must construct, start, step and stop its
             Profiler alike. See docs/distributed.md.
+        launcher_codes: code objects of a launcher's frames that hand over to the profiled code
+            (``omniprof.runner`` passes ``runpy``'s ``_run_code`` and its ``call_function``):
+            backends that record stacks (cpu, memory) leave these frames and their callers out,
+            so stacks start at the target. Given to every backend as
+            ``BackendContext.launcher_codes``; this Profiler's alone (default: cut nothing).
 
     Use as a context manager, a decorator, or with start()/stop():
 
@@ -109,7 +115,7 @@ class Profiler:
                  schedule: Schedule | Callable[[int], Action] | None = None,
                  on_result: Callable[[ProfileResult], None] | None = None, clock: Clock | None = None,
                  registry: Registry | None = None, label: str = "", verbose: bool = False,
-                 distributed: bool = False) -> None:
+                 distributed: bool = False, launcher_codes: Sequence[CodeType] = ()) -> None:
         names = [backend] if isinstance(backend, str) else list(backend)
         if not names:
             raise InvalidArgumentError("'backend' must name at least one backend")
@@ -145,6 +151,11 @@ class Profiler:
         if not isinstance(distributed, bool):
             raise InvalidArgumentError(f"'distributed' must be True or False (got {distributed!r})")
         self.distributed = distributed
+        codes = tuple(launcher_codes)
+        if any(not isinstance(c, CodeType) for c in codes):
+            raise InvalidArgumentError(f"'launcher_codes' must be code objects (a function's __code__; got "
+                                       f"{[type(c).__name__ for c in codes if not isinstance(c, CodeType)]})")
+        self.launcher_codes = codes
         #: the job's communication layer (set at the first start() of a distributed profiler).
         self._coll: Any = None
         self._rank: dict[str, Any] = {}
@@ -374,7 +385,8 @@ class Profiler:
     def _context(self) -> BackendContext:
         return BackendContext(profile_options=self.options, clock=self.clock, session_dir=self.session_dir,
                               run_name=self.session_dir.name if self.session_dir else "", verbose=self.verbose,
-                              step_num=lambda: self._step_num, scheduled=self.schedule is not None)
+                              step_num=lambda: self._step_num, scheduled=self.schedule is not None,
+                              launcher_codes=self.launcher_codes)
 
     def _prepare_all(self) -> None:
         self._errors = [e for e in self._errors if e.source == "workload"]

@@ -29,6 +29,7 @@ from typing import IO, Any
 import attrs
 
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
+from omniprof.backends.cpu.stacks import NO_CUT, StackCut
 from omniprof.core.clock import DEFAULT_CLOCK
 from omniprof.core.results import BackendResult, ClockInfo, Frame, ProfileResult, RunMetadata, Track
 from omniprof.analysis.stackreport import GroupReport, PrintOptions, build_report, format_report
@@ -192,6 +193,7 @@ def _from_raw(raw: RawBuffer) -> BackendResult:
     s.flags = array("B", bytes(n))
     s.stack_list = list(raw.stacks)
     s.code_table.codes = b.code_table.codes
+    s.cuts = list(b.cuts)  # a copy of this buffer: its sessions' cuts, by sample index
     s.dropped = raw.dropped
     frames, stacks, samples, losses = s.export()
     from omniprof.core.results import ThreadInfo
@@ -251,7 +253,8 @@ def callers(funcname: str, result: ProfileResult | BackendResult | None = None, 
 
 
 # -- peek ---------------------------------------------------------------------------------------
-_peek: dict[str, Any] = {"duration_s": 1.0, "old": None, "signum": None, "running": False, "thread": None}
+_peek: dict[str, Any] = {"duration_s": 1.0, "old": None, "signum": None, "running": False, "thread": None,
+                         "cut": NO_CUT}
 
 
 def default_peek_report(result: BackendResult, file: IO[str]) -> None:
@@ -314,12 +317,14 @@ def peek_duration() -> float:
     return float(_peek["duration_s"])
 
 
-def enable_peek(signum: int | None = None) -> None:
+def enable_peek(signum: int | None = None, *, launcher_codes: Any = ()) -> None:
     """On SIGUSR1 (Linux), print every thread's stack to stderr, profile for the peek duration
     and print the report (grouped by thread and task) to stderr. The program is not disturbed:
     the handler only starts a sampler thread and returns.
 
-    Must be called from the main thread (Python installs signal handlers there only).
+    ``launcher_codes``: code objects at which the peek's sampled stacks are cut (``omniprof run
+    --peek`` passes its launcher's frames, as to its Profiler). Must be called from the main thread
+    (Python installs signal handlers there only).
     """
     if not hasattr(signal, "SIGUSR1"):
         raise InvalidArgumentError("peek needs SIGUSR1, which this platform lacks (Linux and macOS have it)")
@@ -328,6 +333,7 @@ def enable_peek(signum: int | None = None) -> None:
     sig = signal.SIGUSR1 if signum is None else signum
     if _peek["signum"] is not None:
         return
+    _peek["cut"] = StackCut(launcher_codes) if launcher_codes else NO_CUT
     from omniprof.backends.cpu.native import native_available
 
     if native_available()[0]:
@@ -429,7 +435,7 @@ def _native_peek_loop(stop: threading.Event) -> None:
 
 
 def _print_peek(sampler: Sampler, stats: dict[str, Any], err: Any) -> None:
-    frames, stack_table, samples, losses = sampler.export()
+    frames, stack_table, samples, losses = sampler.export(cut=_peek["cut"])
     if not samples:
         err.write(f"omniprof peek: pid {os.getpid()} received a peek request; no samples\n")
         return
@@ -524,7 +530,7 @@ def _peek_run(stacks_text: str, duration_s: float) -> None:
             sampler.sample()
             ev.wait(interval)
         end_ns = DEFAULT_CLOCK.now_ns()
-        frames, stack_table, samples, losses = sampler.export()
+        frames, stack_table, samples, losses = sampler.export(cut=_peek["cut"])
         threads = [sampler.threads[t] for t in sorted({s.thread_id for s in samples}) if t in sampler.threads]
         tasks = [t for k, t in sorted(sampler.task_info.items())]
         dur = max(end_ns - start_ns, 1) / 1e9

@@ -41,7 +41,7 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.backends.cpu import api
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
-from omniprof.backends.cpu.stacks import WALK_MAX_DEPTH, python_stacks, walks_truncated
+from omniprof.backends.cpu.stacks import NO_CUT, WALK_MAX_DEPTH, StackCut, python_stacks, walks_truncated
 from omniprof.core import validators as v
 from omniprof.core.clock import perf_counter_offset_ns
 from omniprof.core.forks import OwnedHandler, on_fork_child
@@ -318,6 +318,8 @@ class CpuSamplerBackend(Backend):
     def __init__(self, options: CpuOptions | None = None, *, context: Any = None,
                  sampler: Sampler | None = None) -> None:
         super().__init__(options, context=context)
+        #: where this session's stacks are cut: the launcher's frames (``omniprof run``), or nowhere
+        self._cut = StackCut(self.context.launcher_codes) if self.context.launcher_codes else NO_CUT
         self._frame_box: list[Any] = [None]
         self._trigger: Any = None
         self._own_sampler = sampler
@@ -405,26 +407,26 @@ class CpuSamplerBackend(Backend):
             self._walks_cut0 = walks_truncated()
             if self.engine == "signal":
                 source = python_stacks(main_frame=lambda: self._frame_box[0])
-                self._start_idx = s.begin(source, self.clock)
+                self._start_idx = s.begin(source, self.clock, self._cut)
                 self._trigger = _SignalTrigger(s, opts.interval_s, self._frame_box)
             elif self.engine == "native":
                 from omniprof.backends.cpu.native import NativeEngine
 
-                self._start_idx = s.begin(None, self.clock)
+                self._start_idx = s.begin(None, self.clock, self._cut)
                 self._native = NativeEngine(s, opts.interval_s, opts.mode,
                                             offset_ns=perf_counter_offset_ns(self.clock) or 0)
                 self._native.start()
             elif self.engine == "thread":
                 holder: list[_ThreadTrigger] = []
                 source = python_stacks(exclude=lambda: holder[0].ident() if holder else ())
-                self._start_idx = s.begin(source, self.clock)
+                self._start_idx = s.begin(source, self.clock, self._cut)
                 trig = _ThreadTrigger(s, opts.interval_s)
                 holder.append(trig)
                 self._trigger = trig
             else:
                 from omniprof.backends.cpu.pyspy import PySpyEngine
 
-                self._start_idx = s.begin(None, self.clock)
+                self._start_idx = s.begin(None, self.clock, self._cut)
                 self._pyspy = PySpyEngine(os.getpid(), round(1.0 / opts.interval_s), opts.native)
                 self._pyspy.start()
             if self._trigger is not None:
@@ -452,7 +454,7 @@ class CpuSamplerBackend(Backend):
         n = min(len(s.t_ns), len(s.thread_ids), len(s.task_ids), len(s.stack_ids), len(s.weights_ns), len(s.flags))
         first = max(self._start_idx, n - CHECKPOINT_MAX_SAMPLES)  # the latest ones: a checkpoint stays cheap
         frames, stacks, samples, losses = s.export(first, n, dropped=s.dropped - self._base[2],
-                                                   offsets=self.options.record_offsets, flush=False)
+                                                   offsets=self.options.record_offsets, flush=False, cut=self._cut)
         if first > self._start_idx:
             losses = (*losses, Loss(source="cpu", kind="checkpoint_window", count=first - self._start_idx,
                                     unit="samples", detail=f"a checkpoint keeps the latest {CHECKPOINT_MAX_SAMPLES} "
@@ -515,7 +517,7 @@ class CpuSamplerBackend(Backend):
                 self._mark_gc(s)
             dropped = s.dropped - dropped0
             frames, stacks, samples, loss = s.export(self._start_idx, dropped=dropped,
-                                                     offsets=self.options.record_offsets)
+                                                     offsets=self.options.record_offsets, cut=self._cut)
             samples, own_n, own_ns = _drop_own(frames, stacks, samples, _own_threads())
             losses.extend(loss)
             self._threads.update({k: t for k, t in s.threads.items() if k in {x.thread_id for x in samples}})

@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from omniprof.backends.cpu.stacks import GC_KEY, CodeTable, RawStack, StackSource, resolve_stack, walk
+from omniprof.backends.cpu.stacks import GC_KEY, NO_CUT, CodeTable, RawStack, StackCut, StackSource, resolve_stack, walk
 from omniprof.core.clock import Clock
 from omniprof.core.results import Frame, Loss, StackSample, TaskInfo, ThreadInfo
 from omniprof.errors import DataLossWarning
@@ -104,10 +104,19 @@ class Sampler:
         self._gc_acc: dict[tuple[int, int], int] = {}
         self._t_begin = 0
         self._busy = False
+        #: ``(first sample index, StackCut)`` of each session that recorded here, in order: a
+        #: session's samples are exported with its own cut (the runner's launcher frames, or none)
+        self.cuts: list[tuple[int, StackCut]] = []
 
     # -- session -------------------------------------------------------------------------------
-    def begin(self, source: StackSource | None = None, clock: Clock | None = None) -> int:
-        """Start a session: returns the buffer index where its samples begin."""
+    def begin(self, source: StackSource | None = None, clock: Clock | None = None, cut: StackCut = NO_CUT) -> int:
+        """Start a session whose stacks are cut at ``cut`` when exported; returns the buffer index
+        where its samples begin."""
+        start = len(self.t_ns)
+        if self.cuts and self.cuts[-1][0] == start:
+            self.cuts[-1] = (start, cut)  # the previous session recorded nothing
+        elif (self.cuts[-1][1] if self.cuts else NO_CUT) is not cut:
+            self.cuts.append((start, cut))
         if source is not None:
             self.source = source
         if clock is not None:
@@ -117,7 +126,7 @@ class Sampler:
         self._debt = {}
         self._gc_acc = {}
         self.warned = False  # a session that loses samples warns once, even if an earlier one did
-        return len(self.t_ns)
+        return start
 
     def __len__(self) -> int:
         return len(self.t_ns)
@@ -301,6 +310,7 @@ class Sampler:
             del a[:]
         self.stack_index.clear()
         self.stack_list.clear()
+        self.cuts.clear()
         self.code_table.clear()
         self.task_info.clear()
         self._task_ids = None
@@ -319,13 +329,14 @@ class Sampler:
                                                   self.weights_ns, self.flags))
 
     def export(self, start: int = 0, end: int | None = None, *, dropped: int | None = None, offsets: bool = True,
-               flush: bool = True
+               flush: bool = True, cut: StackCut | None = None
                ) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...], tuple[StackSample, ...], tuple[Loss, ...]]:
         """Resolve raw frames of samples ``[start, end)`` and return ``(frames, stacks, samples, losses)``.
 
         Only stacks used by those samples are exported, renumbered densely. ``offsets=False`` merges
         frames on one line (no ``Frame.offset``). ``flush=False`` reads without touching the
-        buffer (a checkpoint taken from another thread while sampling goes on).
+        buffer (a checkpoint taken from another thread while sampling goes on). Stacks are cut
+        at ``cut``, or (None) at the cut of the session that recorded each sample (:meth:`begin`).
         """
         if flush and self._pending:
             self._flush_pending()
@@ -341,12 +352,28 @@ class Sampler:
         sl = self.stack_list
         t_ns, tids, tasks, sids, ws, fl = (self.t_ns, self.thread_ids, self.task_ids, self.stack_ids, self.weights_ns,
                                            self.flags)
+        # the cut per sample: ``cut`` for all, or each session's own; a raw stack is resolved once per cut
+        segments = [(0, cut)] if cut is not None else self.cuts
+        if not segments or segments[0][0] > 0:
+            segments = [(0, NO_CUT), *segments]
+        seg = 0
+        while seg + 1 < len(segments) and segments[seg + 1][0] <= start:
+            seg += 1
+        cur = segments[seg][1]
+        next_at = segments[seg + 1][0] if seg + 1 < len(segments) else end
+        maps: dict[int, dict[int, int]] = {id(cur): stack_map}
         for i in range(start, end):
+            if i >= next_at:
+                while seg + 1 < len(segments) and segments[seg + 1][0] <= i:
+                    seg += 1
+                cur = segments[seg][1]
+                next_at = segments[seg + 1][0] if seg + 1 < len(segments) else end
+                stack_map = maps.setdefault(id(cur), {})
             raw_sid = sids[i]
             sid = stack_map.get(raw_sid)
             if sid is None:
                 ids = []
-                for fr in resolve_stack(sl[raw_sid], codes, memo, offsets):
+                for fr in resolve_stack(sl[raw_sid], codes, memo, offsets, cur):
                     fid = frame_ids.get(fr)
                     if fid is None:
                         fid = frame_ids[fr] = len(frames)

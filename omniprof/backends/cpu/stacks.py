@@ -27,7 +27,7 @@ from typing import Any
 from omniprof.core.results import Frame
 
 __all__ = ["RawStack", "StackSource", "CodeTable", "python_stacks", "walk", "walk_python", "resolve_stack",
-           "resolve_frame", "set_root_cut", "GC_KEY", "line_of", "FAST_WALK"]
+           "resolve_frame", "StackCut", "NO_CUT", "GC_KEY", "line_of", "FAST_WALK"]
 
 RawStack = tuple[Any, ...]
 StackSource = Callable[[], Iterable[tuple[int, RawStack]]]
@@ -35,20 +35,56 @@ StackSource = Callable[[], Iterable[tuple[int, RawStack]]]
 #: ``code_key`` of the pseudo-frame standing for a garbage collection (offset = generation).
 GC_KEY = 0
 
-# Code objects at which a resolved stack is cut (they and their callers are left out): the CLI
-# registers runpy's frame that runs the target, so reports start at the target's ``<module>``.
-# Applied at export, not in the hot path.
-_root_cut: frozenset[int] = frozenset()
-_root_cut_codes: tuple[CodeType, ...] = ()
-_root_cut_names: frozenset[tuple[str, str]] = frozenset()  # (function, file) for out-of-process frames
+class StackCut:
+    """Where stacks are cut: at these code objects, which are left out with their callers.
+
+    The runner (``omniprof run``) hands its Profiler the frames that hand over to the target
+    (``runpy``'s ``_run_code``, the runner's ``call_function``: ``Profiler(launcher_codes=...)``,
+    passed to every backend in ``BackendContext.launcher_codes``), so the stacks of that session
+    start at the target's ``<module>`` or function. It travels with the session: a Profiler made
+    without it (in user code, beside or after a run) cuts nothing. Applied at export, not in the
+    hot path. Frames recorded out of process (py-spy's) match by function name and file; py-spy
+    shortens files to their path below a ``sys.path`` entry, so a relative file matches the end
+    of the code's.
+    """
+
+    __slots__ = ("codes", "ids", "names")
+
+    def __init__(self, codes: Iterable[CodeType] = ()) -> None:
+        self.codes: tuple[CodeType, ...] = tuple(codes)
+        self.ids: frozenset[int] = frozenset(id(c) for c in self.codes)
+        #: function name -> the files of the cut's code objects of that name
+        self.names: dict[str, tuple[str, ...]] = {}
+        for c in self.codes:
+            self.names[c.co_name] = (*self.names.get(c.co_name, ()), c.co_filename)
+
+    def __bool__(self) -> bool:
+        return bool(self.codes)
+
+    def __repr__(self) -> str:
+        return f"StackCut({[c.co_name for c in self.codes]})"
+
+    def hit(self, key: Any) -> bool:
+        """Whether a raw frame key (``id(code)``, a code object or a :class:`Frame`) is a cut point."""
+        if isinstance(key, int):
+            return key in self.ids
+        if isinstance(key, CodeType):
+            return id(key) in self.ids
+        if isinstance(key, Frame):
+            return self.hit_frame(key)
+        return False
+
+    def hit_frame(self, frame: Frame) -> bool:
+        """Whether a frame recorded out of process is one of the cut's code objects."""
+        files = self.names.get(frame.name)
+        if not files:
+            return False
+        f = frame.file
+        return f in files or (bool(f) and not os.path.isabs(f) and any(x.endswith(os.sep + f) for x in files))
 
 
-def set_root_cut(codes: Iterable[CodeType]) -> None:
-    """Cut resolved stacks at these code objects (they and their callers are left out)."""
-    global _root_cut, _root_cut_codes, _root_cut_names
-    _root_cut_codes = tuple(codes)
-    _root_cut = frozenset(id(c) for c in _root_cut_codes)
-    _root_cut_names = frozenset((c.co_name, c.co_filename) for c in _root_cut_codes)
+#: No cut: every frame kept.
+NO_CUT = StackCut()
 
 
 class CodeTable:
@@ -187,16 +223,16 @@ def _resolve_one(key: Any, offset: int, codes: dict[int, CodeType], offsets: boo
 
 
 def resolve_stack(raw: RawStack, codes: dict[int, CodeType], memo: dict[tuple[Any, int], Frame],
-                  offsets: bool = True) -> list[Frame]:
-    """Root-first frames of a raw (leaf-first) stack, cut at the root cut. With ``offsets=False``
-    frames keep no bytecode offset, so frames on one line are one frame."""
+                  offsets: bool = True, cut: StackCut = NO_CUT) -> list[Frame]:
+    """Root-first frames of a raw (leaf-first) stack, cut at ``cut`` (see :class:`StackCut`). With
+    ``offsets=False`` frames keep no bytecode offset, so frames on one line are one frame."""
     frames: list[Frame] = []
-    cut = _root_cut
+    ids, names = cut.ids, cut.names
     for i in range(0, len(raw), 2):
         key, off = raw[i], raw[i + 1]
-        if isinstance(key, int) and key in cut:
+        if ids and isinstance(key, int) and key in ids:
             break
-        if isinstance(key, Frame) and _root_cut_names and (key.name, key.file) in _root_cut_names:
+        if names and isinstance(key, Frame) and cut.hit_frame(key):
             break
         mk = (key, off)
         fr = memo.get(mk)

@@ -19,7 +19,10 @@ bytes is ``sum(size**2) * (1 - p) / p**2`` over the recorded ones).
 
 Allocations made by omniprof itself while the session runs (its own bookkeeping, other backends
 stopping, saving the result) are left out: an allocation whose innermost frame outside the
-standard library is omniprof's is omniprof's. They are counted in the summary.
+standard library (and attrs-generated methods) is omniprof's is omniprof's. They are counted in
+the summary. Under ``omniprof run`` (``BackendContext.launcher_codes``) stacks start at the target:
+the launcher's frames and their callers are left out (the tracemalloc engine, which records file
+and line only, keeps them).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 import attrs
 
 from omniprof.plugin import Backend, Capability
-from omniprof.backends.cpu.stacks import resolve_frame
+from omniprof.backends.cpu.stacks import StackCut, resolve_frame
 from omniprof.core import validators as v
 from omniprof.core.forks import on_fork_child
 from omniprof.core.results import (Allocation, BackendResult, ClockInfo, CounterSeries, Frame, Loss, ThreadInfo,
@@ -91,7 +94,9 @@ class MemoryOptions:
 _DOMAINS = {0: "raw", 1: "mem", 2: "obj"}
 MEMORY_TRACK = "memory"
 _PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-_STDLIB = tuple({os.path.dirname(os.__file__) + os.sep, "<frozen "})
+# Code that allocates for its caller: the standard library, frozen modules and the methods attrs
+# generates (``<attrs generated methods ...>``, e.g. a result class's ``__init__``); the caller says whose it is.
+_STDLIB = tuple({os.path.dirname(os.__file__) + os.sep, "<frozen ", "<attrs generated "})
 
 
 def _count(rate: float, rng: random.Random) -> int:
@@ -109,6 +114,16 @@ def _frame_file(rf: Any) -> str:
         return rf.file or ""
     code = rf[0] if isinstance(rf, tuple) else rf
     return getattr(code, "co_filename", "") or ""
+
+
+def _cut_launcher(stack: tuple[Any, ...], cut: StackCut) -> tuple[Any, ...]:
+    """``stack`` (root first) without the launcher's frames and their callers: what runs below the
+    innermost frame of ``cut`` (see :class:`~omniprof.backends.cpu.stacks.StackCut`)."""
+    for i in range(len(stack) - 1, -1, -1):
+        rf = stack[i]
+        if cut.hit(rf[0] if isinstance(rf, tuple) else rf):
+            return stack[i + 1:]
+    return stack
 
 
 def _is_own(stack: tuple[Any, ...], memo: dict[Any, bool]) -> bool:
@@ -291,7 +306,10 @@ class MemoryBackend(Backend):
         var_bytes = 0.0
         n_sampled = 0  # recorded by chance (not for their size)
         frees: list[tuple[int, int]] = []  # (t_free_ns, bytes it stood for)
+        cut = StackCut(self.context.launcher_codes) if self.context.launcher_codes else None
         for t, size, tid, freed, stack, tname, domain, t_free, sure in raw:
+            if cut is not None:
+                stack = _cut_launcher(stack, cut)
             if _is_own(stack, own_is):
                 own_n += 1
                 own_bytes += size

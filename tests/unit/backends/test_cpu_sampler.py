@@ -232,3 +232,63 @@ def test_fast_walk_matches_python_walk():
     assert fast == slow and len(fast) > 60
     assert [id(c) for c in codes] == list(fast[0::2])
     assert stacks.walk(None) == ()
+
+
+def _outer():
+    pass
+
+
+def _launcher():
+    pass
+
+
+def _target():
+    pass
+
+
+def test_each_session_exports_with_its_own_stack_cut():
+    """A session begun with a StackCut has its stacks cut there (the frame and its callers left
+    out); a session begun without one keeps every frame, in the same buffer; an explicit cut
+    overrides them all; clear() forgets them."""
+    from omniprof.backends.cpu.stacks import NO_CUT, StackCut
+
+    codes = [f.__code__ for f in (_outer, _launcher, _target)]
+    raw = tuple(x for c in reversed(codes) for x in (id(c), 0))  # leaf first
+    s, clock = make([[(MAIN, raw)]] * 6)
+    for c in codes:
+        s.code_table.codes[id(c)] = c
+    cut = StackCut([_launcher.__code__])
+    for session_cut, n in ((cut, 2), (NO_CUT, 1), (cut, 1), (NO_CUT, 2)):
+        s.begin(cut=session_cut)
+        run(s, clock, n)
+
+    def names(export):
+        frames, stacks, samples, _ = export
+        return [[frames[i].name for i in stacks[x.stack_id]] for x in samples]
+
+    full, short = ["_outer", "_launcher", "_target"], ["_target"]
+    assert names(s.export()) == [short, short, full, short, full, full]
+    assert names(s.export(3)) == [short, full, full]
+    assert names(s.export(0, 3)) == [short, short, full]
+    assert names(s.export(cut=NO_CUT)) == [full] * 6
+    assert names(s.export(cut=cut)) == [short] * 6
+    s.clear()
+    assert s.cuts == []
+
+
+def test_stack_cut_matches_out_of_process_frames_by_name_and_file():
+    """py-spy's frames (Frame keys) match a cut code object by name and file, its relative file
+    (below a sys.path entry) by the end of the code's file."""
+    import os
+
+    from omniprof.backends.cpu.stacks import StackCut
+    from omniprof.core.results import Frame
+
+    code = _launcher.__code__
+    cut = StackCut([code])
+    assert cut.hit(id(code)) and cut.hit(code) and not cut.hit(id(_target.__code__))
+    assert cut.hit(Frame("_launcher", code.co_filename, 1))
+    rel = os.path.join(*code.co_filename.split(os.sep)[-3:])
+    assert cut.hit(Frame("_launcher", rel, 1))
+    assert not cut.hit(Frame("_launcher", "other/" + os.path.basename(code.co_filename), 1))
+    assert not cut.hit(Frame("_target", code.co_filename, 1)) and not StackCut().hit(Frame("_launcher", rel, 1))
