@@ -886,3 +886,19 @@ def test_estimated_live_bytes_match_tracemalloc():
         assert abs(s["est_live_at_end_bytes"] - exact) <= 0.15 * exact, (seed, s["est_live_at_end_bytes"], exact)
         assert abs(s["est_allocated_bytes"] - s["allocated_bytes"]) <= 0.15 * s["allocated_bytes"]
         del rows
+
+
+def test_an_allocation_in_a_method_attrs_generated_belongs_to_its_caller():
+    """attrs-generated methods (``<attrs generated methods ...>``) allocate for their caller, as the
+    standard library does: a result class built by omniprof is omniprof's allocation, one built by
+    the program the program's."""
+    from omniprof.backends.cpu.sampler import Sampler
+    from omniprof.backends.memory.backend import _is_own
+    from omniprof.core.results import StackSample
+
+    attrs_init = StackSample.__init__.__code__
+    assert attrs_init.co_filename.startswith("<attrs generated ")
+    own = Sampler.export.__code__  # omniprof's code, building results
+    user = test_an_allocation_in_a_method_attrs_generated_belongs_to_its_caller.__code__
+    assert _is_own(((user, 1), (own, 2), (attrs_init, 3)), {})
+    assert not _is_own(((own, 1), (user, 2), (attrs_init, 3)), {})
