@@ -119,7 +119,7 @@ def test_a_run_and_plain_profilers_in_one_process_do_not_affect_each_other(workm
             assert _reaches(part, me) and _reaches(part, "hot"), part.backend
         assert _reaches(res.part("cpu"), "_run_code")
     # the Julia-style buffer holds all three sessions; each keeps its own cut
-    buf = omniprof.sampler.retrieve().parts[0]
+    buf = omniprof.cpu.retrieve().parts[0]
     frames = {s.t_ns: tuple(buf.frames[i] for i in buf.stacks[s.stack_id]) for s in buf.samples}
     run_cpu = ran.part("cpu")
     in_run = [fr for t, fr in frames.items() if run_cpu.start_ns <= t <= run_cpu.end_ns]
