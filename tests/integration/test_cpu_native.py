@@ -289,6 +289,82 @@ def test_short_tasks_are_named_by_their_own_lifetime():
     assert len({tn[s.task_id] for s in inside if s.task_id is not None}) >= 30
 
 
+def test_code_freed_before_the_session_ends_is_named(monkeypatch):
+    """A code object that runs and is freed between two drains (here: no periodic drain at all)
+    is still named: the engine wakes the drain thread when it meets a new code object, which then
+    keeps it alive. Before, such frames were ``<unknown code>`` (every frame of a short script)."""
+    from omniprof.backends.cpu import native
+
+    monkeypatch.setattr(native, "DRAIN_INTERVAL_S", 30.0)  # only the wake-up can name it in time
+    src = ("def short_lived():\n"
+           "    end = time.perf_counter() + 0.03\n"
+           "    while time.perf_counter() < end:\n"
+           "        pass\n"
+           "short_lived()\n")
+    with native_profiler(interval_s=0.001) as prof:
+        exec(compile(src, "<short-lived>", "exec"), {"time": time})  # code objects freed at once
+        time.sleep(0.01)
+    part = prof.result.part("cpu")
+    busy = [s for s in part.samples if part.stacks[s.stack_id]
+            and part.frames[part.stacks[s.stack_id][-1]].file == "<short-lived>"]
+    assert len(busy) >= 10, len(busy)
+    assert all(leaf_name(part, s) == "short_lived" for s in busy)
+    assert not any(f.name == "<unknown code>" for f in part.frames)
+    assert part.summaries["overhead"].get("stale_codes", 0) == 0
+
+
+def test_short_script_under_omniprof_run_is_named(tmp_path):
+    """``omniprof run`` of a script shorter than a drain interval: its module code is freed when
+    runpy returns, before the final drain; its frames are still named, not ``<unknown code>``."""
+    script = tmp_path / "short.py"
+    script.write_text("import time\n"
+                      "def work():\n"
+                      "    end = time.perf_counter() + 0.02\n"
+                      "    while time.perf_counter() < end:\n"
+                      "        pass\n"
+                      "work()\n")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "omniprof", "run", "-r", "json", "-o", str(out), str(script)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    part = omniprof.load(out / "omniprof.result.json").part("cpu")
+    assert part.summaries["overhead"]["engine"] == "native"
+    stacks = [[part.frames[i].name for i in part.stacks[s.stack_id]] for s in part.samples if part.stacks[s.stack_id]]
+    assert sum(st[-1] == "work" for st in stacks) >= 5, stacks
+    assert all("<unknown code>" not in st for st in stacks), stacks
+    assert all(st[0] == "<module>" for st in stacks), stacks  # starts at the script (the launcher cut)
+
+
+def test_peek_leaves_asyncio_tasks_to_the_next_session():
+    """A peek's engine hooks asyncio's task set to name tasks, and must unhook it: left hooked, a
+    later session's engine could not hook it and recorded no task names."""
+    import asyncio
+    import signal
+
+    api.peek_report[...] = lambda result, file: None
+    api.set_peek_duration(0.1)
+    api.enable_peek()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        spin(0.3)
+    finally:
+        api.disable_peek()
+        api.peek_report.reset()
+        api.set_peek_duration(1.0)
+
+    async def busy() -> None:
+        for _ in range(4):
+            spin(0.02)
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(asyncio.create_task(busy(), name="alpha"), asyncio.create_task(busy(), name="beta"))
+
+    with native_profiler() as prof:
+        asyncio.run(main())
+    assert {"alpha", "beta"} <= {t.name for t in prof.result.part("cpu").tasks}
+
+
 def test_task_history_stays_bounded():
     """A program that makes tasks forever: the engine's task history holds the tasks alive now (and
     the addresses still to drain), not every task ever made."""

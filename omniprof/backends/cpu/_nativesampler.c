@@ -422,6 +422,21 @@ static int code_rehash(void) {
     return 0;
 }
 
+/* New code objects wake the drain thread (wait_new_codes), which resolves them under the GIL and so
+ * keeps them alive: a code object that dies before the next periodic drain (a short script's module
+ * code, freed when runpy returns) would otherwise be stale at the final drain. Posted once until the
+ * waiter takes it; sem_post is async-signal-safe (check_code also runs in the snapshot signal handler). */
+static sem_t code_sem;
+static int code_sem_ready = 0;
+static volatile sig_atomic_t code_wake_posted = 0;
+
+static void wake_for_codes(void) {
+    if (code_sem_ready && !code_wake_posted) {
+        code_wake_posted = 1;
+        sem_post(&code_sem);
+    }
+}
+
 /* Validate a code object at p: returns its cache entry or NULL (not a code object). */
 static code_t *check_code(uintptr_t p, int64_t *code_bytes) {
     if ((E.n_codes + 1) * 2 > E.codes_size && code_rehash() < 0) return NULL;
@@ -454,6 +469,7 @@ static code_t *check_code(uintptr_t p, int64_t *code_bytes) {
     *code_bytes = nbytes;
     E.n_codes++;
     E.new_codes[E.n_new_codes++] = p;
+    wake_for_codes();
     return c;
 }
 
@@ -1301,6 +1317,7 @@ static PyObject *py_stop(PyObject *self, PyObject *noargs) {
 #ifdef OMNIPROF_NATIVE
     E.stop_req = 1;
     join_engine();
+    if (code_sem_ready) sem_post(&code_sem);  /* the drain thread's wait ends now, not at its timeout */
 #endif
     Py_RETURN_NONE;
 }
@@ -1458,6 +1475,29 @@ static PyObject *py_peek_arm(PyObject *self, PyObject *args) {
 #endif
 }
 
+/* wait_new_codes(timeout_s) -> True when the engine saw code objects it had not seen before (or stop()
+ * was called) since the last wait, False on timeout. Waits without the GIL. */
+static PyObject *py_wait_new_codes(PyObject *self, PyObject *arg) {
+#ifdef OMNIPROF_NATIVE
+    double timeout = PyFloat_AsDouble(arg);
+    if (PyErr_Occurred()) return NULL;
+    if (!code_sem_ready) Py_RETURN_FALSE;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(timeout * 1e9);
+    ts.tv_sec += ns / 1000000000LL;
+    ts.tv_nsec = ns % 1000000000LL;
+    while ((rc = sem_timedwait(&code_sem, &ts)) != 0 && errno == EINTR) {}
+    Py_END_ALLOW_THREADS
+    code_wake_posted = 0;  /* codes seen from here on post again */
+    return PyBool_FromLong(rc == 0);
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 /* peek_wait(timeout_s) -> 1 when a peek's sampling finished (drain() has its samples), 2 when it was
  * skipped (a profiling session was running), 0 on timeout. */
 static PyObject *py_peek_wait(PyObject *self, PyObject *arg) {
@@ -1511,6 +1551,7 @@ static PyMethodDef methods[] = {
     {"stop", py_stop, METH_NOARGS, "stop the engine thread and wait for it"},
     {"drain", py_drain, METH_NOARGS, "drain() -> (samples, new stacks, new code addresses, stats)"},
     {"resolve_codes", py_resolve_codes, METH_O, "resolve_codes(addresses) -> code objects (None: stale)"},
+    {"wait_new_codes", py_wait_new_codes, METH_O, "wait_new_codes(timeout_s) -> True when new code objects were seen (or stop() called), False on timeout"},
     {"peek_arm", py_peek_arm, METH_VARARGS, "peek_arm(signum, duration_ns, interval_ns, mode)"},
     {"peek_wait", py_peek_wait, METH_O, "peek_wait(timeout_s) -> 1 when a peek's sampling ended, 2 when skipped, 0 on timeout"},
     {"peek_release", py_peek_release, METH_NOARGS, "let the next signal start a new peek"},
@@ -1526,6 +1567,7 @@ PyMODINIT_FUNC PyInit__nativesampler(void) {
 #ifdef OMNIPROF_NATIVE
     static int atfork_done = 0;  /* once per process, however often the module is initialised */
     if (!atfork_done) { pthread_atfork(NULL, NULL, atfork_child); atfork_done = 1; }
+    if (!code_sem_ready && sem_init(&code_sem, 0, 0) == 0) code_sem_ready = 1;
 #endif
     PyModule_AddIntConstant(m, "MODE_WALL", MODE_WALL);
     PyModule_AddIntConstant(m, "MODE_CPU", MODE_CPU);

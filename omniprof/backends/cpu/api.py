@@ -424,7 +424,12 @@ def _native_peek_loop(stop: threading.Event) -> None:
             sampler = Sampler(None, DEFAULT_CLOCK, int(_config["max_samples"]), tasks=None)
             sampler.begin()
             eng = NativeEngine(sampler, float(_config["interval_s"]))
-            eng.drain()
+            try:
+                eng.drain()
+            finally:
+                # drain() hooks asyncio's task set to name tasks; left there, it would keep a later
+                # session's engine from hooking it (its tasks unnamed)
+                eng.tasks.uninstall()
             _print_peek(sampler, eng.stats, err)
             _peek_heap_snapshot(err)
         except Exception as e:  # never disturb the program: report and go on

@@ -1,9 +1,10 @@
 """The native engine: a C thread reads every Python thread's stack at each tick (see ``_nativesampler.c``).
 
 This module is its Python half, run under the GIL: a drain thread (``omniprof-native-drain``, never
-sampled) moves the engine's samples into the :class:`~.sampler.Sampler` every ``DRAIN_INTERVAL_S``,
-turns code addresses into code objects (validated again, then kept alive by the sampler's code
-table so an address is never reused while the buffer holds it), names threads while they live,
+sampled) moves the engine's samples into the :class:`~.sampler.Sampler` every ``DRAIN_INTERVAL_S``
+and soon after the engine meets a new code object, turns code addresses into code objects (validated
+again, then kept alive by the sampler's code table so an address is never reused while the buffer
+holds it, and a short-lived code object is still named at the end), names threads while they live,
 tells asyncio tasks apart by their coroutine's frame, and drops samples taken inside omniprof's own
 code (their time is counted apart as ``own_samples``).
 """
@@ -26,6 +27,8 @@ __all__ = ["NativeEngine", "native_available", "MODES"]
 
 MODES = ("wall", "cpu", "gil")
 DRAIN_INTERVAL_S = 0.05
+#: Drains woken by new code objects come at most this often (the periodic ones every DRAIN_INTERVAL_S).
+MIN_DRAIN_GAP_NS = 5_000_000
 #: deepest stack recorded; a deeper one is counted as torn (a cycle read mid-change looks infinite)
 MAX_DEPTH = 2048
 _perf_ns = time.perf_counter_ns
@@ -259,18 +262,29 @@ class NativeEngine:
         _ns.start(self.interval_ns, mode, MAX_DEPTH, 1 << 24, excl)
 
     def _run(self) -> None:
-        while not self._stop.wait(DRAIN_INTERVAL_S):
+        # Drains every DRAIN_INTERVAL_S, and soon after the engine meets a code object it has not seen:
+        # resolving it keeps it alive (``code_table``), so a short-lived one (a short script's module
+        # code, freed when runpy returns, before the final drain) is named, not reported stale.
+        last = 0
+        while not self._stop.is_set():
+            _ns.wait_new_codes(DRAIN_INTERVAL_S)
+            if self._stop.is_set():
+                break
+            gap = MIN_DRAIN_GAP_NS - (_perf_ns() - last)
+            if gap > 0 and self._stop.wait(gap / 1e9):  # a program making code objects all the time
+                break
             try:
                 self.drain()
             except Exception:  # noqa: BLE001 - never disturb the program; stop() drains again and reports
                 pass
+            last = _perf_ns()
 
     def stop(self) -> None:
         if self._orig_set_native is not None:
             threading.Thread._set_native_id = self._orig_set_native  # type: ignore[attr-defined]
             self._orig_set_native = None
-        _ns.stop()
         self._stop.set()
+        _ns.stop()  # also ends the drain thread's wait
         if self._thread is not None:
             self._thread.join()
         self.drain()
