@@ -569,7 +569,11 @@ class CpuSamplerBackend(Backend):
             warnings.warn(f"backend 'cpu': the program installed its own SIGALRM handler while profiling, so the "
                           f"signal engine stopped sampling (about {missing} samples missing); profile it with "
                           f"-O cpu.engine=thread", DataLossWarning, stacklevel=3)
-        cut = walks_truncated() - getattr(self, "_walks_cut0", 0) if self.engine in ("signal", "thread") else 0
+        cut = 0
+        if self.engine in ("signal", "thread") and walks_truncated() > getattr(self, "_walks_cut0", 0):
+            # The walker counts its cut walks process-wide, some of them for samples not kept (omniprof's
+            # own, or taken as the session ended): the loss is the kept samples the walk cut.
+            cut = sum(1 for x in samples if len(stacks[x.stack_id]) >= WALK_MAX_DEPTH)
         if cut > 0:
             losses.append(Loss(source="cpu", kind="stack_truncated", count=cut, unit="samples",
                                detail=f"stacks deeper than {WALK_MAX_DEPTH} frames: the innermost {WALK_MAX_DEPTH} "
