@@ -12,6 +12,7 @@ entry-point name must equal the class's ``name``.
 from __future__ import annotations
 
 from omniprof.analysis.timeline import measure_offset
+from omniprof.core.annotations import STEP_MARK, user_args
 from omniprof.core.backend import SUPPORTED_API_VERSIONS, Backend, BackendContext, Capability
 from omniprof.core.clock import DEFAULT_CLOCK, Clock
 from omniprof.core.options import ProfileOptions
@@ -22,4 +23,5 @@ from omniprof.core.results import BackendResult, ProfileResult
 __all__ = [
     "Backend", "BackendContext", "Capability", "Reporter", "Reader", "SUPPORTED_API_VERSIONS",
     "BackendResult", "ProfileResult", "ProfileOptions", "Clock", "DEFAULT_CLOCK", "measure_offset",
+    "STEP_MARK", "user_args",
 ]

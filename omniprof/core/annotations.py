@@ -12,7 +12,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-__all__ = ["annotate", "annotate_function", "StepTraceAnnotation", "set_sinks", "active_sinks"]
+__all__ = ["annotate", "annotate_function", "StepTraceAnnotation", "set_sinks", "active_sinks", "STEP_MARK",
+           "user_args"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,6 +43,21 @@ def remove_sink(sink: Any) -> None:
 
 def active_sinks() -> tuple[Any, ...]:
     return _sinks
+
+
+#: The argument :class:`StepTraceAnnotation` adds to its ``args`` so that a backend with a native
+#: notion of a step (xla: XProf's step view) can mark it; not the user's, so backends that store the
+#: args store :func:`user_args`.
+STEP_MARK = "_step"
+
+
+def user_args(args: dict[str, Any] | None) -> dict[str, Any]:
+    """``args`` of an annotation without :data:`STEP_MARK` (a new dict).
+
+    >>> user_args({"step_num": 3, STEP_MARK: True})
+    {'step_num': 3}
+    """
+    return {k: v for k, v in (args or {}).items() if k != STEP_MARK}
 
 
 class annotate:  # noqa: N801 - public name mirrors jax.profiler.TraceAnnotation's use
@@ -94,7 +110,8 @@ class StepTraceAnnotation(annotate):
     __slots__ = ()
 
     def __init__(self, name: str = "train", *, step_num: int, **args: Any) -> None:
-        super().__init__(name, step_num=step_num, _step=True, **args)
+        super().__init__(name, step_num=step_num, **args)
+        self.args[STEP_MARK] = True
 
 
 def annotate_function(func: F | None = None, *, name: str | None = None) -> Any:

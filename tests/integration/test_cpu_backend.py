@@ -210,6 +210,16 @@ def test_level_1_records_annotations_only():
     assert not part.samples and [s.name for s in part.spans] == ["load"]
 
 
+def test_step_annotation_keeps_only_the_users_args():
+    """A StepTraceAnnotation's span carries step_num and the user's args, not the step mark the
+    xla backend reads (it showed as ``_step: True``)."""
+    with omniprof.Profiler(backend="cpu") as prof:
+        with omniprof.StepTraceAnnotation("train", step_num=3, batch=8):
+            spin(0.01)
+    spans = [s for s in prof.result.part("cpu").spans if s.name == "train"]
+    assert [s.args for s in spans] == [{"step_num": 3, "batch": 8}]
+
+
 def test_level_3_records_gc():
     """host_tracer_level=3 adds gc spans and <gc gen N> frames carrying their time."""
     import gc

@@ -43,6 +43,7 @@ from omniprof.backends.cpu import api
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import NO_CUT, WALK_MAX_DEPTH, StackCut, python_stacks, walks_truncated
 from omniprof.core import validators as v
+from omniprof.core.annotations import user_args
 from omniprof.core.clock import perf_counter_offset_ns
 from omniprof.core.forks import OwnedHandler, on_fork_child
 from omniprof.core.results import BackendResult, ClockInfo, Frame, Loss, Span, TaskInfo, ThreadInfo, Track
@@ -745,7 +746,7 @@ class CpuSamplerBackend(Backend):
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
         if self.context.profile_options.host_tracer_level < 1:
             return None
-        return self._annotate(name, dict(args or {}))
+        return self._annotate(name, user_args(args))
 
     @contextlib.contextmanager
     def _annotate(self, name: str, args: dict[str, Any]) -> Iterator[None]:

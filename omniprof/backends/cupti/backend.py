@@ -40,6 +40,7 @@ from omniprof.backends.cupti.cupti_adapter import (
 )
 from omniprof.backends.cupti.nvml import NVML_METRICS, NvmlCallError, NvmlSampler
 from omniprof.core import validators as v
+from omniprof.core.annotations import user_args
 from omniprof.analysis.kernels import add_kernel_stats
 from omniprof.core.results import (
     BackendResult,
@@ -611,7 +612,7 @@ class CuptiBackend(Backend):
             return None
         if self._collector is not None and not self._collector.note_annotation(name):
             return None
-        return self._annotate(name, dict(args or {}))
+        return self._annotate(name, user_args(args))
 
     @contextlib.contextmanager
     def _annotate(self, name: str, args: dict[str, Any]) -> Iterator[None]:

@@ -40,6 +40,7 @@ import attrs
 
 from omniprof.plugin import Backend, Capability
 from omniprof.core import validators as v
+from omniprof.core.annotations import user_args
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, CounterSeries, Loss, Track
 from omniprof.errors import BackendOptionWarning, BackendUnavailableError, DataLossWarning
 
@@ -496,6 +497,7 @@ class TorchBackend(Backend):
             return None
         from torch.profiler import record_function
 
+        args = user_args(args)
         text = json.dumps(args, default=str, sort_keys=True) if args else None
         return record_function(name, text)
 

@@ -35,6 +35,7 @@ from omniprof.formats import xprof_runtime as _runtime
 from omniprof.formats.xplane import OMNIPROF_MARK, part_from_files, run_tool
 from omniprof.backends.xla.strip import strip_device_activity, strip_marks
 from omniprof.core import validators as v
+from omniprof.core.annotations import STEP_MARK, user_args
 from omniprof.core.fileio import atomic_write_bytes, hostname, process_temp_dir
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
 from omniprof.errors import (
@@ -381,8 +382,8 @@ class _ProcessSink:
     def annotation(self, name: str, args: dict[str, Any] | None = None) -> Any:
         if self.users > self.server_users:  # a local session records: it needs the names, not marks
             self.names.add(name)
-        kwargs = {k: _scalar(val) for k, val in (args or {}).items() if k != "_step"}
-        if args and args.get("_step"):
+        kwargs = {k: _scalar(val) for k, val in user_args(args).items()}
+        if args and args.get(STEP_MARK):
             kwargs["_r"] = 1
         if self.server_users:
             kwargs[OMNIPROF_MARK] = 1
