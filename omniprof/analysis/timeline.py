@@ -3,8 +3,16 @@
 Each :class:`~omniprof.core.results.BackendResult` keeps its own clock; ``t + part.clock.offset_ns``
 is the same instant on the reference clock (the Profiler's ``perf_counter_ns``). A backend whose
 native timestamps use another clock (``time.monotonic_ns``, CUPTI, a device clock) measures that
-offset once with :func:`measure_offset` and stores it in its ``ClockInfo``; :func:`merge` then lines
-every part up. Track ids are prefixed with the backend name so parts never collide.
+offset once with :func:`measure_offset` and stores it in its ``ClockInfo``.
+
+There is one way here to read a part on a time axis: :func:`placed` gives each part as a
+:class:`PlacedPart`, whose iterators yield the part's spans, instants, counter points and samples
+with ``t + offset`` already applied, lazily, without copying the part. :func:`time_axis` chooses the
+offsets a writer uses (each part's clock offset, moved so that nothing falls before 0); by default
+they are the clock offsets themselves (the reference clock). The Perfetto reporter's event stream
+walks parts through it, and :func:`merge` materialises the same iterators into one sorted
+:class:`Timeline` (track ids prefixed with the backend name so parts never collide): the copy costs
+memory per event, which a streaming writer does not pay.
 
 >>> from omniprof.core.results import BackendResult, ClockInfo, ProfileResult, Span, Track
 >>> a = BackendResult(backend="cpu", tracks=[Track("t", "main")], spans=[Span("x", "t", 100, 10)])
@@ -19,17 +27,19 @@ every part up. Track ids are prefixed with the backend name so parts never colli
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+import itertools
+import operator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import attrs
 
 from omniprof.core.clock import Clock
-from omniprof.core.results import BackendResult, CounterSeries, Instant, ProfileResult, Span, Track
+from omniprof.core.results import BackendResult, CounterSeries, Instant, ProfileResult, Span, StackSample, Track
 from omniprof.errors import InvalidArgumentError
 
 __all__ = [
     "Timeline", "merge", "measure_offset", "Nesting", "nest_lanes", "reference_offsets", "time_axis",
-    "TimeAxis", "time_bounds",
+    "TimeAxis", "time_bounds", "PlacedPart", "placed", "track_order",
 ]
 
 
@@ -56,28 +66,150 @@ class Timeline:
 
 
 def merge(result: ProfileResult) -> Timeline:
-    """Put every part of ``result`` on one timeline (the reference clock)."""
+    """Put every part of ``result`` on one timeline (the reference clock): :func:`placed` with the
+    parts' own clock offsets, materialised and sorted (spans by start, longest first, then track)."""
     tracks: list[Track] = []
     spans: list[Span] = []
     instants: list[Instant] = []
     counters: list[CounterSeries] = []
     bounds: dict[str, tuple[int, int]] = {}
-    for part in result.parts:
-        off = part.clock.offset_ns
+    evolve = attrs.evolve
+    for pp in placed(result):
+        part = pp.part
         # Parts of a merged distributed result carry their rank: rank N's tracks are "rank<N>/<backend>/...".
         pre = f"rank{part.metadata['rank']}/{part.backend}/" if "rank" in part.metadata else f"{part.backend}/"
-        tracks += [attrs.evolve(t, id=pre + t.id) for t in part.tracks]
-        spans += [attrs.evolve(s, track=pre + s.track, start_ns=s.start_ns + off) for s in part.spans]
-        instants += [attrs.evolve(i, track=pre + i.track, t_ns=i.t_ns + off) for i in part.instants]
-        counters += [attrs.evolve(c, track=pre + c.track, t_ns=tuple(t + off for t in c.t_ns)) for c in part.counters]
-        if part.start_ns or part.end_ns:
-            bounds[pre[:-1]] = (part.start_ns + off, part.end_ns + off)
+        tracks += [evolve(t, id=pre + t.id) for t in part.tracks]
+        spans += [evolve(s, track=pre + s.track, start_ns=start) for _, s, start, _ in pp.spans()]
+        instants += [evolve(i, track=pre + i.track, t_ns=t) for i, t in pp.instants()]
+        counters += [evolve(c, track=pre + c.track, t_ns=tuple(t for t, _ in pp.points(c))) for c in part.counters]
+        if pp.bounds is not None:
+            bounds[pre[:-1]] = pp.bounds
     spans.sort(key=lambda s: (s.start_ns, -s.dur_ns, s.track))
     instants.sort(key=lambda i: (i.t_ns, i.track))
     starts = [b[0] for b in bounds.values()]
     ends = [b[1] for b in bounds.values()]
     return Timeline(tuple(tracks), tuple(spans), tuple(instants), tuple(counters),
                     min(starts) if starts else 0, max(ends) if ends else 0, bounds)
+
+
+@attrs.frozen
+class PlacedPart:
+    """One part read on a time axis: every time its iterators yield is the part's own time plus
+    ``offset_ns``, added here and nowhere else. Nothing is copied; each call walks the part afresh.
+
+    Attributes:
+        index: the part's position in ``result.parts``.
+        part: the part itself (its own clock).
+        offset_ns: what is added to each of its times (:func:`placed`).
+    """
+
+    index: int
+    part: BackendResult
+    offset_ns: int
+
+    @property
+    def bounds(self) -> tuple[int, int] | None:
+        """The session's ``(start_ns, end_ns)`` on the axis; None when the part has none."""
+        p = self.part
+        return (p.start_ns + self.offset_ns, p.end_ns + self.offset_ns) if p.start_ns or p.end_ns else None
+
+    def spans(self) -> Iterator[tuple[int, Span, int, int]]:
+        """``(index in part.spans, span, start, end)`` on the axis, each track's spans in start order
+        (longer first on equal starts) as :func:`track_order` visits them."""
+        off = self.offset_ns
+        for i, s in track_order(self.part.spans):
+            start = s.start_ns + off
+            yield i, s, start, start + s.dur_ns
+
+    def instants(self) -> Iterator[tuple[Instant, int]]:
+        """``(instant, t)`` on the axis, in the part's order."""
+        off = self.offset_ns
+        return ((i, i.t_ns + off) for i in self.part.instants)
+
+    def points(self, series: CounterSeries) -> Iterator[tuple[int, float]]:
+        """``(t, value)`` of one of the part's counter series, on the axis."""
+        return zip(map(self.offset_ns.__add__, series.t_ns), series.values)
+
+    def samples(self) -> Iterator[tuple[StackSample, int]]:
+        """``(sample, t)`` on the axis, in the part's order."""
+        off = self.offset_ns
+        return ((s, s.t_ns + off) for s in self.part.samples)
+
+
+def placed(result: ProfileResult, axis: TimeAxis | None = None) -> list[PlacedPart]:
+    """Every part of ``result`` on one time axis: ``axis.offsets`` (from :func:`time_axis`), or by
+    default each part's own ``clock.offset_ns`` (the reference clock itself, where times may be
+    negative).
+
+    >>> from omniprof.core.results import BackendResult, ClockInfo, Span
+    >>> b = BackendResult(backend="b", clock=ClockInfo("dev", offset_ns=-300), spans=[Span("k", "t", 250, 5)])
+    >>> r = ProfileResult(parts=(b,))
+    >>> [(s.name, start, end) for _, s, start, end in placed(r)[0].spans()]
+    [('k', -50, -45)]
+    >>> [(s.name, start, end) for _, s, start, end in placed(r, time_axis(r, origin="reference"))[0].spans()]
+    [('k', 0, 5)]
+    """
+    if axis is None:
+        return [PlacedPart(i, p, p.clock.offset_ns) for i, p in enumerate(result.parts)]
+    if len(axis.offsets) != len(result.parts):
+        raise InvalidArgumentError(f"the time axis has {len(axis.offsets)} offsets for {len(result.parts)} parts: "
+                                   f"make it with time_axis(result) for this result")
+    return [PlacedPart(i, p, off) for i, (p, off) in enumerate(zip(result.parts, axis.offsets))]
+
+
+def track_order(spans: Sequence[Span]) -> Iterable[tuple[int, Span]]:
+    """``(index, span)`` in start order per track (longer first on equal starts).
+
+    Most results list each track's spans in start order already. That is checked in constant
+    memory and mostly at C speed: the places where the list steps back in time are found with
+    ``map``; when there are few such sorted runs and no track appears in two of them (tracks
+    listed one after another), every track is in order. Otherwise a per-track pass decides, and
+    a part that is really out of order (annotations recorded as they close, children before
+    parents) is visited through a sorted index, so parents still nest their children instead of
+    landing on overflow lanes; that index costs memory per span.
+
+    >>> [s.name for _, s in track_order((Span("child", "t", 20, 5), Span("parent", "t", 10, 50)))]
+    ['parent', 'child']
+    """
+    order = _sorted_index(spans)
+    return enumerate(spans) if order is None else ((i, spans[i]) for i in order)
+
+
+_START = operator.attrgetter("start_ns")
+_DUR = operator.attrgetter("dur_ns")
+_T = operator.attrgetter("t_ns")
+_WEIGHT = operator.attrgetter("weight_ns")
+
+
+def _sorted_index(spans: Sequence[Span]) -> list[int] | None:
+    """The indices of ``spans`` sorted by (start, longest first); None when every track's spans
+    are listed in start order already (:func:`track_order`)."""
+    later = map(_START, spans)
+    next(later, None)
+    steps_back = itertools.compress(itertools.count(1), map(operator.gt, map(_START, spans), later))
+    breaks = list(itertools.islice(steps_back, 65))
+    if not breaks:
+        return None
+    if len(breaks) <= 64:
+        track = operator.attrgetter("track")
+        seen: set[str] = set()
+        bounds = [0, *breaks, len(spans)]
+        for a, b in zip(bounds, bounds[1:]):
+            tracks = set(map(track, itertools.islice(spans, a, b)))
+            if not seen.isdisjoint(tracks):
+                break
+            seen |= tracks
+        else:
+            return None
+    last: dict[str, int] = {}
+    for s in spans:
+        t = s.track
+        if s.start_ns < last.get(t, s.start_ns):
+            break
+        last[t] = s.start_ns
+    else:
+        return None
+    return sorted(range(len(spans)), key=lambda i: (spans[i].start_ns, -spans[i].dur_ns))
 
 
 def measure_offset(own_now_ns: Callable[[], int], reference: Clock, *, rounds: int = 7) -> int:
@@ -120,17 +252,25 @@ def time_bounds(result: ProfileResult, parts: Sequence[BackendResult] | None = N
         if p.start_ns or p.end_ns:
             lo.append(p.start_ns + off)
             hi.append(p.end_ns + off)
+        # At C speed (map, min, max): this runs over every event of the run before a writer starts.
+        # A span covers [start, start + max(dur, 0)] and a sample [t - max(weight, 0), t]; the
+        # bounds of those are taken as the bounds of the ends with and without the length.
         if p.spans:
-            lo.append(min(s.start_ns for s in p.spans) + off)
-            hi.append(max(s.start_ns + max(s.dur_ns, 0) for s in p.spans) + off)
-        for times in ([i.t_ns for i in p.instants], [a.t_ns for a in p.allocations],
-                      [t for c in p.counters for t in c.t_ns]):
-            if times:
-                lo.append(min(times) + off)
-                hi.append(max(times) + off)
+            lo.append(min(map(_START, p.spans)) + off)
+            hi.append(max(max(map(_START, p.spans)), max(map(operator.add, map(_START, p.spans), map(_DUR, p.spans))))
+                      + off)
+        for events in (p.instants, p.allocations):
+            if events:
+                lo.append(min(map(_T, events)) + off)
+                hi.append(max(map(_T, events)) + off)
+        counter_times = [c.t_ns for c in p.counters if c.t_ns]
+        if counter_times:
+            lo.append(min(map(min, counter_times)) + off)
+            hi.append(max(map(max, counter_times)) + off)
         if p.samples:
-            lo.append(min(s.t_ns - max(s.weight_ns, 0) for s in p.samples) + off)
-            hi.append(max(s.t_ns for s in p.samples) + off)
+            lo.append(min(min(map(_T, p.samples)), min(map(operator.sub, map(_T, p.samples), map(_WEIGHT, p.samples))))
+                      + off)
+            hi.append(max(map(_T, p.samples)) + off)
     if not lo:
         return None
     return min(lo), max(hi)
