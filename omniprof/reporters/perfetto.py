@@ -7,15 +7,22 @@ stacks, with interned frames and callstacks). ``chrome`` writes the Chrome trace
 (``trace.json.gz``) that older tools (chrome://tracing, catapult) read; ``perfetto`` with
 ``format="json"`` writes the same file.
 
-How it is built:
+How it is built: one walk, two encoders.
 
 * **Layout first** (:func:`layout`): every result track becomes a Perfetto track with a uuid, a
   process (pid) and, for host threads, a thread (tid). Device and stream tracks become named
   tracks under a process per device; counter series get counter tracks. Tests assert on it.
+* **One event stream** (:func:`events`): a generator of plain tuples (tracks, slices, flows,
+  instants, counter values, sampled stacks and samples) in file order. Every decision both formats
+  share is taken there, once: times on the trace's axis, overflow lanes, flow links, what the
+  options leave out, what is dropped or mended (and counted in a warning).
+* **Encoders** (:func:`encode_proto`, :func:`encode_json`) only translate events into bytes; the
+  proto encoder keeps its fast path (precomputed bytes per slice key, table-made timestamp
+  varints, interning) to itself.
 * **Lanes**: a slice track must hold properly nested slices. Spans are visited in start order
-  (a part whose tracks are not listed in start order is sorted first); a span that overlaps a
-  sibling without nesting moves to an overflow lane (a child track named ``"<track> (lane 2)"``),
-  so every span is present and Perfetto reports no import error.
+  per track (:func:`omniprof.analysis.timeline.track_order`); a span that overlaps a sibling
+  without nesting moves to an overflow lane (a child track named ``"<track> (lane 2)"``), so
+  every span is present and Perfetto reports no import error.
 * **Streaming, constant memory**: packets are encoded by hand in the protobuf wire format (field
   numbers from Perfetto's ``perfetto_trace.proto``) and written to the handle in chunks of
   ``chunk_bytes``. Event names, categories and argument names are interned (``InternedData``)
@@ -24,11 +31,12 @@ How it is built:
   tracks, not with the number of events; only spans that need bookkeeping cost memory each:
   spans carrying flow ids (to chain them), spans moved to lanes, and, for a part not listed in
   start order, the sorted index.
-* Timestamps are the run's reference clock: ``t + part.clock.offset_ns``, in ns (the JSON has
-  microseconds with three decimals, so no precision is lost). Where a part's clock offset puts
-  data before 0, the whole trace moves later by the same amount
-  (:func:`omniprof.analysis.timeline.reference_offsets`): nothing is clamped. No ``displayTimeUnit`` key is
-  written (some Perfetto versions misread it).
+* Timestamps are the run's reference clock, in ns (the JSON has microseconds with three
+  decimals, so no precision is lost): each part is read through
+  :func:`omniprof.analysis.timeline.placed` on :func:`omniprof.analysis.timeline.time_axis` with
+  ``origin="reference"``, so where a part's clock offset puts data before 0 the whole trace moves
+  later by the same amount: nothing is clamped. No ``displayTimeUnit`` key is written (some
+  Perfetto versions misread it).
 """
 
 from __future__ import annotations
@@ -41,16 +49,17 @@ import json
 import math
 import operator
 import struct
+import types
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, Any
 
 import attrs
 
-from omniprof.analysis.timeline import Nesting, nest_lanes, reference_offsets
+from omniprof.analysis.timeline import Nesting, PlacedPart, nest_lanes, placed, time_axis
 from omniprof.core import validators as v
 from omniprof.core.reporter import check_times
-from omniprof.core.results import BackendResult, ProfileResult, Span, Track
+from omniprof.core.results import BackendResult, CounterSeries, ProfileResult, Track
 from omniprof.errors import DataLossWarning, OmniprofWarning
 from omniprof.formats.protowire import f_bytes as _f_bytes
 from omniprof.formats.protowire import f_double as _f_double
@@ -63,7 +72,8 @@ from omniprof.plugin import Reporter
 
 __all__ = [
     "PerfettoReporter", "ChromeTraceReporter", "PerfettoOptions", "ChromeTraceOptions", "layout", "Layout",
-    "TrackRow", "write_proto", "write_chrome_json", "chrome_events", "expected_counts",
+    "TrackRow", "write_proto", "write_chrome_json", "chrome_events", "expected_counts", "events", "SliceKey",
+    "encode_proto", "encode_json",
 ]
 
 SEQ_ID = 1
@@ -364,86 +374,281 @@ def _track_row(lay: Layout, result: ProfileResult, host: TrackRow, t: Track) -> 
     return lay.named(proc, t.name)
 
 
-# -- lanes: keep every slice track properly nested -----------------------------------------------
-def _assign_lanes(deferred: list[tuple[int, int, Any]], lay: Layout, base: TrackRow,
-                  lane_state: dict[int, list[Nesting]]) -> Iterator[tuple[TrackRow, Any]]:
-    """Place spans that did not fit ``base`` onto overflow lanes 2, 3, ... (sorted, nested).
+# -- the event stream: one walk, every decision made once ----------------------------------------
+# An event is a plain tuple whose first item is its kind. In the order :func:`events` yields them:
+#   (META, other_data)                          first: the run's metadata (dict) for the file's header
+#   (TRACK, row)                                a TrackRow; every track is announced before any event on it
+#   (SLICE, key, start_ns, end_ns, args, flows) a span on key.row; ``flows``: None, or the ids of the
+#                                               links it is an end of (leaving ones first)
+#   (FLOW, link, name, category, from_row, from_ns, to_row, to_ns)
+#                                               one arrow, after its part's slices, by link id
+#   (INSTANT, row, t_ns, name, category, args)
+#   (COUNTER, row, t_ns, value)                 finite values only
+#   (MAPPING, mapping_id, path)                 sampled stacks: the file or module frames belong to,
+#   (FRAME, frame_id, name, line, mapping_id)   their frames,
+#   (STACK, stack_id, frame_ids)                and their stacks (root first, never empty),
+#   (SAMPLE, row, t_ns, stack_id, weight_ns)    each before the first sample that uses it
+# Times are on the trace's axis (no time is negative), ``args`` is empty where args are not written,
+# and ids are unique across the whole trace.
+META, TRACK, SLICE, FLOW, INSTANT, COUNTER = "meta", "track", "slice", "flow", "instant", "counter"
+MAPPING, FRAME, STACK, SAMPLE = "mapping", "frame", "stack", "sample"
+_NO_ARGS: Mapping[str, Any] = types.MappingProxyType({})
+_FLOW_IDS = operator.attrgetter("flow_ids")
+
+
+@attrs.frozen(eq=False)
+class SliceKey:
+    """What slices share: their track, name and category. The stream makes one per (track, name,
+    category) of a part and every ``SLICE`` event refers to it, so an encoder can keep what it
+    derives from a key (encoded bytes, JSON text) by the key's identity."""
+
+    row: TrackRow
+    name: str
+    category: str
+
+
+def events(result: ProfileResult, options: PerfettoOptions | None = None) -> Iterator[tuple[Any, ...]]:
+    """Every event of the trace of ``result``, in file order (see the table above).
+
+    The decisions both encoders share are taken here, once: the tracks (:func:`layout`), the time
+    axis (:func:`omniprof.analysis.timeline.time_axis` with ``origin="reference"``: each part's
+    clock offset, and the whole trace moved later where an offset puts data before 0; parts are
+    read through :func:`omniprof.analysis.timeline.placed`), the overflow lanes that keep every
+    slice track properly nested, which spans a flow links, what the options leave out, and what is
+    dropped or mended with a warning that counts it (non-finite counter values, negative durations
+    and weights).
+
+    Per part: its slices (those that do not nest on their track afterwards, on overflow lanes),
+    its flows, instants, counter values and samples. The slice loop is the hot loop, written
+    here rather than in a helper so that no generator delegates its events. The nesting check of
+    :class:`omniprof.analysis.timeline.Nesting` is inlined: per Perfetto track (shared by parts
+    on one OS thread) a stack of open ends with an infinite sentinel at the bottom, and the
+    track's last start in a one-element list.
+    """
+    o = options or PerfettoOptions()
+    lay = layout(result)
+    yield META, _other_data(result)
+    yield from _announce(lay, 0)
+    links = itertools.count(1)
+    nesting: dict[int, tuple[list[Any], list[int]]] = {}
+    lane_state: dict[int, list[Nesting]] = {}
+    mended = {"durations": 0, "weights": 0}
+    include_args = o.include_args
+    for pp in placed(result, time_axis(result, origin="reference")):
+        pi, part = pp.index, pp.part
+        roles, labels = _flow_roles(part, links) if o.include_flows else ({}, {})
+        ends: dict[int, list[Any]] = {}  # link -> [from_row, from_ns, to_row, to_ns]
+        keys: dict[tuple[str, str, str], tuple[SliceKey, list[Any], list[int]]] = {}
+        deferred: dict[int, list[tuple[int, int, int]]] = {}
+        for si, s, start, end in pp.spans():
+            k = keys.get((s.track, s.name, s.category))
+            if k is None:
+                known = len(lay.tracks)
+                row = _row_for(lay, pi, s.track)
+                yield from _announce(lay, known)
+                state = nesting.get(row.uuid)
+                if state is None:
+                    state = nesting[row.uuid] = ([_INF], [-(1 << 63)])
+                k = keys[(s.track, s.name, s.category)] = (SliceKey(row, s.name, s.category), *state)
+            key, open_ends, last = k
+            if end < start:
+                mended["durations"] += 1
+                end = start
+            if start < last[0]:
+                deferred.setdefault(key.row.uuid, []).append((start, end, si))
+                continue
+            while open_ends[-1] <= start:
+                open_ends.pop()
+            if end > open_ends[-1]:
+                deferred.setdefault(key.row.uuid, []).append((start, end, si))
+                continue
+            open_ends.append(end)
+            last[0] = start
+            flows = roles.get(si) if roles else None
+            if flows is not None:
+                _flow_ends(ends, flows, key.row, start)
+                flows = flows[0] + flows[1]
+            yield SLICE, key, start, end, s.args if include_args else _NO_ARGS, flows
+        yield from _lane_slices(lay, part, deferred, lane_state, roles, ends, include_args)
+        # After the part's slices, by link id: readers sort by time, keeping file order on ties, so a
+        # link whose ends start at the same instant still begins before it ends.
+        for link in sorted(ends):
+            yield (FLOW, link, *labels[link], *ends[link])
+        if o.include_instants:
+            for ins, t in pp.instants():
+                known = len(lay.tracks)
+                row = _row_for(lay, pi, ins.track)
+                yield from _announce(lay, known)
+                yield INSTANT, row, t, ins.name, ins.category, ins.args if include_args else _NO_ARGS
+        if o.include_counters:
+            for ci, series in enumerate(part.counters):
+                row = lay.counter_tracks[(pi, ci)]
+                for t, value in _finite_points(series, pp):
+                    yield COUNTER, row, t, value
+        if o.include_samples and part.samples:
+            yield from _sample_events(lay, pp, mended)
+    if mended["durations"] or mended["weights"]:
+        warnings.warn(DataLossWarning(
+            f"perfetto: {mended['durations']} span(s) with a negative duration written with duration 0, "
+            f"{mended['weights']} sample(s) with a negative weight written with weight 0 (the result is damaged)"),
+            stacklevel=2)
+
+
+def _announce(lay: Layout, known: int) -> Iterator[tuple[Any, ...]]:
+    """TRACK events for the layout's tracks from index ``known`` on."""
+    return ((TRACK, row) for row in lay.tracks[known:])
+
+
+def _lane_slices(lay: Layout, part: BackendResult, deferred: dict[int, list[tuple[int, int, int]]],
+                 lane_state: dict[int, list[Nesting]], roles: dict[int, tuple[list[int], list[int]]],
+                 ends: dict[int, list[Any]], include_args: bool) -> Iterator[tuple[Any, ...]]:
+    """The slices that did not nest on their track, on overflow lanes (each new lane announced)."""
+    lane_keys: dict[tuple[int, str, str], SliceKey] = {}
+    for base_uuid, items in deferred.items():
+        known = len(lay.tracks)
+        for row, start, end, si in _assign_lanes(items, lay, lay.tracks[base_uuid - 1], lane_state):
+            if len(lay.tracks) > known:
+                yield from _announce(lay, known)
+                known = len(lay.tracks)
+            s = part.spans[si]
+            lk = (row.uuid, s.name, s.category)
+            key = lane_keys.get(lk)
+            if key is None:
+                key = lane_keys[lk] = SliceKey(row, s.name, s.category)
+            flows = roles.get(si) if roles else None
+            if flows is not None:
+                _flow_ends(ends, flows, row, start)
+                flows = flows[0] + flows[1]
+            yield SLICE, key, start, end, s.args if include_args else _NO_ARGS, flows
+
+
+def _flow_ends(ends: dict[int, list[Any]], role: tuple[list[int], list[int]], row: TrackRow, start: int) -> None:
+    for f in role[0]:
+        ends.setdefault(f, [None, 0, None, 0])[0:2] = row, start
+    for f in role[1]:
+        ends.setdefault(f, [None, 0, None, 0])[2:4] = row, start
+
+
+def _flow_roles(part: BackendResult, links: Iterator[int]
+                ) -> tuple[dict[int, tuple[list[int], list[int]]], dict[int, tuple[str, str]]]:
+    """span index -> (ids of links leaving it, ids of links arriving at it), and each link's
+    (name, category) from the part's ``Flow`` entries ("flow" where it has none).
+
+    Spans sharing a ``Flow`` id are chained in start order; each consecutive pair is one link with
+    its own trace-wide id (from ``links``), so a chain of k spans shows as k-1 arrows in both
+    formats. A flow id on one span alone links nothing and writes nothing.
+    """
+    named = {f.flow_id: f for f in part.flows}
+    members: dict[int, list[tuple[int, int]]] = {}
+    spans = part.spans
+    for si in itertools.compress(itertools.count(), map(_FLOW_IDS, spans)):  # the spans with flow ids, at C speed
+        s = spans[si]
+        for f in s.flow_ids:
+            members.setdefault(f, []).append((s.start_ns, si))
+    roles: dict[int, tuple[list[int], list[int]]] = {}
+    labels: dict[int, tuple[str, str]] = {}
+    for fid, spans in members.items():
+        spans.sort()
+        flow = named.get(fid)
+        label = (flow.name if flow and flow.name else "flow", flow.category if flow and flow.category else "flow")
+        for (_, a), (_, b) in zip(spans, spans[1:]):
+            link = next(links)
+            labels[link] = label
+            roles.setdefault(a, ([], []))[0].append(link)
+            roles.setdefault(b, ([], []))[1].append(link)
+    return roles, labels
+
+
+def _assign_lanes(deferred: list[tuple[int, int, int]], lay: Layout, base: TrackRow,
+                  lane_state: dict[int, list[Nesting]]) -> Iterator[tuple[TrackRow, int, int, int]]:
+    """Place spans ``(start, end, index)`` that did not fit ``base`` onto overflow lanes 2, 3, ...
+    (sorted, nested): ``(lane row, start, end, index)``.
 
     ``lane_state`` keeps each lane's nesting across parts, so parts sharing a track never
     overlap on a lane either.
     """
     deferred.sort(key=lambda x: (x[0], -x[1]))
     lanes = lane_state.setdefault(base.uuid, [])
-    for (lane, _, _), (_, _, item) in zip(nest_lanes([(start, end) for start, end, _ in deferred], lanes), deferred):
-        yield lay.lane(base, lane + 2), item
+    for (lane, _, _), (start, end, si) in zip(nest_lanes([(start, end) for start, end, _ in deferred], lanes), deferred):
+        yield lay.lane(base, lane + 2), start, end, si
 
 
-def _flow_roles(part: BackendResult, links: list[int],
-                labels: dict[int, str] | None = None) -> dict[int, tuple[list[int], list[int]]]:
-    """span index -> (ids of links leaving it, ids of links arriving at it).
+def _row_for(lay: Layout, pi: int, track_id: str) -> TrackRow:
+    row = lay.span_tracks.get((pi, track_id))
+    if row is None:
+        # A span/instant on a track the part did not declare: give it a named track of its own.
+        row = lay.span_tracks[(pi, track_id)] = lay.named(lay.tracks[0], track_id)
+    return row
 
-    Spans sharing a ``Flow`` id are chained in start order; each consecutive pair is one link with
-    its own trace-wide id (``links`` is the shared id counter), so a chain of k spans shows as k-1
-    arrows in both formats. A flow id on one span alone links nothing and writes nothing.
-    ``labels`` (JSON only) gets each link's ``"name":..,"cat":..`` from the part's ``Flow`` entries.
+
+def _finite_points(series: CounterSeries, pp: PlacedPart) -> Iterator[tuple[int, float]]:
+    """The (t, value) points of a counter series that a counter track can hold.
+
+    NaN and infinities (a reading that failed) have no place on a counter track in either
+    format; they are left out with a DataLossWarning that counts them.
     """
-    named = {f.flow_id: f for f in part.flows} if labels is not None else {}
-    members: dict[int, list[tuple[int, int]]] = {}
-    for si, s in enumerate(part.spans):
-        for f in s.flow_ids:
-            members.setdefault(f, []).append((s.start_ns, si))
-    roles: dict[int, tuple[list[int], list[int]]] = {}
-    for fid, spans in members.items():
-        spans.sort()
-        for (_, a), (_, b) in zip(spans, spans[1:]):
-            links[0] += 1
-            if labels is not None:
-                flow = named.get(fid)
-                labels[links[0]] = (f'"name":{_dumps(flow.name if flow and flow.name else "flow")},'
-                                    f'"cat":{_dumps(flow.category if flow and flow.category else "flow")}')
-            roles.setdefault(a, ([], []))[0].append(links[0])
-            roles.setdefault(b, ([], []))[1].append(links[0])
-    return roles
+    bad = sum(1 for v in series.values if not math.isfinite(v))
+    if bad:
+        warnings.warn(DataLossWarning(f"perfetto: {bad} non-finite value(s) of counter {series.name!r} are not "
+                                      f"written (a counter track holds finite numbers only)"), stacklevel=4)
+        return ((t, v) for t, v in pp.points(series) if math.isfinite(v))
+    return pp.points(series)
 
 
-def _in_order(spans: tuple[Span, ...]) -> Iterator[tuple[int, Span]]:
-    """(index, span) in start order per track (longer first on equal starts).
+def _sample_events(lay: Layout, pp: PlacedPart, mended: dict[str, int]) -> Iterator[tuple[Any, ...]]:
+    """A part's sampled stacks: the mappings, frames and stacks its samples use, then the samples.
 
-    Most results list each track's spans in start order already. That is checked in constant
-    memory and mostly at C speed: the places where the list steps back in time are found with
-    ``map``; when there are few such sorted runs and no track appears in two of them (tracks
-    listed one after another), every track is in order. Otherwise a per-track pass decides, and
-    a part that is really out of order (annotations recorded as they close, children before
-    parents) is visited through a sorted index, so parents still nest their children instead of
-    landing on overflow lanes; that index costs memory per span.
+    Ids are offset per part so several parts never clash. A sample whose stack is empty, or
+    whose stack id is out of range, gets a stack of one pseudo-frame (``EMPTY_STACK``), so the
+    sample (and its weight) stays visible: Perfetto rejects an empty callstack
+    (``stackprofile_empty_callstack``).
     """
-    start = operator.attrgetter("start_ns")
-    steps_back = itertools.compress(itertools.count(1),
-                                    itertools.starmap(operator.gt, itertools.pairwise(map(start, spans))))
-    breaks = list(itertools.islice(steps_back, 65))
-    if not breaks:
-        return enumerate(spans)
-    if len(breaks) <= 64:
-        track = operator.attrgetter("track")
-        seen: set[str] = set()
-        bounds = [0, *breaks, len(spans)]
-        for a, b in zip(bounds, bounds[1:]):
-            tracks = set(map(track, itertools.islice(spans, a, b)))
-            if not seen.isdisjoint(tracks):
-                break
-            seen |= tracks
-        else:
-            return enumerate(spans)
-    last: dict[str, int] = {}
-    for s in spans:
-        t = s.track
-        if s.start_ns < last.get(t, s.start_ns):
-            break
-        last[t] = s.start_ns
-    else:
-        return enumerate(spans)
-    order = sorted(range(len(spans)), key=lambda i: (spans[i].start_ns, -spans[i].dur_ns))
-    return ((i, spans[i]) for i in order)
+    pi, part = pp.index, pp.part
+    base = (pi + 1) << 32
+    n_stacks = len(part.stacks)
+    used = sorted({s.stack_id for s in part.samples if 0 <= s.stack_id < n_stacks})
+    frame_ids = sorted({f for sid in used for f in part.stacks[sid] if 0 <= f < len(part.frames)})
+    mapping_of: dict[str, int] = {}
+    for fi in frame_ids:
+        fr = part.frames[fi]
+        path = fr.file or fr.module or fr.kind
+        mid = mapping_of.get(path)
+        if mid is None:
+            mid = mapping_of[path] = base + len(mapping_of) + 1
+            yield MAPPING, mid, path
+        yield FRAME, base + fi + 1, fr.name, fr.line, mid
+    valid_frames = set(frame_ids)
+    empty_frame = base + len(part.frames) + 1
+    unknown_sid = n_stacks  # the stack of a sample whose stack id is out of range
+    if any(not 0 <= s.stack_id < n_stacks for s in part.samples):
+        used.append(unknown_sid)
+    made_empty = False
+    for sid in used:
+        frames = [base + f + 1 for f in part.stacks[sid] if f in valid_frames] if sid != unknown_sid else []
+        if not frames:
+            if not made_empty:
+                made_empty = True
+                yield MAPPING, empty_frame, "omniprof"
+                yield FRAME, empty_frame, EMPTY_STACK, 0, empty_frame
+            frames = [empty_frame]
+        yield STACK, base + sid + 1, tuple(frames)
+    for s, t in pp.samples():
+        row = lay.sample_threads.get((pi, s.thread_id))
+        if row is None:
+            row = lay.sample_threads[(pi, s.thread_id)] = lay.thread(lay.tracks[0], None, part.thread_name(s.thread_id))
+            yield TRACK, row
+        sid = s.stack_id if 0 <= s.stack_id < n_stacks else unknown_sid
+        weight = s.weight_ns
+        if weight < 0:
+            mended["weights"] += 1
+            weight = 0
+        yield SAMPLE, row, t, base + sid + 1, weight
+
+
+def _other_data(result: ProfileResult) -> dict[str, Any]:
+    md = result.metadata
+    return {"omniprof_schema_version": result.schema_version, "host": md.host, "pid": md.pid,
+            "backends": list(md.backends), "label": md.label, "start_unix_ns": md.start_unix_ns}
 
 
 def expected_counts(result: ProfileResult, options: PerfettoOptions | None = None) -> dict[str, int]:
@@ -611,281 +816,182 @@ def _counter_unit(unit: str) -> bytes:
     return _f_str(6, unit) if unit else b""
 
 
+
 def write_proto(result: ProfileResult, fh: IO[bytes], options: PerfettoOptions | None = None) -> int:
     """Stream ``result`` to ``fh`` as a Perfetto protobuf trace. Returns the bytes written."""
     o = options or PerfettoOptions()
-    sink = _Sink(fh, o.chunk_bytes)
-    lay = layout(result)
+    return encode_proto(events(result, o), fh, o.chunk_bytes)
+
+
+def encode_proto(stream: Iterable[tuple[Any, ...]], fh: IO[bytes], chunk_bytes: int = 1 << 20) -> int:
+    """Translate an event stream (:func:`events`) into Perfetto protobuf packets on ``fh``.
+
+    One packet sequence: the first packet clears the incremental state, every other one needs it.
+    Event names, categories and argument names are interned as they first appear; sampled stacks'
+    mappings, frames and stacks go into ``InternedData`` packets (up to 64 KiB each) before the
+    samples that use them. Flows travel as the flow ids of their slices, so ``FLOW`` events add
+    nothing here.
+
+    The hot path: two packets (SLICE_BEGIN, SLICE_END) per slice, most bytes precomputed. For each
+    :class:`SliceKey` the TrackEvent bytes after the timestamp are built once; a timestamp varint
+    is its two low groups from a table plus the cached varint of ``t >> 14``; the pieces go to the
+    sink as they are, and one ``b"".join`` per chunk does the copying.
+    """
+    sink = _Sink(fh, chunk_bytes)
     sink.packet(_f_uint(_P_SEQ_ID, SEQ_ID) + _f_uint(_P_FLAGS, _SEQ_CLEARED) + _f_uint(_P_CLEARED, 1)
                 + _f_uint(_P_FIRST_ON_SEQ, 1))
     names = _Interner(sink, _I_NAMES)
     cats = _Interner(sink, _I_CATEGORIES)
     arg_names = _Interner(sink, _I_ARG_NAMES)
-    links = [0]
-    track_state: dict[int, tuple[list[Any], list[int]]] = {}
-    lane_state: dict[int, list[Nesting]] = {}
-    offsets, _ = reference_offsets(result)
-    for row in lay.tracks:
-        sink.packet(_descriptor(row))
-    n_tracks = len(lay.tracks)
-    for pi, part in enumerate(result.parts):
-        off = offsets[pi]
-        roles = _flow_roles(part, links) if o.include_flows else {}
-        deferred: dict[int, list[tuple[int, int, Any]]] = {}
-        _emit_spans(sink, lay, pi, part, off, roles, names, cats, arg_names, o, deferred, track_state)
-        for base_uuid, items in deferred.items():
-            base = lay.tracks[base_uuid - 1]
-            for row, si in _assign_lanes(items, lay, base, lane_state):
-                s = part.spans[si]
-                _emit_span_slow(sink, row.uuid, s, off, roles.get(si), names, cats, arg_names, o)
-        if o.include_instants:
-            for ins in part.instants:
-                row = _row_for(lay, pi, ins.track)
-                te = (_f_uint(_TE_TYPE, _TYPE_INSTANT) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(ins.name)))
-                if ins.category:
-                    te += _f_uint(_TE_CATEGORY_IIDS, cats(ins.category))
-                if o.include_args and ins.args:
-                    te += _debug_annotations(ins.args, arg_names)
-                sink.packet(_f_uint(_P_TIMESTAMP, _ts(ins.t_ns + off)) + _f_bytes(_P_TRACK_EVENT, te) + _SEQ_TAIL)
-        if o.include_counters:
-            for ci, series in enumerate(part.counters):
-                head = _f_uint(_TE_TYPE, _TYPE_COUNTER) + _f_uint(_TE_TRACK, lay.counter_tracks[(pi, ci)].uuid)
-                tag = _tag(_TE_DOUBLE_COUNTER, 1)
-                lens = _varint_tables()[1]
-                for t, val in _finite_points(series):
-                    te = head + tag + struct.pack("<d", val)
-                    sink.packet(_f_uint(_P_TIMESTAMP, _ts(t + off)) + _TE_TAG + lens[len(te)] + te + _SEQ_TAIL)
-        if o.include_samples and part.samples:
-            _emit_samples(sink, lay, pi, part, off)
-    # Lanes created while writing spans need their descriptors too (order does not matter to readers).
-    for row in lay.tracks[n_tracks:]:
-        sink.packet(_descriptor(row))
+    ext = sink.parts.extend
+    low, lens = _varint_tables()
+    varint = _varint
+    tails: dict[SliceKey, tuple[bytes, bytes, list[bytes], list[bytes], bytes]] = {}
+    high: dict[int, bytes] = {}
+    arg_cache: dict[Any, bytes] = {}
+    counter_heads: dict[int, bytes] = {}
+    interned = bytearray()  # mappings, frames and stacks waiting for their InternedData packet
+    te_tag = _TE_TAG
+    seq_tail = _SEQ_TAIL
+    # Flush every `limit` slices. A slice is 8 pieces (~85 bytes), and b"".join keeps an 80-byte
+    # buffer view per piece while it copies: ~640 bytes per buffered slice in all.
+    limit = sink.limit // 640 + 1
+    count = 0
+    last_h, last_hb = -1, b""
+    for ev in stream:
+        kind = ev[0]
+        if kind is SLICE:
+            _, key, start, end, args, flows = ev
+            tail = tails.get(key)
+            if tail is None:
+                tail = tails[key] = _slice_tail(key, names, cats)
+            b1, b2, pre1, pre2, te_begin = tail
+            if flows is not None or start < 16384:
+                te = te_begin
+                if args:
+                    te += _debug_annotations(args, arg_names, arg_cache)
+                if flows:
+                    # Both ends carry the link id as a (non-terminating) flow id: the reader links the
+                    # two slices in the order it meets them, so a link whose ends start at the same
+                    # instant (a CUDA sync and its stream event) is not lost when the arriving end
+                    # happens to be read first.
+                    te += b"".join(_f_fixed64(_TE_FLOW_IDS, f) for f in flows)
+                sink.packet(_f_uint(_P_TIMESTAMP, _ts(start)) + _f_bytes(_P_TRACK_EVENT, te) + seq_tail)
+                sink.packet(_f_uint(_P_TIMESTAMP, _ts(end)) + b2)
+                continue
+            h = start >> 14
+            if h != last_h:  # consecutive slices mostly share the high part of their start
+                last_h = h
+                last_hb = high.get(h)
+                if last_hb is None:
+                    if len(high) > 4096:
+                        high.clear()
+                    last_hb = high[h] = varint(h)
+            hb = last_hb
+            if end >> 14 == h:  # most slices are shorter than 16 µs: same high part
+                he = hb
+            else:
+                h = end >> 14
+                he = high.get(h)
+                if he is None:
+                    he = high[h] = varint(h)
+            if args:
+                te = te_begin + _debug_annotations(args, arg_names, arg_cache)
+                b1 = b"%b%b%b%b" % (te_tag, varint(len(te)), te, seq_tail)
+                ext((b"\x0a%b\x40" % varint(3 + len(hb) + len(b1)), low[start & 16383], hb, b1,
+                     pre2[len(he)], low[end & 16383], he, b2))
+            else:
+                ext((pre1[len(hb)], low[start & 16383], hb, b1, pre2[len(he)], low[end & 16383], he, b2))
+            count += 1
+            if count >= limit:
+                count = 0
+                sink.flush()
+            continue
+        if interned and kind is not FRAME and kind is not STACK and kind is not MAPPING:
+            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + seq_tail)
+            interned.clear()
+        if kind is COUNTER:
+            _, row, t, value = ev
+            head = counter_heads.get(row.uuid)
+            if head is None:
+                head = counter_heads[row.uuid] = (_f_uint(_TE_TYPE, _TYPE_COUNTER) + _f_uint(_TE_TRACK, row.uuid)
+                                                  + _tag(_TE_DOUBLE_COUNTER, 1))
+            te = head + struct.pack("<d", value)
+            sink.packet(_f_uint(_P_TIMESTAMP, _ts(t)) + te_tag + lens[len(te)] + te + seq_tail)
+        elif kind is SAMPLE:
+            # timebase_count: the CPU-clock ns since the thread's previous sample, i.e. the weight.
+            _, row, t, sid, weight = ev
+            body = _f_uint(2, row.pid) + _f_uint(3, row.tid) + _f_uint(4, sid) + _f_uint(6, weight)
+            sink.packet(_f_uint(_P_TIMESTAMP, _ts(t)) + _f_bytes(_P_PERF_SAMPLE, body) + seq_tail)
+        elif kind is TRACK:
+            sink.packet(_descriptor(ev[1]))
+        elif kind is INSTANT:
+            _, row, t, name, category, args = ev
+            te = _f_uint(_TE_TYPE, _TYPE_INSTANT) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(name))
+            if category:
+                te += _f_uint(_TE_CATEGORY_IIDS, cats(category))
+            if args:
+                te += _debug_annotations(args, arg_names, arg_cache)
+            sink.packet(_f_uint(_P_TIMESTAMP, _ts(t)) + _f_bytes(_P_TRACK_EVENT, te) + seq_tail)
+        elif kind is MAPPING:
+            _, mid, path = ev
+            interned += _f_bytes(_I_MAPPING_PATHS, _f_uint(1, mid) + _f_str(2, path))
+            interned += _f_bytes(_I_MAPPINGS, _f_uint(1, mid) + _f_uint(7, mid))
+        elif kind is FRAME:
+            # The frame's name carries its line (``work:20``) so lines stay apart in the flame graph.
+            _, fid, name, line, mid = ev
+            interned += _f_bytes(_I_FUNCTIONS, _f_uint(1, fid) + _f_str(2, f"{name}:{line}" if line else name))
+            interned += _f_bytes(_I_FRAMES, _f_uint(1, fid) + _f_uint(2, fid) + _f_uint(3, mid))
+        elif kind is STACK:
+            _, sid, frames = ev
+            interned += _f_bytes(_I_CALLSTACKS, _f_uint(1, sid) + b"".join(_f_uint(2, f) for f in frames))
+        # META and FLOW: nothing to write (flows are their slices' flow ids)
+        if len(interned) > (1 << 16):
+            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + seq_tail)
+            interned.clear()
+    if interned:
+        sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + seq_tail)
     sink.flush()
     return sink.written
 
 
-def _finite_points(series: Any) -> Iterator[tuple[int, float]]:
-    """The (t, value) points of a counter series that a Perfetto counter can hold.
-
-    NaN and infinities (a reading that failed) have no place on a counter track in either
-    format; they are left out with a DataLossWarning that counts them.
-    """
-    bad = sum(1 for v in series.values if not math.isfinite(v))
-    if bad:
-        warnings.warn(DataLossWarning(f"perfetto: {bad} non-finite value(s) of counter {series.name!r} are not "
-                                      f"written (a counter track holds finite numbers only)"), stacklevel=3)
-        return ((t, v) for t, v in zip(series.t_ns, series.values) if math.isfinite(v))
-    return zip(series.t_ns, series.values)
-
-
-def _ts(t: int) -> int:
-    # reference_offsets() moved the whole trace so that no time is negative; a negative one here
-    # would be a bug, not data to clamp.
-    if t < 0:
-        raise ValueError(f"negative timestamp {t} reached the Perfetto encoder")
-    return t
-
-
-def _row_for(lay: Layout, pi: int, track_id: str) -> TrackRow:
-    row = lay.span_tracks.get((pi, track_id))
-    if row is None:
-        # A span/instant on a track the part did not declare: give it a named track of its own.
-        row = lay.span_tracks[(pi, track_id)] = lay.named(lay.tracks[0], track_id)
-    return row
-
-
-def _emit_spans(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int, roles: dict[int, Any],
-                names: _Interner, cats: _Interner, arg_names: _Interner, o: PerfettoOptions,
-                deferred: dict[int, list[tuple[int, int, Any]]], track_state: dict[int, tuple[list[Any], list[int]]]) -> None:
-    """The hot loop: two packets (SLICE_BEGIN, SLICE_END) per span, most bytes precomputed.
-
-    For each (track, name, category) the TrackEvent bytes after the timestamp are built once. A
-    timestamp varint is its two low groups from a table plus the cached varint of ``t >> 14``.
-    The nesting check of :class:`omniprof.analysis.timeline.Nesting` is inlined: a per-track stack of open ends with an
-    infinite sentinel at the bottom, and the track's last start in a one-element list.
-    """
-    ext = sink.parts.extend
-    low = _varint_tables()[0]
-    varint = _varint
-    tails: dict[tuple[str, str, str], tuple[bytes, bytes, list[int], int, list[int], list[bytes], list[bytes], bytes]] = {}
-    high: dict[int, bytes] = {}
-    arg_cache: dict[Any, bytes] = {}
-    te_tag = _TE_TAG
-    seq_tail = _SEQ_TAIL
-    include_args = o.include_args
-    # Flush every `limit` spans. A span is 8 pieces (~85 bytes), and b"".join keeps an 80-byte
-    # buffer view per piece while it copies: ~640 bytes per buffered span in all.
-    limit = sink.limit // 640 + 1
-    count = 0
-    for si, s in _in_order(part.spans):
-        key = (s.track, s.name, s.category)
-        tail = tails.get(key)
-        if tail is None:
-            tail = tails[key] = _span_tail(lay, pi, s, names, cats, track_state)
-        b1, b2, st, uuid, last, pre1, pre2, te_begin = tail
-        start = s.start_ns + off
-        end = start + s.dur_ns
-        if start < last[0]:
-            deferred.setdefault(uuid, []).append((start, end, si))
-            continue
-        while st[-1] <= start:
-            st.pop()
-        if end > st[-1]:
-            deferred.setdefault(uuid, []).append((start, end, si))
-            continue
-        st.append(end)
-        last[0] = start
-        if (roles and si in roles) or start < 16384:
-            _emit_span_slow(sink, uuid, s, off, roles.get(si), names, cats, arg_names, o)
-            continue
-        h = start >> 14
-        hb = high.get(h)
-        if hb is None:
-            if len(high) > 4096:
-                high.clear()
-            hb = high[h] = varint(h)
-        if end >> 14 == h:  # most spans are shorter than 16 µs: same high part
-            he = hb
-        else:
-            h = end >> 14
-            he = high.get(h)
-            if he is None:
-                he = high[h] = varint(h)
-        # The pieces go to the sink as they are: one b"".join per chunk does the copying.
-        if include_args and s.args:
-            te = te_begin + _debug_annotations(s.args, arg_names, arg_cache)
-            b1 = b"%b%b%b%b" % (te_tag, varint(len(te)), te, seq_tail)
-            ext((b"\x0a%b\x40" % varint(3 + len(hb) + len(b1)), low[start & 16383], hb, b1,
-                 pre2[len(he)], low[end & 16383], he, b2))
-        else:
-            ext((pre1[len(hb)], low[start & 16383], hb, b1, pre2[len(he)], low[end & 16383], he, b2))
-        count += 1
-        if count >= limit:
-            count = 0
-            sink.flush()
-
-
-def _span_tail(lay: Layout, pi: int, s: Span, names: _Interner, cats: _Interner,
-               track_state: dict[int, tuple[list[Any], list[int]]]) -> tuple[bytes, bytes, list[Any], int, list[int], list[bytes], list[bytes], bytes]:
-    """Precomputed bytes of a (track, name, category): (begin tail, end tail, open-ends stack,
-    track uuid, [last start], begin packet header by high-part length, same for end, the begin
-    TrackEvent's own fields)."""
-    row = _row_for(lay, pi, s.track)
-    state = track_state.get(row.uuid)  # by Perfetto track: parts sharing a thread share its nesting
-    if state is None:
-        state = track_state[row.uuid] = ([_INF], [-(1 << 63)])
-    te_begin = (_f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, row.uuid) + _f_uint(_TE_NAME_IID, names(s.name))
-                + (_f_uint(_TE_CATEGORY_IIDS, cats(s.category)) if s.category else b""))
-    te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, row.uuid)
+def _slice_tail(key: SliceKey, names: _Interner, cats: _Interner
+                ) -> tuple[bytes, bytes, list[bytes], list[bytes], bytes]:
+    """Precomputed bytes of a slice key: (begin tail, end packet's bytes after its timestamp, begin
+    packet header by high-part length, same for end, the begin TrackEvent's own fields)."""
+    uuid = key.row.uuid
+    te_begin = (_f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, uuid) + _f_uint(_TE_NAME_IID, names(key.name))
+                + (_f_uint(_TE_CATEGORY_IIDS, cats(key.category)) if key.category else b""))
+    te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, uuid)
     b1 = _TE_TAG + _varint(len(te_begin)) + te_begin + _SEQ_TAIL
     b2 = _TE_TAG + _varint(len(te_end)) + te_end + _SEQ_TAIL
     # packet = 0x40 tag (1) + two low timestamp bytes (2) + high part + tail; the packet's own
     # header (0x0a, its length, the timestamp tag) by the length of the high part (1..9 bytes)
     pre1 = [b"\x0a%b\x40" % _varint(3 + n + len(b1)) for n in range(10)]
     pre2 = [b"\x0a%b\x40" % _varint(3 + n + len(b2)) for n in range(10)]
-    return b1, b2, state[0], row.uuid, state[1], pre1, pre2, te_begin
+    return b1, b2, pre1, pre2, te_begin
 
 
-def _emit_span_slow(sink: _Sink, track_uuid: int, s: Span, off: int, role: Any, names: _Interner,
-                    cats: _Interner, arg_names: _Interner, o: PerfettoOptions) -> None:
-    start = _ts(s.start_ns + off)
-    te = _f_uint(_TE_TYPE, _TYPE_BEGIN) + _f_uint(_TE_TRACK, track_uuid) + _f_uint(_TE_NAME_IID, names(s.name))
-    if s.category:
-        te += _f_uint(_TE_CATEGORY_IIDS, cats(s.category))
-    if o.include_args and s.args:
-        te += _debug_annotations(s.args, arg_names)
-    if role:
-        # Both ends carry the link id as a (non-terminating) flow id: the reader links the two slices
-        # in the order it meets them, so a link whose ends start at the same instant (a CUDA sync
-        # and its stream event) is not lost when the arriving end happens to be read first.
-        for f in role[0]:
-            te += _f_fixed64(_TE_FLOW_IDS, f)
-        for f in role[1]:
-            te += _f_fixed64(_TE_FLOW_IDS, f)
-    sink.packet(_f_uint(_P_TIMESTAMP, start) + _f_bytes(_P_TRACK_EVENT, te) + _SEQ_TAIL)
-    te_end = _f_uint(_TE_TYPE, _TYPE_END) + _f_uint(_TE_TRACK, track_uuid)
-    sink.packet(_f_uint(_P_TIMESTAMP, _ts(s.start_ns + off + s.dur_ns)) + _f_bytes(_P_TRACK_EVENT, te_end) + _SEQ_TAIL)
-
-
-def _emit_samples(sink: _Sink, lay: Layout, pi: int, part: BackendResult, off: int) -> None:
-    """PerfSample packets with interned function names, mappings, frames and callstacks.
-
-    Perfetto imports them into ``perf_sample`` (with ``stack_profile_callsite`` /
-    ``stack_profile_frame``) and shows them on the thread with a flame graph. Frame names carry
-    the line (``work:20``) so lines stay apart; the mapping is the source file or module.
-
-    Interned ids are offset per part so several parts never clash on one sequence.
-    """
-    base = (pi + 1) << 32
-    used = sorted({s.stack_id for s in part.samples if 0 <= s.stack_id < len(part.stacks)})
-    frame_ids = sorted({f for sid in used for f in part.stacks[sid] if 0 <= f < len(part.frames)})
-    mapping_of: dict[str, int] = {}
-    interned = bytearray()
-    for fi in frame_ids:
-        fr = part.frames[fi]
-        path = fr.file or fr.module or fr.kind
-        mid = mapping_of.get(path)
-        if mid is None:
-            mid = mapping_of[path] = base + len(mapping_of) + 1
-            interned += _f_bytes(_I_MAPPING_PATHS, _f_uint(1, mid) + _f_str(2, path))
-            interned += _f_bytes(_I_MAPPINGS, _f_uint(1, mid) + _f_uint(7, mid))
-        label = fr.name if not fr.line else f"{fr.name}:{fr.line}"
-        interned += _f_bytes(_I_FUNCTIONS, _f_uint(1, base + fi + 1) + _f_str(2, label))
-        interned += _f_bytes(_I_FRAMES, _f_uint(1, base + fi + 1) + _f_uint(2, base + fi + 1) + _f_uint(3, mid))
-        if len(interned) > (1 << 16):
-            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
-            interned.clear()
-    valid_frames = set(frame_ids)
-    empty_frame = base + len(part.frames) + 1
-    # A sample whose stack id is out of range gets this stack of one pseudo-frame.
-    unknown_sid = len(part.stacks)
-    if any(not 0 <= s.stack_id < len(part.stacks) for s in part.samples):
-        used.append(unknown_sid)
-    made_empty = False
-    for sid in used:
-        frames = [base + f + 1 for f in part.stacks[sid] if f in valid_frames] if sid != unknown_sid else []
-        if not frames:
-            # Perfetto rejects an empty callstack (stackprofile_empty_callstack): stand in a
-            # pseudo-frame so the sample (and its weight) stays visible.
-            if not made_empty:
-                made_empty = True
-                interned += _f_bytes(_I_MAPPING_PATHS, _f_uint(1, empty_frame) + _f_str(2, "omniprof"))
-                interned += _f_bytes(_I_MAPPINGS, _f_uint(1, empty_frame) + _f_uint(7, empty_frame))
-                interned += _f_bytes(_I_FUNCTIONS, _f_uint(1, empty_frame) + _f_str(2, EMPTY_STACK))
-                interned += _f_bytes(_I_FRAMES, _f_uint(1, empty_frame) + _f_uint(2, empty_frame) + _f_uint(3, empty_frame))
-            frames = [empty_frame]
-        body = _f_uint(1, base + sid + 1) + b"".join(_f_uint(2, f) for f in frames)
-        interned += _f_bytes(_I_CALLSTACKS, body)
-        if len(interned) > (1 << 16):
-            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
-            interned.clear()
-    if interned:
-        sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
-    for s in part.samples:
-        row = lay.sample_threads.get((pi, s.thread_id))
-        if row is None:
-            row = lay.sample_threads[(pi, s.thread_id)] = lay.thread(lay.tracks[0], None, part.thread_name(s.thread_id))
-            sink.packet(_descriptor(row))
-        # timebase_count: the CPU-clock ns since the thread's previous sample, i.e. the weight.
-        sid = s.stack_id if 0 <= s.stack_id < unknown_sid else unknown_sid
-        body = (_f_uint(2, row.pid) + _f_uint(3, row.tid) + _f_uint(4, base + sid + 1)
-                + _f_uint(6, max(s.weight_ns, 0)))
-        sink.packet(_f_uint(_P_TIMESTAMP, _ts(s.t_ns + off)) + _f_bytes(_P_PERF_SAMPLE, body) + _SEQ_TAIL)
+def _ts(t: int) -> int:
+    # The stream's time axis moved the whole trace so that no time is negative; a negative one here
+    # would be a bug, not data to clamp.
+    if t < 0:
+        raise ValueError(f"negative timestamp {t} reached the Perfetto encoder")
+    return t
 
 
 # -- Chrome trace-event JSON --------------------------------------------------------------------
 def _us(t: int) -> str:
     """ns -> microseconds as JSON number text with three decimals (no precision lost)."""
     if t < 0:
-        t = 0
+        raise ValueError(f"negative time {t} reached the Chrome JSON encoder")
     return f"{t // 1000}.{t % 1000:03d}"
 
 
 def chrome_events(result: ProfileResult, options: PerfettoOptions | None = None) -> Iterator[dict[str, Any]]:
     """The trace events as plain dicts (``ts``/``dur`` as float microseconds), in file order.
 
-    For tests and tools; :func:`write_chrome_json` streams the same events without building dicts
-    for spans.
+    For tests and tools; :func:`write_chrome_json` streams the same events without building dicts.
     """
     buf = io.BytesIO()
     write_chrome_json(result, buf, attrs.evolve(options or ChromeTraceOptions(), compress=False))
@@ -898,29 +1004,26 @@ def write_chrome_json(result: ProfileResult, fh: IO[bytes], options: PerfettoOpt
     if o.compress:
         gz = gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=6, mtime=0)
         try:
-            return _write_json(result, gz, o)
+            return encode_json(events(result, o), gz, o.chunk_bytes)
         finally:
             gz.close()
-    return _write_json(result, fh, o)
+    return encode_json(events(result, o), fh, o.chunk_bytes)
 
 
-def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> int:
-    chunks: list[str] = []
+def encode_json(stream: Iterable[tuple[Any, ...]], out: IO[bytes], chunk_bytes: int = 1 << 20) -> int:
+    """Translate an event stream (:func:`events`) into Chrome trace-event JSON on ``out``; returns
+    the bytes written (before any compression ``out`` does).
+
+    Tracks become ``process_name``/``thread_name`` metadata (a named track or lane is a thread with
+    a synthetic tid), slices complete (``X``) events, flows an ``s``/``f`` pair bound to the
+    enclosing slices (``"bp":"e"``), counters ``C`` events, and samples instant events of category
+    ``sample`` on their thread, the leaf frame's name as the name and the whole stack (root first)
+    in ``args.stack``. ``META`` becomes the ``otherData`` object after the events.
+    """
+    chunks: list[str] = ['{"traceEvents":[\n']
     size = 0
     written = 0
-    limit = o.chunk_bytes
-    first = True
-
-    def emit(text: str) -> None:
-        nonlocal size, written, first
-        if first:
-            first = False
-        else:
-            text = ",\n" + text
-        chunks.append(text)
-        size += len(text)
-        if size >= limit:
-            flush()
+    sep = ""
 
     def flush() -> None:
         nonlocal size, written
@@ -931,71 +1034,70 @@ def _write_json(result: ProfileResult, out: IO[bytes], o: PerfettoOptions) -> in
         size = 0
 
     dumps = _dumps
-    chunks.append('{"traceEvents":[\n')
-    lay = layout(result)
-    for row in lay.tracks:
-        _json_meta(row, emit)
-    n_tracks = len(lay.tracks)
-    links = [0]
-    labels: dict[int, str] = {}
-    nests: dict[int, Nesting] = {}
-    lane_state: dict[int, list[Nesting]] = {}
-    offsets, _ = reference_offsets(result)
-    for pi, part in enumerate(result.parts):
-        off = offsets[pi]
-        roles = _flow_roles(part, links, labels) if o.include_flows else {}
-        deferred: dict[int, list[tuple[int, int, Any]]] = {}
-        names: dict[str, str] = {}
-        flow_ends: dict[int, list[str | None]] = {}
-        for si, s in _in_order(part.spans):
-            row = _row_for(lay, pi, s.track)
-            start = s.start_ns + off
-            end = start + s.dur_ns
-            n = nests.get(row.uuid)
-            if n is None:
-                n = nests[row.uuid] = Nesting()
-            if n.place(start, end) < 0:
-                deferred.setdefault(row.uuid, []).append((start, end, si))
+    us = _us
+    heads: dict[SliceKey, tuple[str, str]] = {}
+    frame_names: dict[int, str] = {}
+    stack_text: dict[int, str] = {}
+    other: dict[str, Any] = {}
+    for ev in stream:
+        kind = ev[0]
+        if kind is SLICE:
+            _, key, start, end, args, _ = ev
+            head = heads.get(key)
+            if head is None:
+                row = key.row
+                head = heads[key] = (f'{{"ph":"X","name":{dumps(key.name)},"cat":{dumps(key.category or "span")},"ts":',
+                                     f',"pid":{row.pid},"tid":{row.tid}')
+            tail = f',"args":{dumps(args)}}}' if args else "}"
+            text = f'{sep}{head[0]}{us(start)},"dur":{us(end - start)}{head[1]}{tail}'
+        elif kind is COUNTER:
+            _, row, t, value = ev
+            text = f'{sep}{{"ph":"C","name":{dumps(row.name)},"ts":{us(t)},"pid":{row.pid},"args":{{"value":{value!r}}}}}'
+        elif kind is SAMPLE:
+            _, row, t, sid, weight = ev
+            text = (f'{sep}{{"ph":"i","s":"t","cat":"sample",{stack_text[sid]},"weight_ns":{weight}}},'
+                    f'"ts":{us(t)},"pid":{row.pid},"tid":{row.tid}}}')
+        elif kind is FLOW:
+            _, link, name, category, src, src_ns, dst, dst_ns = ev
+            label = f'"name":{dumps(name)},"cat":{dumps(category)}'
+            text = (f'{sep}{{"ph":"s","id":{link},{label},"ts":{us(src_ns)},"pid":{src.pid},"tid":{src.tid},"bp":"e"}},\n'
+                    f'{{"ph":"f","id":{link},{label},"ts":{us(dst_ns)},"pid":{dst.pid},"tid":{dst.tid},"bp":"e"}}')
+        elif kind is INSTANT:
+            _, row, t, name, category, args = ev
+            extra = f',"args":{dumps(args)}' if args else ""
+            text = (f'{sep}{{"ph":"i","s":"t","name":{dumps(name)},"cat":{dumps(category or "event")},'
+                    f'"ts":{us(t)},"pid":{row.pid},"tid":{row.tid}{extra}}}')
+        elif kind is TRACK:
+            row = ev[1]
+            if row.kind == "process":
+                text = f'{sep}{{"ph":"M","name":"process_name","pid":{row.pid},"tid":0,"args":{{"name":{dumps(row.name)}}}}}'
+            elif row.kind in ("thread", "named", "lane"):
+                text = (f'{sep}{{"ph":"M","name":"thread_name","pid":{row.pid},"tid":{row.tid},'
+                        f'"args":{{"name":{dumps(row.name)}}}}}')
+            else:  # a counter track: its events name it
                 continue
-            _json_span(emit, row, s, off, roles.get(si), o, names, dumps, labels, flow_ends)
-        for base_uuid, items in deferred.items():
-            for row, si in _assign_lanes(items, lay, lay.tracks[base_uuid - 1], lane_state):
-                _json_span(emit, row, part.spans[si], off, roles.get(si), o, names, dumps, labels, flow_ends)
-        # Each link's "s" is written right before its "f": readers sort by time, keeping file order on
-        # ties, so a link whose ends start at the same instant still begins before it ends.
-        for link in sorted(flow_ends):
-            for event in flow_ends[link]:
-                if event is not None:
-                    emit(event)
-        flow_ends.clear()
-        if o.include_instants:
-            for ins in part.instants:
-                row = _row_for(lay, pi, ins.track)
-                args = f',"args":{dumps(ins.args)}' if o.include_args and ins.args else ""
-                emit(f'{{"ph":"i","s":"t","name":{dumps(ins.name)},"cat":{dumps(ins.category or "event")},'
-                     f'"ts":{_us(ins.t_ns + off)},"pid":{row.pid},"tid":{row.tid}{args}}}')
-        if o.include_counters:
-            for ci, series in enumerate(part.counters):
-                row = lay.counter_tracks[(pi, ci)]
-                name = dumps(row.name)
-                for t, val in _finite_points(series):
-                    value = repr(val)
-                    emit(f'{{"ph":"C","name":{name},"ts":{_us(t + off)},"pid":{row.pid},"args":{{"value":{value}}}}}')
-        if o.include_samples and part.samples:
-            _json_samples(result, lay, pi, part, off, emit)
-    for row in lay.tracks[n_tracks:]:
-        _json_meta(row, emit)
+        elif kind is FRAME:
+            frame_names[ev[1]] = ev[2]
+            continue
+        elif kind is STACK:
+            names = [frame_names[f] for f in ev[2]]
+            stack_text[ev[1]] = f'"name":{dumps(names[-1])},"args":{{"stack":{dumps(names)}'
+            continue
+        elif kind is META:
+            other = ev[1]
+            continue
+        else:  # MAPPING: the JSON names no files
+            continue
+        sep = ",\n"
+        chunks.append(text)
+        size += len(text)
+        if size >= chunk_bytes:
+            flush()
     chunks.append("\n]")
-    chunks.append(f',\n"otherData":{dumps(_other_data(result))}')
+    chunks.append(f',\n"otherData":{dumps(other)}')
     chunks.append("}\n")
     flush()
     return written
-
-
-def _other_data(result: ProfileResult) -> dict[str, Any]:
-    md = result.metadata
-    return {"omniprof_schema_version": result.schema_version, "host": md.host, "pid": md.pid,
-            "backends": list(md.backends), "label": md.label, "start_unix_ns": md.start_unix_ns}
 
 
 def _dumps(value: Any) -> str:
@@ -1007,49 +1109,3 @@ def _dumps(value: Any) -> str:
         from omniprof.core.results import json_safe
 
         return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False)
-
-
-def _json_meta(row: TrackRow, emit: Any) -> None:
-    if row.kind == "process":
-        emit(f'{{"ph":"M","name":"process_name","pid":{row.pid},"tid":0,"args":{{"name":{_dumps(row.name)}}}}}')
-    elif row.kind in ("thread", "named", "lane"):
-        emit(f'{{"ph":"M","name":"thread_name","pid":{row.pid},"tid":{row.tid},"args":{{"name":{_dumps(row.name)}}}}}')
-
-
-def _json_span(emit: Any, row: TrackRow, s: Span, off: int, role: Any, o: PerfettoOptions, names: dict[str, str],
-               dumps: Any, labels: dict[int, str], flow_ends: dict[int, list[str | None]]) -> None:
-    key = s.name + "\0" + s.category
-    head = names.get(key)
-    if head is None:
-        head = names[key] = f'"name":{dumps(s.name)},"cat":{dumps(s.category or "span")}'
-    start = s.start_ns + off
-    args = f',"args":{dumps(s.args)}' if o.include_args and s.args else ""
-    emit(f'{{"ph":"X",{head},"ts":{_us(start)},"dur":{_us(s.dur_ns)},"pid":{row.pid},"tid":{row.tid}{args}}}')
-    if role:
-        # One s/f pair per link, each bound to the enclosing slice ("bp":"e") at the slice's start.
-        for f in role[0]:
-            flow_ends.setdefault(f, [None, None])[0] = (
-                f'{{"ph":"s","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
-        for f in role[1]:
-            flow_ends.setdefault(f, [None, None])[1] = (
-                f'{{"ph":"f","id":{f},{labels[f]},"ts":{_us(start)},"pid":{row.pid},"tid":{row.tid},"bp":"e"}}')
-
-
-def _json_samples(result: ProfileResult, lay: Layout, pi: int, part: BackendResult, off: int, emit: Any) -> None:
-    """Sampled stacks as instant events (category ``sample``) on their thread, leaf frame as the
-    name and the whole stack (root first) in ``args.stack``."""
-    dumps = _dumps
-    labels: dict[int, str] = {}
-    for s in part.samples:
-        row = lay.sample_threads.get((pi, s.thread_id))
-        if row is None:
-            row = lay.sample_threads[(pi, s.thread_id)] = lay.thread(lay.tracks[0], None, part.thread_name(s.thread_id))
-            _json_meta(row, emit)
-        text = labels.get(s.stack_id)
-        if text is None:
-            frames = part.stacks[s.stack_id] if 0 <= s.stack_id < len(part.stacks) else ()
-            names = [part.frames[f].name for f in frames if 0 <= f < len(part.frames)] or [EMPTY_STACK]
-            text = labels[s.stack_id] = (f'"name":{dumps(names[-1])},'
-                                         f'"args":{{"stack":{dumps(names)}')
-        emit(f'{{"ph":"i","s":"t","cat":"sample",{text},"weight_ns":{s.weight_ns}}},'
-             f'"ts":{_us(s.t_ns + off)},"pid":{row.pid},"tid":{row.tid}}}')

@@ -800,7 +800,7 @@ def test_find_engine_prefers_a_native_binary_and_skips_download_scripts(tmp_path
 
 def test_visit_order_keeps_per_track_order_and_sorts_only_when_needed():
     """Tracks listed one after another keep their order; a track out of order gets the part sorted."""
-    from omniprof.reporters.perfetto import _in_order
+    from omniprof.analysis.timeline import track_order as _in_order
 
     blocks = tuple(Span("s", f"t{k}", 1_000 + i, 1) for k in range(3) for i in range(5))
     assert [i for i, _ in _in_order(blocks)] == list(range(15))
