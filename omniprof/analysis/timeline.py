@@ -115,7 +115,7 @@ class PlacedPart:
 
     def spans(self) -> Iterator[tuple[int, Span, int, int]]:
         """``(index in part.spans, span, start, end)`` on the axis, each track's spans in start order
-        (longer first on equal starts) as :func:`track_order` visits them."""
+        as :func:`track_order` visits them."""
         off = self.offset_ns
         for i, s in track_order(self.part.spans):
             start = s.start_ns + off
@@ -158,7 +158,8 @@ def placed(result: ProfileResult, axis: TimeAxis | None = None) -> list[PlacedPa
 
 
 def track_order(spans: Sequence[Span]) -> Iterable[tuple[int, Span]]:
-    """``(index, span)`` in start order per track (longer first on equal starts).
+    """``(index, span)`` in start order per track: as listed when every track is listed in start
+    order, else sorted by start, longer first on equal starts.
 
     Most results list each track's spans in start order already. That is checked in constant
     memory and mostly at C speed: the places where the list steps back in time are found with

@@ -824,3 +824,50 @@ def test_times_before_zero_move_the_whole_trace_not_one_event():
     spans = {(e["name"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e.get("ph") == "X"}
     assert spans == {("x", Decimal("0.150"), Decimal("0.010")), ("k", Decimal("0.000"), Decimal("0.005")),
                      ("j", Decimal("0.150"), Decimal("0.007"))}
+
+
+@pytest.mark.parametrize("fmt", ["proto", "json"])
+def test_negative_durations_and_weights_are_written_as_zero_with_one_warning(fmt):
+    """A damaged result (a span ending before it starts, a sample of negative weight) is written in
+    both formats the same way: length 0, counted in one DataLossWarning; nothing else moves."""
+    from omniprof.errors import DataLossWarning
+
+    part = BackendResult(backend="x", tracks=(Track("t", "T", "thread", tid=5),), threads=(ThreadInfo(1, "T", 5),),
+                         spans=(Span("bad", "t", 1_000, -300), Span("good", "t", 2_000, 50)),
+                         frames=(Frame("f", "f.py", 1),), stacks=((0,),), samples=(StackSample(3_000, 1, 0, -7),))
+    result = ProfileResult(parts=(part,))
+    with pytest.warns(DataLossWarning, match=r"1 span\(s\) with a negative duration .* 1 sample\(s\) with a negative weight"):
+        if fmt == "proto":
+            packets = decode(proto_bytes(result))
+            got = {(n, ts, dur) for n, _, ts, dur in slices_from_packets(packets)}
+            weights = [p.perf_sample.timebase_count for p in packets if p.HasField("perf_sample")]
+        else:
+            events = json_doc(result)[1]["traceEvents"]
+            got = {(e["name"], int(e["ts"] * 1000), int(e["dur"] * 1000)) for e in events if e["ph"] == "X"}
+            weights = [e["args"]["weight_ns"] for e in events if e.get("cat") == "sample"]
+    assert got == {("bad", 1_000, 0), ("good", 2_000, 50)}
+    assert weights == [0]
+
+
+def test_event_stream_announces_every_track_before_its_events():
+    """events(): metadata first; every track an event uses (lanes and undeclared tracks made during
+    the walk included) is announced once, before that event; a flow follows both of its slices."""
+    from omniprof.reporters.perfetto import COUNTER, FLOW, INSTANT, META, SAMPLE, SLICE, TRACK, events
+
+    stream = list(events(stress_result()))
+    assert stream[0][0] == META
+    announced: list[int] = []
+    seen_slices: set[tuple[int, int]] = set()
+    for ev in stream:
+        kind = ev[0]
+        if kind == TRACK:
+            announced.append(ev[1].uuid)
+        elif kind == SLICE:
+            assert ev[1].row.uuid in announced
+            seen_slices.add((ev[1].row.uuid, ev[2]))
+        elif kind in (INSTANT, COUNTER, SAMPLE):
+            assert ev[1].uuid in announced
+        elif kind == FLOW:
+            assert (ev[4].uuid, ev[5]) in seen_slices and (ev[6].uuid, ev[7]) in seen_slices
+    # the layout's tracks, then lanes 2 and 3 of "Main" and a track for the undeclared "nowhere"
+    assert len(announced) == len(set(announced)) == len(layout(stress_result()).tracks) + 3
