@@ -34,7 +34,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import attrs
 
 from omniprof.core.clock import Clock
-from omniprof.core.results import BackendResult, CounterSeries, Instant, ProfileResult, Span, StackSample, Track
+from omniprof.core.results import (
+    Allocation,
+    BackendResult,
+    CounterSeries,
+    Instant,
+    ProfileResult,
+    Span,
+    StackSample,
+    Track,
+)
 from omniprof.errors import InvalidArgumentError
 
 __all__ = [
@@ -107,6 +116,10 @@ class PlacedPart:
     part: BackendResult
     offset_ns: int
 
+    def at(self, t_ns: int) -> int:
+        """One of the part's own times on the axis (for a writer that walks the part its own way)."""
+        return t_ns + self.offset_ns
+
     @property
     def bounds(self) -> tuple[int, int] | None:
         """The session's ``(start_ns, end_ns)`` on the axis; None when the part has none."""
@@ -135,11 +148,18 @@ class PlacedPart:
         off = self.offset_ns
         return ((s, s.t_ns + off) for s in self.part.samples)
 
+    def allocations(self) -> Iterator[tuple[Allocation, int]]:
+        """``(allocation, t)`` on the axis, in the part's order."""
+        off = self.offset_ns
+        return ((a, a.t_ns + off) for a in self.part.allocations)
 
-def placed(result: ProfileResult, axis: TimeAxis | None = None) -> list[PlacedPart]:
-    """Every part of ``result`` on one time axis: ``axis.offsets`` (from :func:`time_axis`), or by
-    default each part's own ``clock.offset_ns`` (the reference clock itself, where times may be
-    negative).
+
+def placed(result: ProfileResult, axis: TimeAxis | None = None,
+           parts: Sequence[BackendResult] | None = None) -> list[PlacedPart]:
+    """Every part of ``result`` (or of ``parts``, a selection of them) on one time axis:
+    ``axis.offsets`` (from :func:`time_axis` for the same parts), or by default each part's own
+    ``clock.offset_ns`` (the reference clock itself, where times may be negative). ``index`` is the
+    part's position in ``parts``.
 
     >>> from omniprof.core.results import BackendResult, ClockInfo, Span
     >>> b = BackendResult(backend="b", clock=ClockInfo("dev", offset_ns=-300), spans=[Span("k", "t", 250, 5)])
@@ -149,12 +169,13 @@ def placed(result: ProfileResult, axis: TimeAxis | None = None) -> list[PlacedPa
     >>> [(s.name, start, end) for _, s, start, end in placed(r, time_axis(r, origin="reference"))[0].spans()]
     [('k', 0, 5)]
     """
+    parts = tuple(result.parts if parts is None else parts)
     if axis is None:
-        return [PlacedPart(i, p, p.clock.offset_ns) for i, p in enumerate(result.parts)]
-    if len(axis.offsets) != len(result.parts):
-        raise InvalidArgumentError(f"the time axis has {len(axis.offsets)} offsets for {len(result.parts)} parts: "
-                                   f"make it with time_axis(result) for this result")
-    return [PlacedPart(i, p, off) for i, (p, off) in enumerate(zip(result.parts, axis.offsets))]
+        return [PlacedPart(i, p, p.clock.offset_ns) for i, p in enumerate(parts)]
+    if len(axis.offsets) != len(parts):
+        raise InvalidArgumentError(f"the time axis has {len(axis.offsets)} offsets for {len(parts)} parts: "
+                                   f"make it with time_axis(result, parts) for the same parts")
+    return [PlacedPart(i, p, off) for i, (p, off) in enumerate(zip(parts, axis.offsets))]
 
 
 def track_order(spans: Sequence[Span]) -> Iterable[tuple[int, Span]]:

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import attrs
 
-from omniprof.analysis.timeline import time_axis
+from omniprof.analysis.timeline import placed, time_axis
 from omniprof.core import validators as v
 from omniprof.core.results import Frame, ProfileResult
 from omniprof.plugin import Reporter
@@ -112,7 +112,8 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
     if opts.include_spans:
         moved_total = 0
         multi = len(result.parts) > 1
-        for part, off in zip(result.parts, axis.offsets):
+        for pp in placed(result, axis):
+            part = pp.part
             lanes, moved = span_lanes(part)
             moved_total += moved
             for lane in lanes:
@@ -123,13 +124,13 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
                 for i, s in enumerate(lane.spans):
                     while open_ and lane.spans[open_[-1]].end_ns <= s.start_ns:
                         j = open_.pop()
-                        events.append({"type": "C", "at": lane.spans[j].end_ns + off,
+                        events.append({"type": "C", "at": pp.at(lane.spans[j].end_ns),
                                        "frame": frames(_span_frame(lane.spans[j]))})
-                    events.append({"type": "O", "at": s.start_ns + off, "frame": frames(_span_frame(s))})
+                    events.append({"type": "O", "at": pp.at(s.start_ns), "frame": frames(_span_frame(s))})
                     open_.append(i)
                 while open_:
                     j = open_.pop()
-                    events.append({"type": "C", "at": lane.spans[j].end_ns + off,
+                    events.append({"type": "C", "at": pp.at(lane.spans[j].end_ns),
                                    "frame": frames(_span_frame(lane.spans[j]))})
                 name = f"{part.backend}: {lane.name}" if multi else lane.name
                 profiles.append({"type": "evented", "name": name, "unit": "nanoseconds",

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import attrs
 
 from omniprof.analysis import calltree
-from omniprof.analysis.timeline import nest_lanes, time_axis
+from omniprof.analysis.timeline import PlacedPart, nest_lanes, placed, time_axis
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Span
 from omniprof.errors import DataLossWarning, InvalidArgumentError
 
@@ -178,8 +178,8 @@ def _span_frame(s: Span) -> Frame:
     return Frame(name=s.name, file="", line=0, module=s.category or None, kind="span")
 
 
-def _span_records(part: BackendResult, offset: int) -> tuple[list[StackRecord], int]:
-    lanes, moved = span_lanes(part)
+def _span_records(pp: PlacedPart) -> tuple[list[StackRecord], int]:
+    lanes, moved = span_lanes(pp.part)
     out = []
     frame_cache: dict[tuple[str, str], Frame] = {}
     for lane in lanes:
@@ -199,7 +199,7 @@ def _span_records(part: BackendResult, offset: int) -> tuple[list[StackRecord], 
             # Children on one lane never overlap each other, so this is never negative for valid
             # data; zero-length or malformed spans are floored at 0 rather than made negative.
             self_ns = max(0, s.dur_ns - child_ns[i])
-            out.append(StackRecord(chain, lane.name, (1, self_ns), s.start_ns + offset))
+            out.append(StackRecord(chain, lane.name, (1, self_ns), pp.at(s.start_ns)))
     return out, moved
 
 
@@ -238,7 +238,8 @@ def stack_profile(result: ProfileResult, source: str = "auto", *, aggregate: boo
     negative = 0
     periods: list[int] = []
     weights: list[int] = []
-    for part, off in zip(result.parts, axis.offsets):
+    for pp in placed(result, axis):
+        part = pp.part
         threads = _thread_names(part)
         n_stacks = len(part.stacks)
         stack_cache: dict[int, tuple[Frame, ...]] = {}
@@ -273,7 +274,7 @@ def stack_profile(result: ProfileResult, source: str = "auto", *, aggregate: boo
                                            labels_of(st.task_id)) for st in calltree.sample_stacks(part))
             else:
                 records.extend(StackRecord(frames_of(smp.stack_id), thread_of(smp.thread_id),
-                                           (1, max(smp.weight_ns, 0)), smp.t_ns + off, labels_of(smp.task_id))
+                                           (1, max(smp.weight_ns, 0)), pp.at(smp.t_ns), labels_of(smp.task_id))
                                for smp in sorted(valid, key=lambda x: x.t_ns))
         elif source == "allocations":
             def alloc_thread(tid: int | None) -> str:
@@ -293,9 +294,9 @@ def stack_profile(result: ProfileResult, source: str = "auto", *, aggregate: boo
                     live_n = a.count if a.alive_at_end else 0
                     records.append(StackRecord(frames_of(a.stack_id), alloc_thread(a.thread_id),
                                                (a.count, a.size_bytes * a.count, live_n, a.size_bytes * live_n),
-                                               a.t_ns + off))
+                                               pp.at(a.t_ns)))
         else:
-            recs, m = _span_records(part, off)
+            recs, m = _span_records(pp)
             moved += m
             records.extend(attrs.evolve(r, thread=_prefix(result, part, r.thread)) for r in recs)
     skipped = {f"{source}_with_unknown_stack": bad} if bad else {}

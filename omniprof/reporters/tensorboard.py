@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 
 from omniprof._version import __version__
-from omniprof.analysis.timeline import nest_lanes, time_axis
+from omniprof.analysis.timeline import PlacedPart, nest_lanes, placed, time_axis
 from omniprof.core import validators as v
 from omniprof.core.fileio import atomic_write_bytes, hostname, unique_run_dir
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
@@ -133,16 +133,6 @@ class Timeline:
     notes: tuple[str, ...] = ()
 
 
-@attrs.define
-class _Conv:
-    """Per-part time mapping: ``rel(t)`` is ns after the timeline start."""
-
-    offset_ns: int
-
-    def rel(self, t: int) -> int:
-        return t + self.offset_ns
-
-
 def _stat_items(args: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in args.items():
@@ -205,7 +195,7 @@ def _pack(events: list[EventData]) -> list[list[EventData]]:
     return rows
 
 
-def _sampled_events(part: BackendResult, conv: _Conv) -> dict[int, list[EventData]]:
+def _sampled_events(part: BackendResult, conv: PlacedPart) -> dict[int, list[EventData]]:
     """Stack samples as nested frame events per thread: a sample stands for (t - weight, t]."""
     by_thread: dict[int, list[Any]] = defaultdict(list)
     for s in part.samples:
@@ -234,7 +224,7 @@ def _sampled_events(part: BackendResult, conv: _Conv) -> dict[int, list[EventDat
                 events.append(EventData(name, start, max(at - start, 0), {"samples": counts.pop()}, static))
 
         for s in samples:
-            end = conv.rel(s.t_ns)
+            end = conv.at(s.t_ns)
             start = end - max(s.weight_ns, 0)
             if prev_end is not None:
                 if start > prev_end:
@@ -280,12 +270,13 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
     flow_ids: dict[tuple[int, int], int] = {}
     flow_members: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # new id -> [(start, part, span)]
 
+    on_axis = placed(result, axis, parts)
     for pi, part in enumerate(parts):
-        conv = _Conv(axis.offsets[pi])
+        conv = on_axis[pi]
         for si, sp in enumerate(part.spans):
             for fid in sp.flow_ids:
                 new = flow_ids.setdefault((pi, fid), len(flow_ids) + 1)
-                flow_members[new].append((sp.start_ns + conv.offset_ns, pi, si))
+                flow_members[new].append((conv.at(sp.start_ns), pi, si))
     flow_dir: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)  # span key -> [(id, direction)]
     for new, members in flow_members.items():
         if len(members) < 2:
@@ -296,7 +287,7 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
             flow_dir[(pi, si)].append((new, direction))
 
     for pi, part in enumerate(parts):
-        conv = _Conv(axis.offsets[pi])
+        conv = on_axis[pi]
         tracks = {t.id: t for t in part.tracks}
         processes = {t.process for t in part.tracks if t.process and _device_of(t) is None}
         events_by_track: dict[str, list[EventData]] = defaultdict(list)
@@ -308,7 +299,7 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
             stats = _stat_items(ins.args)
             if ins.category:
                 stats.setdefault("category", ins.category)
-            events_by_track[ins.track].append(EventData(ins.name, conv.rel(ins.t_ns), 0, stats))
+            events_by_track[ins.track].append(EventData(ins.name, conv.at(ins.t_ns), 0, stats))
 
         def label(track: Track | None, track_id: str) -> str:
             name = track.name if track is not None else track_id
@@ -343,7 +334,7 @@ def build_timeline(result: ProfileResult, options: TensorBoardOptions | None = N
                 device = _device_of(track) if track is not None else None
                 stat = series.unit or "value"
                 cname = f"[{part.backend}] {series.name}" if several else series.name
-                counters[device].extend(EventData(cname, conv.rel(t), 0, {stat: float(val)})
+                counters[device].extend(EventData(cname, conv.at(t), 0, {stat: float(val)})
                                         for t, val in zip(series.t_ns, series.values))
 
     out_planes: list[PlaneData] = []
@@ -381,7 +372,7 @@ def _redispatched_ops(part: BackendResult) -> set[int]:
     return out
 
 
-def _span_event(sp: Span, conv: _Conv, flows: Sequence[tuple[int, int]], *, framework_op: bool = True) -> EventData:
+def _span_event(sp: Span, conv: PlacedPart, flows: Sequence[tuple[int, int]], *, framework_op: bool = True) -> EventData:
     stats = _stat_items(sp.args)
     if sp.category:
         stats.setdefault("category", sp.category)
@@ -396,7 +387,7 @@ def _span_event(sp: Span, conv: _Conv, flows: Sequence[tuple[int, int]], *, fram
         stats["flow"] = xs.encode_flow(fid, direction)
         if len(flows) > 1:
             stats["flow_ids"] = ",".join(str(f) for f, _ in flows)
-    return EventData(sp.name, conv.rel(sp.start_ns), max(sp.dur_ns, 0), stats, xprof_name=xprof_name)
+    return EventData(sp.name, conv.at(sp.start_ns), max(sp.dur_ns, 0), stats, xprof_name=xprof_name)
 
 
 _FRAMEWORK_OP = re.compile(r"^([a-z_][a-z0-9_]*)::([A-Za-z_][A-Za-z0-9_.]*)$")
