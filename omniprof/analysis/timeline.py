@@ -278,9 +278,10 @@ def time_bounds(result: ProfileResult, parts: Sequence[BackendResult] | None = N
         # A span covers [start, start + max(dur, 0)] and a sample [t - max(weight, 0), t]; the
         # bounds of those are taken as the bounds of the ends with and without the length.
         if p.spans:
-            lo.append(min(map(_START, p.spans)) + off)
-            hi.append(max(max(map(_START, p.spans)), max(map(operator.add, map(_START, p.spans), map(_DUR, p.spans))))
-                      + off)
+            starts = list(map(_START, p.spans))  # transient: read once, scanned three times
+            lo.append(min(starts) + off)
+            hi.append(max(max(starts), max(map(operator.add, starts, map(_DUR, p.spans)))) + off)
+            del starts
         for events in (p.instants, p.allocations):
             if events:
                 lo.append(min(map(_T, events)) + off)
