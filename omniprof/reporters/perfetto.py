@@ -1042,12 +1042,8 @@ def encode_json(stream: Iterable[tuple[Any, ...]], out: IO[bytes], chunk_bytes: 
     for ev in stream:
         kind = ev[0]
         if kind is SLICE:
-            _, key, start, end, args, _ = ev
-            head = heads.get(key)
-            if head is None:
-                row = key.row
-                head = heads[key] = (f'{{"ph":"X","name":{dumps(key.name)},"cat":{dumps(key.category or "span")},"ts":',
-                                     f',"pid":{row.pid},"tid":{row.tid}')
+            key, start, end, args = ev[1:5]
+            head = heads.get(key) or _json_slice_head(heads, key)
             tail = f',"args":{dumps(args)}}}' if args else "}"
             text = f'{sep}{head[0]}{us(start)},"dur":{us(end - start)}{head[1]}{tail}'
         elif kind is COUNTER:
@@ -1098,6 +1094,14 @@ def encode_json(stream: Iterable[tuple[Any, ...]], out: IO[bytes], chunk_bytes: 
     chunks.append("}\n")
     flush()
     return written
+
+
+def _json_slice_head(heads: dict[SliceKey, tuple[str, str]], key: SliceKey) -> tuple[str, str]:
+    """The text of a slice key's X events before ``ts`` and after ``dur`` (kept in ``heads``)."""
+    row = key.row
+    head = heads[key] = (f'{{"ph":"X","name":{_dumps(key.name)},"cat":{_dumps(key.category or "span")},"ts":',
+                         f',"pid":{row.pid},"tid":{row.tid}')
+    return head
 
 
 def _dumps(value: Any) -> str:

@@ -12,7 +12,6 @@ ops that overlap without nesting (overflow lanes), an instant and two counters.
 from __future__ import annotations
 
 import re
-import threading
 
 import pytest
 
@@ -27,27 +26,16 @@ from omniprof.core.results import (
     Span,
     Track,
 )
+from tests.unit.reporters.test_perfetto import cpu_result
 
 pytest.importorskip("perfetto.trace_processor", reason="the perfetto package (pip install perfetto) runs the reader")
 
 _LANE = re.compile(r" \(lane \d+\)$")
 
 
-def _spin(n: int) -> int:
-    return sum(i * i for i in range(n))
-
-
 def multi_part_result() -> ProfileResult:
-    with omniprof.Profiler(backend="cpu") as prof:
-        worker = threading.Thread(target=_spin, args=(300_000,), name="spinner")
-        worker.start()
-        for step in range(2):
-            with omniprof.StepTraceAnnotation("train", step_num=step):
-                with omniprof.annotate("load_batch", size=8):
-                    _spin(50_000)
-                _spin(100_000)
-        worker.join()
-    cpu = prof.result.parts[0]
+    host = cpu_result()  # a real cpu session: annotations of two steps, samples of two threads
+    cpu = host.parts[0]
     assert cpu.spans and cpu.samples, "the cpu session recorded no annotations or no samples"
     # The device clock reads ~0 when the run starts: its offset onto the reference clock is large and odd.
     offset = min(s.start_ns for s in cpu.spans) - 1_234_567 + 89
@@ -78,7 +66,7 @@ def multi_part_result() -> ProfileResult:
                   CounterSeries("memory_used", "bytes", s7, (1_500_000, 6_000_000), (2.0**30, 1.5 * 2**30))),
         flows=(Flow(7, "sync", "cuda_sync"), *(Flow(100 + i, "launch", "cuda_launch") for i in range(4))),
     )
-    return prof.result.evolve(parts=(cpu, device))
+    return host.evolve(parts=(cpu, device))
 
 
 def _arg_text(value) -> str:
