@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import random
 import time
 
-import omniprof
+from omniprof.core.reporting import make_reporter
 from omniprof.core.results import (
     Allocation,
     BackendResult,
@@ -53,15 +54,15 @@ def main() -> None:
     ap.add_argument("--spans", type=int, default=50_000)
     ns = ap.parse_args()
     result = make(ns.samples, ns.spans)
-    print(f"result: {ns.samples} samples (3000 stacks, depth 5-60), {2 * ns.spans} spans, "
+    print(f"load average {os.getloadavg()[0]:.2f}; result: {ns.samples} samples (3000 stacks, depth 5-60), {2 * ns.spans} spans, "
           f"{ns.samples // 4} allocations")
     cases = [("json", {}), ("pprof", {"source": "samples"}), ("pprof", {"source": "spans"}),
              ("pprof", {"source": "allocations"}), ("speedscope", {}), ("collapsed", {"source": "samples"}),
-             ("table", {"color": "never"})]
+             ("table", {"color": "never"}), ("perfetto", {}), ("chrome", {"compress": False})]
     base = None
     print(f"{'reporter':<28} {'seconds':>8} {'MB':>8} {'x json':>7}")
     for name, opts in cases:
-        rep = omniprof.core.reporting.make_reporter(name, opts)
+        rep = make_reporter(name, opts)
         buf = io.StringIO() if rep.output == "stream" else io.BytesIO()
         t0 = time.perf_counter()
         rep.report(result, buf)
