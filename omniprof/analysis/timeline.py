@@ -47,7 +47,7 @@ from omniprof.core.results import (
 from omniprof.errors import InvalidArgumentError
 
 __all__ = [
-    "Timeline", "merge", "measure_offset", "Nesting", "nest_lanes", "reference_offsets", "time_axis",
+    "Timeline", "merge", "measure_offset", "Nesting", "nest_lanes", "time_axis",
     "TimeAxis", "time_bounds", "PlacedPart", "placed", "track_order",
 ]
 
@@ -344,21 +344,6 @@ def time_axis(result: ProfileResult, parts: Sequence[BackendResult] | None = Non
     first, last = bounds if bounds is not None else (0, 0)
     zero = first if origin == "start" else min(0, first)
     return TimeAxis(zero, last - zero if bounds is not None else 0, tuple(p.clock.offset_ns - zero for p in parts))
-
-
-def reference_offsets(result: ProfileResult) -> tuple[list[int], int]:
-    """Each part's offset onto the reference clock, and how far every time was moved so none is
-    negative: ``t + offsets[i]`` is part ``i``'s time ``t`` on the reference clock, plus ``shift``
-    (:func:`time_axis` with ``origin="reference"``).
-
-    >>> from omniprof.core.results import BackendResult, ClockInfo, Span
-    >>> a = BackendResult(backend="a", spans=[Span("x", "t", 100, 10)])
-    >>> b = BackendResult(backend="b", clock=ClockInfo("dev", offset_ns=-300), spans=[Span("k", "t", 250, 5)])
-    >>> reference_offsets(ProfileResult(parts=(a, b)))
-    ([50, -250], 50)
-    """
-    axis = time_axis(result, origin="reference")
-    return list(axis.offsets), -axis.origin_ns
 
 
 class Nesting:
