@@ -467,7 +467,7 @@ def events(result: ProfileResult, options: PerfettoOptions | None = None) -> Ite
             flows = roles.get(si) if roles else None
             if flows is not None:
                 _flow_ends(ends, flows, key.row, start)
-                flows = flows[0] + flows[1]
+                flows = (*flows[0], *flows[1])
             yield SLICE, key, start, end, s.args if include_args else _NO_ARGS, flows
         yield from _lane_slices(lay, part, deferred, lane_state, roles, ends, include_args)
         # After the part's slices, by link id: readers sort by time, keeping file order on ties, so a
@@ -518,7 +518,7 @@ def _lane_slices(lay: Layout, part: BackendResult, deferred: dict[int, list[tupl
             flows = roles.get(si) if roles else None
             if flows is not None:
                 _flow_ends(ends, flows, row, start)
-                flows = flows[0] + flows[1]
+                flows = (*flows[0], *flows[1])
             yield SLICE, key, start, end, s.args if include_args else _NO_ARGS, flows
 
 
