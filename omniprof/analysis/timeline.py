@@ -6,8 +6,9 @@ native timestamps use another clock (``time.monotonic_ns``, CUPTI, a device cloc
 offset once with :func:`measure_offset` and stores it in its ``ClockInfo``.
 
 There is one way here to read a part on a time axis: :func:`placed` gives each part as a
-:class:`PlacedPart`, whose iterators yield the part's spans, instants, counter points and samples
-with ``t + offset`` already applied, lazily, without copying the part. :func:`time_axis` chooses the
+:class:`PlacedPart`, whose iterators yield the part's spans (each track in start order), instants,
+counter points, samples and allocations with ``t + offset`` already applied, lazily, without
+copying the part (``at(t)`` places one time, for a writer that walks a part its own way). :func:`time_axis` chooses the
 offsets a writer uses (each part's clock offset, moved so that nothing falls before 0); by default
 they are the clock offsets themselves (the reference clock). The Perfetto reporter's event stream
 walks parts through it, and :func:`merge` materialises the same iterators into one sorted
@@ -107,7 +108,7 @@ class PlacedPart:
     ``offset_ns``, added here and nowhere else. Nothing is copied; each call walks the part afresh.
 
     Attributes:
-        index: the part's position in ``result.parts``.
+        index: the part's position among the parts given to :func:`placed` (all of ``result.parts`` by default).
         part: the part itself (its own clock).
         offset_ns: what is added to each of its times (:func:`placed`).
     """
@@ -274,14 +275,14 @@ def time_bounds(result: ProfileResult, parts: Sequence[BackendResult] | None = N
         if p.start_ns or p.end_ns:
             lo.append(p.start_ns + off)
             hi.append(p.end_ns + off)
-        # At C speed (map, min, max): this runs over every event of the run before a writer starts.
+        # At C speed (map, min, max) and in constant memory: this runs over every event of the run
+        # before a writer starts.
         # A span covers [start, start + max(dur, 0)] and a sample [t - max(weight, 0), t]; the
         # bounds of those are taken as the bounds of the ends with and without the length.
         if p.spans:
-            starts = list(map(_START, p.spans))  # transient: read once, scanned three times
-            lo.append(min(starts) + off)
-            hi.append(max(max(starts), max(map(operator.add, starts, map(_DUR, p.spans)))) + off)
-            del starts
+            lo.append(min(map(_START, p.spans)) + off)
+            hi.append(max(max(map(_START, p.spans)), max(map(operator.add, map(_START, p.spans), map(_DUR, p.spans))))
+                      + off)
         for events in (p.instants, p.allocations):
             if events:
                 lo.append(min(map(_T, events)) + off)
