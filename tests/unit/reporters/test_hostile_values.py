@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import omniprof
-from omniprof.core.results import BackendResult, Frame, ProfileResult, Span, StackSample, Track
+from omniprof.core.results import BackendResult, CounterSeries, Frame, Instant, ProfileResult, Span, StackSample, Track
 from omniprof.errors import ReporterError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -91,6 +92,30 @@ def test_times_beyond_64_bits_refused_nothing_written(tmp_path, reporter, t_ns, 
     msg = str(e.value)
     assert "\n" not in msg and str(t_ns + offset_ns) in msg and "64-bit" in msg
     assert list(tmp_path.iterdir()) == []
+
+
+_BIG = 2**63
+
+
+@pytest.mark.parametrize("field,part", [
+    ("start_ns/end_ns", dict(start_ns=0, end_ns=_BIG)),
+    ("spans' start_ns", dict(spans=[Span("a", "t", -_BIG - 1, 5)])),
+    ("spans' end (start_ns + dur_ns)", dict(spans=[Span("a", "t", _BIG - 5, 5)])),
+    ("instants' t_ns", dict(instants=[Instant("i", "t", _BIG)])),
+    ("samples' t_ns", dict(samples=[StackSample(_BIG, 1, 0, 5)])),
+    ("samples' weight_ns", dict(samples=[StackSample(10, 1, 0, _BIG)])),
+    ("counters' t_ns", dict(counters=[CounterSeries("c", "", "t", (1, _BIG), (1.0, 2.0))])),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_every_time_field_is_checked(tmp_path, field, part):
+    """Each kind of time (and weight) is checked against the 64-bit bound, named in the message,
+    and one under the bound in the same field is written."""
+    base = dict(backend="cpu", tracks=[Track("t", "t")], frames=[Frame("f")], stacks=[(0,)])
+    with pytest.raises(ReporterError, match=re.escape(f"has {field} = ")):
+        omniprof.report(ProfileResult(parts=(BackendResult(**base, **part),)), "perfetto", tmp_path / "x")
+    assert list(tmp_path.iterdir()) == []
+    ok = ProfileResult(parts=(BackendResult(**base, spans=[Span("a", "t", _BIG - 6, 5)],
+                                            samples=[StackSample(_BIG - 1, 1, 0, _BIG - 1)]),))
+    assert omniprof.report(ok, "perfetto", tmp_path / "ok.pftrace").stat().st_size > 0
 
 
 def test_largest_valid_time_still_written(tmp_path, go_pprof, run_tool):
