@@ -1475,6 +1475,21 @@ static PyObject *py_peek_arm(PyObject *self, PyObject *args) {
 #endif
 }
 
+#ifdef OMNIPROF_NATIVE
+/* sem_wait for at most timeout_s seconds (EINTR retried): 0 when posted, -1 on timeout. Call it
+ * without the GIL. */
+static int sem_wait_for(sem_t *sem, double timeout_s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(timeout_s * 1e9);
+    ts.tv_sec += ns / 1000000000LL;
+    ts.tv_nsec = ns % 1000000000LL;
+    int rc;
+    while ((rc = sem_timedwait(sem, &ts)) != 0 && errno == EINTR) {}
+    return rc;
+}
+#endif
+
 /* wait_new_codes(timeout_s) -> True when the engine saw code objects it had not seen before (or stop()
  * was called) since the last wait, False on timeout. Waits without the GIL. */
 static PyObject *py_wait_new_codes(PyObject *self, PyObject *arg) {
@@ -1484,12 +1499,7 @@ static PyObject *py_wait_new_codes(PyObject *self, PyObject *arg) {
     if (!code_sem_ready) Py_RETURN_FALSE;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long ns = (long long)ts.tv_nsec + (long long)(timeout * 1e9);
-    ts.tv_sec += ns / 1000000000LL;
-    ts.tv_nsec = ns % 1000000000LL;
-    while ((rc = sem_timedwait(&code_sem, &ts)) != 0 && errno == EINTR) {}
+    rc = sem_wait_for(&code_sem, timeout);
     Py_END_ALLOW_THREADS
     code_wake_posted = 0;  /* codes seen from here on post again */
     return PyBool_FromLong(rc == 0);
@@ -1506,12 +1516,7 @@ static PyObject *py_peek_wait(PyObject *self, PyObject *arg) {
     if (PyErr_Occurred()) return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long ns = (long long)ts.tv_nsec + (long long)(timeout * 1e9);
-    ts.tv_sec += ns / 1000000000LL;
-    ts.tv_nsec = ns % 1000000000LL;
-    while ((rc = sem_timedwait(&peek_done, &ts)) != 0 && errno == EINTR) {}
+    rc = sem_wait_for(&peek_done, timeout);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc == 0 ? peek_result : 0);
 #else
