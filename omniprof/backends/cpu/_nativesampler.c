@@ -1114,6 +1114,16 @@ static void reset_session(void) {
 static int started_once = 0;
 static int joinable = 0;
 
+/* Take E.lock from a thread that holds the GIL. The GIL is let go while waiting: drain() holds
+ * E.lock while it takes the GIL back, so a GIL holder that blocked on E.lock would deadlock with it
+ * (seen: start() against the new session's first drain). Rule: never block on E.lock with the GIL. */
+static void lock_engine(void) {
+    if (pthread_mutex_trylock(&E.lock) == 0) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&E.lock);
+    Py_END_ALLOW_THREADS
+}
+
 static void join_engine(void) {
     if (joinable) {
         Py_BEGIN_ALLOW_THREADS
@@ -1262,7 +1272,9 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
     Py_XDECREF(x);
     Py_DECREF(it);
     if (PyErr_Occurred()) return NULL;
-    pthread_mutex_lock(&E.lock);
+    while (code_sem_ready && sem_trywait(&code_sem) == 0) {}  /* the last session's stop() post */
+    code_wake_posted = 0;
+    lock_engine();
     start_engine_locked(interval_ns, mode, max_depth, max_pending, 0);
     pthread_mutex_unlock(&E.lock);
     int rc = pthread_create(&E.thread, NULL, engine_main, NULL);
@@ -1283,7 +1295,7 @@ static PyObject *py_exclude(PyObject *self, PyObject *arg) {
 #ifdef OMNIPROF_NATIVE
     uint64_t tid = PyLong_AsUnsignedLongLongMask(arg);
     if (PyErr_Occurred()) return NULL;
-    pthread_mutex_lock(&E.lock);
+    lock_engine();
     if (!excluded(tid) && E.n_exclude < MAX_EXCLUDE) E.exclude[E.n_exclude++] = tid;
     pthread_mutex_unlock(&E.lock);
 #endif
@@ -1305,7 +1317,7 @@ static PyObject *py_set_native_ids(PyObject *self, PyObject *arg) {
     }
     if (PyErr_Occurred()) return NULL;
     if (!started_once) { pthread_mutex_init(&E.lock, NULL); started_once = 1; }
-    pthread_mutex_lock(&E.lock);
+    lock_engine();
     memcpy(E.native_map, tmp, sizeof tmp);
     E.n_native_map = n;
     pthread_mutex_unlock(&E.lock);
@@ -1332,9 +1344,7 @@ static PyObject *py_drain(PyObject *self, PyObject *noargs) {
     int64_t n = 0;
     PyObject *stacks = NULL, *codes = NULL, *stats = NULL;
     /* Copy out under the lock (the engine thread never takes the GIL, so there is no lock order issue). */
-    Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&E.lock);
-    Py_END_ALLOW_THREADS
+    lock_engine();
     n = E.n_samples;
     copy = n ? malloc((size_t)n * sizeof(sample_t)) : NULL;
     if (n && !copy) { pthread_mutex_unlock(&E.lock); return PyErr_NoMemory(); }
@@ -1401,7 +1411,7 @@ static PyObject *py_resolve_codes(PyObject *self, PyObject *arg) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
     if (!out) { Py_DECREF(seq); return NULL; }
-    pthread_mutex_lock(&E.lock);  /* the engine may be running: the code table is shared */
+    lock_engine();  /* the engine may be running: the code table is shared */
     for (Py_ssize_t i = 0; i < n; i++) {
         uintptr_t p = (uintptr_t)PyLong_AsUnsignedLongLongMask(PySequence_Fast_GET_ITEM(seq, i));
         PyObject *res = Py_None;
