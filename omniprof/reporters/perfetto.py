@@ -464,11 +464,8 @@ def events(result: ProfileResult, options: PerfettoOptions | None = None) -> Ite
                 continue
             open_ends.append(end)
             last[0] = start
-            flows = roles.get(si) if roles else None
-            if flows is not None:
-                _flow_ends(ends, flows, key.row, start)
-                flows = (*flows[0], *flows[1])
-            yield SLICE, key, start, end, s.args if include_args else _NO_ARGS, flows
+            yield (SLICE, key, start, end, s.args if include_args else _NO_ARGS,
+                   _slice_links(roles, ends, si, key.row, start) if roles else None)
         yield from _lane_slices(lay, part, deferred, lane_state, roles, ends, include_args)
         # After the part's slices, by link id: readers sort by time, keeping file order on ties, so a
         # link whose ends start at the same instant still begins before it ends.
@@ -515,18 +512,22 @@ def _lane_slices(lay: Layout, part: BackendResult, deferred: dict[int, list[tupl
             key = lane_keys.get(lk)
             if key is None:
                 key = lane_keys[lk] = SliceKey(row, s.name, s.category)
-            flows = roles.get(si) if roles else None
-            if flows is not None:
-                _flow_ends(ends, flows, row, start)
-                flows = (*flows[0], *flows[1])
-            yield SLICE, key, start, end, s.args if include_args else _NO_ARGS, flows
+            yield (SLICE, key, start, end, s.args if include_args else _NO_ARGS,
+                   _slice_links(roles, ends, si, row, start) if roles else None)
 
 
-def _flow_ends(ends: dict[int, list[Any]], role: tuple[list[int], list[int]], row: TrackRow, start: int) -> None:
+def _slice_links(roles: dict[int, tuple[list[int], list[int]]], ends: dict[int, list[Any]], si: int,
+                 row: TrackRow, start: int) -> tuple[int, ...] | None:
+    """The link ids of span ``si``'s flows (leaving, then arriving; None: it has none), each noted
+    in ``ends`` as leaving or arriving at ``row`` at ``start``, where the slice is written."""
+    role = roles.get(si)
+    if role is None:
+        return None
     for f in role[0]:
         ends.setdefault(f, [None, 0, None, 0])[0:2] = row, start
     for f in role[1]:
         ends.setdefault(f, [None, 0, None, 0])[2:4] = row, start
+    return (*role[0], *role[1])
 
 
 def _flow_roles(part: BackendResult, links: Iterator[int]
@@ -851,6 +852,11 @@ def encode_proto(stream: Iterable[tuple[Any, ...]], fh: IO[bytes], chunk_bytes: 
     arg_cache: dict[Any, bytes] = {}
     counter_heads: dict[int, bytes] = {}
     interned = bytearray()  # mappings, frames and stacks waiting for their InternedData packet
+
+    def emit_interned() -> None:
+        sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + _SEQ_TAIL)
+        interned.clear()
+
     te_tag = _TE_TAG
     seq_tail = _SEQ_TAIL
     # Flush every `limit` slices. A slice is 8 pieces (~85 bytes), and b"".join keeps an 80-byte
@@ -908,8 +914,7 @@ def encode_proto(stream: Iterable[tuple[Any, ...]], fh: IO[bytes], chunk_bytes: 
                 sink.flush()
             continue
         if interned and kind is not FRAME and kind is not STACK and kind is not MAPPING:
-            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + seq_tail)
-            interned.clear()
+            emit_interned()
         if kind is COUNTER:
             _, row, t, value = ev
             head = counter_heads.get(row.uuid)
@@ -947,10 +952,9 @@ def encode_proto(stream: Iterable[tuple[Any, ...]], fh: IO[bytes], chunk_bytes: 
             interned += _f_bytes(_I_CALLSTACKS, _f_uint(1, sid) + b"".join(_f_uint(2, f) for f in frames))
         # META and FLOW: nothing to write (flows are their slices' flow ids)
         if len(interned) > (1 << 16):
-            sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + seq_tail)
-            interned.clear()
+            emit_interned()
     if interned:
-        sink.packet(_f_bytes(_P_INTERNED, bytes(interned)) + seq_tail)
+        emit_interned()
     sink.flush()
     return sink.written
 
