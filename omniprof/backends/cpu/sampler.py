@@ -345,7 +345,6 @@ class Sampler:
         memo: dict[tuple[Any, int], Frame] = {}
         frame_ids: dict[Frame, int] = {}
         frames: list[Frame] = []
-        stack_map: dict[int, int] = {}
         stacks: list[tuple[int, ...]] = []
         stack_dedup: dict[tuple[int, ...], int] = {}
         samples = []
@@ -356,12 +355,8 @@ class Sampler:
         segments = [(0, cut)] if cut is not None else self.cuts
         if not segments or segments[0][0] > 0:
             segments = [(0, NO_CUT), *segments]
-        seg = 0
-        while seg + 1 < len(segments) and segments[seg + 1][0] <= start:
-            seg += 1
-        cur = segments[seg][1]
-        next_at = segments[seg + 1][0] if seg + 1 < len(segments) else end
-        maps: dict[int, dict[int, int]] = {id(cur): stack_map}
+        maps: dict[int, dict[int, int]] = {}  # id(cut) -> raw stack id -> exported stack id
+        seg, next_at = -1, start  # the first sample finds its segment
         for i in range(start, end):
             if i >= next_at:
                 while seg + 1 < len(segments) and segments[seg + 1][0] <= i:
