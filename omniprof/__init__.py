@@ -94,30 +94,29 @@ _SUBMODULES = frozenset({"core", "analysis", "formats", "backends", "reporters",
                          "testing", "plugin", "runner", "errors", "notebook", "pytest_plugin"})
 
 
+def _resolve(module: str, attr: str | None) -> object:
+    """``module`` itself (``attr`` None) or its attribute ``attr``, the module imported now."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    return mod if attr is None else getattr(mod, attr)
+
+
 def __getattr__(name: str) -> object:
     # Public names whose modules are imported on first use, so `import omniprof` stays light.
     if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        mod = importlib.import_module(module)
-        value = mod if attr is None else getattr(mod, attr)
-        globals()[name] = value
+        value = globals()[name] = _resolve(*_LAZY[name])
         return value
     if name in _SUBMODULES:
-        import importlib
-
-        return importlib.import_module(f"omniprof.{name}")
+        return _resolve(f"omniprof.{name}", None)
     if name in _DEPRECATED:  # never cached in globals(): each use warns (shown once per call site)
-        import importlib
         import warnings
 
         module, attr = _DEPRECATED[name]
         new = module if attr is None else f"{module}.{attr}"
         warnings.warn(f"omniprof.{name} is deprecated and will be removed in a future release; use {new}",
                       DeprecationWarning, stacklevel=2)
-        mod = importlib.import_module(module)
-        return mod if attr is None else getattr(mod, attr)
+        return _resolve(module, attr)
     raise AttributeError(f"module 'omniprof' has no attribute {name!r}")
 
 

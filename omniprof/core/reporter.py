@@ -71,7 +71,8 @@ def check_times(result: ProfileResult, reporter: str) -> None:
     included) does not fit a signed 64-bit integer, the widest the trace formats hold.
 
     Such a value (2^63 ns is 292 years) can only come from a damaged or hand-made result; a writer
-    would otherwise wrap it silently or write a field its readers reject. One pass, no copies.
+    would otherwise wrap it silently or write a field its readers reject. No copies: a min and a max
+    per kind of time, at C speed.
     """
     from itertools import chain
     from operator import add, attrgetter

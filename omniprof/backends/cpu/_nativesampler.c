@@ -1343,7 +1343,8 @@ static PyObject *py_drain(PyObject *self, PyObject *noargs) {
     sample_t *copy = NULL;
     int64_t n = 0;
     PyObject *stacks = NULL, *codes = NULL, *stats = NULL;
-    /* Copy out under the lock (the engine thread never takes the GIL, so there is no lock order issue). */
+    /* Copy out under the lock, taken with the GIL let go (lock_engine: the engine thread never takes
+     * the GIL, and no GIL holder blocks on the lock). */
     lock_engine();
     n = E.n_samples;
     copy = n ? malloc((size_t)n * sizeof(sample_t)) : NULL;
