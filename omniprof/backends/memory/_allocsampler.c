@@ -360,6 +360,13 @@ static __attribute__((noinline)) void on_sampled(void *ptr, size_t size, uint8_t
     record(ptr, size, domain);
 }
 
+/* Record a made allocation that counts_as_recorded() chose: a large one, or the one the countdown
+ * ran down to. */
+static inline void record_chosen(void *p, size_t size, uint8_t domain) {
+    if (size >= always_bytes) on_large(p, size, domain);
+    else on_sampled(p, size, domain);
+}
+
 /* An allocation that is recorded: a large one, or the one the countdown ran down to. Made here,
  * then recorded; one that fails is taken out of the counts again. */
 static __attribute__((noinline)) void *alloc_recorded(PyMemAllocatorEx *orig, int zeroed, size_t ne, size_t n,
@@ -372,8 +379,7 @@ static __attribute__((noinline)) void *alloc_recorded(PyMemAllocatorEx *orig, in
         if (!large) { countdown = draw_countdown(); drawn += countdown - 1; } /* the failed one is no allocation */
         return NULL;
     }
-    if (large) on_large(p, size, domain);
-    else on_sampled(p, size, domain);
+    record_chosen(p, size, domain);
     return p;
 }
 
@@ -399,10 +405,7 @@ static inline int counts_as_recorded(size_t size) {
         void *p = ORIG.realloc(ORIG.ctx, old, n);                                           \
         if (p) {                                                                            \
             if (maybe_sampled(old, DOMAIN)) note_sampled_free(old, 0);                      \
-            if (counts_as_recorded(n)) {                                                    \
-                if (n >= always_bytes) on_large(p, n, DOMAIN);                              \
-                else on_sampled(p, n, DOMAIN);                                              \
-            }                                                                               \
+            if (counts_as_recorded(n)) record_chosen(p, n, DOMAIN);                         \
         }                                                                                   \
         return p;                                                                           \
     }                                                                                       \
