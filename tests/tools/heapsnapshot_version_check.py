@@ -87,8 +87,8 @@ def main():
                                                   root / "omniprof/backends/memory/heapsnapshot.py")
     hs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hs)
-    check("reader_found", hs._instance_state() is _allocsampler.instance_state
-          and hs._frame_locals() is _allocsampler.frame_locals)
+    check("reader_found", hs._c_helper("instance_state") is _allocsampler.instance_state
+          and hs._c_helper("frame_locals") is _allocsampler.frame_locals)
 
     items = [Item(i) for i in range(2_000)]
     wides = [Wide(i) for i in range(3)]

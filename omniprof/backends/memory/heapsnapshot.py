@@ -104,22 +104,17 @@ def _size(obj: Any) -> int:
         return 0
 
 
-def _instance_state() -> Any:
-    """The C helper that reads an instance's attributes without building its ``__dict__``, or None."""
+def _c_helper(name: str) -> Any:
+    """A C helper of the ``_allocsampler`` extension, or None where it was not built:
+    ``instance_state`` reads an instance's attributes without building its ``__dict__``;
+    ``frame_locals`` reads a running frame's locals in place (no ``f_locals`` built)."""
+    import importlib
+
     try:
-        from omniprof.backends.memory._allocsampler import instance_state
+        ext = importlib.import_module("omniprof.backends.memory._allocsampler")
     except ImportError:
         return None
-    return instance_state
-
-
-def _frame_locals() -> Any:
-    """The C helper that reads a running frame's locals in place (no ``f_locals`` built), or None."""
-    try:
-        from omniprof.backends.memory._allocsampler import frame_locals
-    except ImportError:
-        return None
-    return frame_locals
+    return getattr(ext, name, None)
 
 
 def _edges(obj: Any, state: Any, frame_locals: Any = None) -> tuple[list[tuple[int, Any, Any]], int]:
@@ -280,7 +275,7 @@ def _walk(objs: list[Any], emit_node: Any, emit_edge: Any, all_one: bool) -> tup
 
 
 def _walk_quiet(objs: list[Any], emit_node: Any, emit_edge: Any, all_one: bool) -> tuple[int, int]:
-    state, frame_locals = _instance_state(), _frame_locals()
+    state, frame_locals = _c_helper("instance_state"), _c_helper("frame_locals")
     initial = _IdSet()  # the program's tracked objects: visited by the loop over objs below
     for o in objs:
         if not (_isa(o, types.FrameType) and o.f_code.co_filename.startswith(_OWN_DIR + os.sep)):
