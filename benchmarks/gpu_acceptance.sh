@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device run of benchmarks/gpu_acceptance.py, the one command a session passes to the device tool:
-#     run(command="bash benchmarks/gpu_acceptance.sh", carry=[".whl"], timeout_s=540)
+#     run(command="bash benchmarks/gpu_acceptance.sh", carry=[".whl"], timeout_s=480)
 # .whl is made here first by `python benchmarks/gpu_wheels.py` (docs/gpu.md). On the device this
 # installs the carried wheels into a site folder with pip --no-index (the device reaches no index),
 # builds omniprof's sdist there (its C extensions compiled on the device), then runs the acceptance
