@@ -3,8 +3,9 @@
 #     run(command="bash benchmarks/gpu_acceptance.sh", carry=[".whl"], timeout_s=480)
 # .whl is made here first by `python benchmarks/gpu_wheels.py` (docs/gpu.md). On the device this
 # installs the carried wheels into a site folder with pip --no-index (the device reaches no index),
-# builds omniprof's sdist there (its C extensions compiled on the device), then runs the acceptance
-# script with the image's own torch and jax; the record and the log go to $OUT.
+# builds omniprof there from the working tree that travelled with the command (so a fix made since
+# the wheels were made is what runs; its C extensions compiled on the device), then runs the
+# acceptance script with the image's own torch and jax; the record and the log go to $OUT.
 # Exit status: the acceptance script's (0 all passed, 1 some failed, 3 no GPU), or 10 when the
 # build tools, 11 when the wheels or omniprof could not be installed.
 set -u -o pipefail
@@ -26,7 +27,7 @@ done
 echo "fallback wheels installed: ${extra[*]:-none}" | tee -a "$LOG"
 "${PIP[@]}" --target "$SITE-build" "$WHL"/build/*.whl 2>&1 | tee -a "$LOG" || exit 10
 PYTHONPATH="$SITE-build${PYTHONPATH:+:$PYTHONPATH}" "${PIP[@]}" --no-build-isolation --target "$SITE" \
-  "$WHL"/*.whl ${extra[@]+"${extra[@]}"} "$WHL"/omniprof-*.tar.gz 2>&1 | tee -a "$LOG" || exit 11
+  "$WHL"/*.whl ${extra[@]+"${extra[@]}"} "${GPU_OMNIPROF:-.}" 2>&1 | tee -a "$LOG" || exit 11
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 "$PY" - <<'PY' 2>&1 | tee -a "$LOG"
 import importlib.metadata as md, sys

@@ -3,16 +3,18 @@
 The device image (see the device tool's KINDS.md) has python 3.12, torch 2.11 (cu130), jax 0.11.2
 with the CUDA 13 plugin, nvidia-cuda-cupti 13.0, nvidia-ml-py, numpy, protobuf, absl-py, etils,
 werkzeug, attrs, rich, setuptools; it reaches no package index. This script downloads what omniprof's
-GPU paths need beyond that (``--no-deps``, manylinux x86-64 wheels for CPython 3.12), builds
-omniprof's sdist (its C extensions are compiled on the device), and writes ``MANIFEST.txt``:
+GPU paths need beyond that (``--no-deps``, manylinux x86-64 wheels for CPython 3.12) and writes
+``MANIFEST.txt``. omniprof itself is not among them: benchmarks/gpu_acceptance.sh builds it on the
+device from the working tree that travels with the command (C extensions compiled there), so the
+code that runs is always the code of that moment.
 
     WHEELS      installed into the run's site folder: cupti-python (matching the image's CUDA 13.0
                 CUPTI), xprof and the modules its converter imports that the image lacks, omniprof's
                 pure-Python dependencies missing there
     fallback/M/ installed only when the image cannot import module M, or has it older than
                 fallback/M/MIN_VERSION (pynvml: nvidia-ml-py; google.protobuf: protobuf 6.31.1)
-    build/      only for building omniprof's sdist there (setuptools >= 74.1 reads ext-modules
-                from pyproject.toml)
+    build/      only for building omniprof there (setuptools >= 74.1 reads ext-modules from
+                pyproject.toml)
 
 Usage: python benchmarks/gpu_wheels.py [--dest .whl] [--check]
 ``--check`` also proves the folder is enough: it makes a fresh Python 3.12 venv holding only the
@@ -65,16 +67,6 @@ def download(name: str, version: str, dest: Path) -> None:
     subprocess.run([*cmd, f"{name}=={version}"], check=True)
 
 
-def build_sdist(dest: Path) -> Path:
-    """omniprof's sdist, built from this checkout with setuptools' own PEP 517 hook (no isolation)."""
-    code = ("import sys; from setuptools import build_meta as b; "
-            "print(b.build_sdist(sys.argv[1]))")
-    out = subprocess.run([sys.executable, "-c", code, str(dest)], cwd=ROOT, check=True, capture_output=True,
-                         text=True).stdout.strip().splitlines()[-1]
-    shutil.rmtree(ROOT / "omniprof.egg-info", ignore_errors=True)
-    return dest / out
-
-
 def make(dest: Path) -> list[Path]:
     if dest.exists():
         shutil.rmtree(dest)
@@ -89,7 +81,6 @@ def make(dest: Path) -> list[Path]:
             (dest / "fallback" / module / "MIN_VERSION").write_text(min_version + "\n")
     for name, version in BUILD:
         download(name, version, dest / "build")
-    build_sdist(dest)
     files = sorted(p for p in dest.rglob("*") if p.is_file() and p.name != "MANIFEST.txt")
     total = sum(p.stat().st_size for p in files)
     lines = [f"{p.stat().st_size:>10}  {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}  {p.relative_to(dest)}"
@@ -110,6 +101,8 @@ for m in ("omniprof", "cattrs", "tomli_w", "pynvml", "cupti.cupti", "xprof.conve
           "omniprof.backends.memory._allocsampler"):
     mod = importlib.import_module(m)
     print(f"import {m}: ok ({getattr(mod, '__file__', '?')})")
+from omniprof.core.registry import get_registry
+print("backends from the installed entry points:", ", ".join(get_registry().names("backend")))
 if len(sys.argv) > 1:
     from xprof.convert import raw_to_tool_data
     data, _ = raw_to_tool_data.xspace_to_tool_data([sys.argv[1]], "framework_op_stats", {"use_saved_result": False})
