@@ -61,7 +61,7 @@ MIB = 1 << 20
 
 #: group -> (the checks it records, its time limit in seconds)
 GROUPS: dict[str, tuple[tuple[str, ...], int]] = {
-    "cupti": (("cupti.session", "cupti.kernel_names", "cupti.kernel_time", "cupti.memcpy_memset",
+    "cupti": (("cupti.session", "cupti.reference", "cupti.kernel_names", "cupti.kernel_time", "cupti.memcpy_memset",
                "cupti.flows"), 120),
     "nvml": (("nvml.counters_vs_nvidia_smi",), 60),
     "torch": (("torch.op_table", "torch.kernel_stats", "torch.memory_by_category"), 120),
@@ -226,6 +226,82 @@ def demangle(names: list[str]) -> dict[str, str]:
     return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}
 
 
+# -- the cupti backend's part against torch.profiler's Chrome trace events (pure functions) ---------
+def _x(kev: list[dict[str, Any]], *cats: str) -> list[dict[str, Any]]:
+    return [e for e in kev if e.get("ph") == "X" and e.get("cat") in cats]
+
+
+def compare_kernels(part: Any, kev: list[dict[str, Any]]) -> tuple[bool, dict[str, Any]]:
+    """Kernel names and counts of our part equal torch.profiler's."""
+    ours = Counter(s.name for s in part.spans if s.category == "kernel")
+    theirs = Counter(e["name"] for e in _x(kev, "kernel"))
+    readable = demangle(sorted(ours))
+    ours_demangled: Counter[str] = Counter()
+    for n, k in ours.items():
+        ours_demangled[readable[n]] += k
+    return ours == theirs, {
+        "kernels_ours": sum(ours.values()), "kernels_torch_profiler": sum(theirs.values()),
+        "distinct_ours": len(ours), "distinct_torch_profiler": len(theirs), "names_and_counts_equal": ours == theirs,
+        "equal_after_demangling_ours": ours_demangled == theirs,
+        "only_ours": sorted(set(ours) - set(theirs))[:5], "only_torch_profiler": sorted(set(theirs) - set(ours))[:5],
+        "count_mismatches": {n: [ours[n], theirs[n]] for n in sorted(set(ours) & set(theirs)) if ours[n] != theirs[n]}}
+
+
+def compare_kernel_time(part: Any, kev: list[dict[str, Any]], tolerance_pct: float = 2.0) -> tuple[bool, dict[str, Any]]:
+    """Total kernel time of our part within ``tolerance_pct`` of torch.profiler's."""
+    ours = sum(s.dur_ns for s in part.spans if s.category == "kernel")
+    theirs = sum(round(float(e.get("dur", 0)) * 1000) for e in _x(kev, "kernel"))
+    diff = pct(ours, theirs)
+    return abs(diff) <= tolerance_pct, {"total_kernel_ms_ours": ours / 1e6, "total_kernel_ms_torch_profiler": theirs / 1e6,
+                                        "diff_pct": diff, "tolerance_pct": tolerance_pct}
+
+
+def compare_copies(part: Any, kev: list[dict[str, Any]], expected: dict[str, int] | None = None,
+                   nbytes: int = MIB) -> tuple[bool, dict[str, Any]]:
+    """memcpy (by direction) and memset counts and bytes equal torch.profiler's, and the copies of
+    ``nbytes`` number what the workload made (``expected``: direction or "memset" -> count)."""
+    ours: Counter[tuple[str, int]] = Counter()
+    for s in part.spans:
+        if s.category == "memcpy":
+            ours[(str(s.args.get("kind")), int(s.args.get("bytes", 0)))] += 1
+        elif s.category == "memset":
+            ours[("memset", int(s.args.get("bytes", 0)))] += 1
+    theirs: Counter[tuple[str, int]] = Counter()
+    for e in _x(kev, "gpu_memcpy"):  # "Memcpy HtoD (Pageable -> Device)"
+        theirs[(e["name"].split()[1], int(e.get("args", {}).get("bytes", 0)))] += 1
+    for e in _x(kev, "gpu_memset"):
+        theirs[("memset", int(e.get("args", {}).get("bytes", 0)))] += 1
+    by_hand = {k: ours[(k, nbytes)] for k in expected} if expected else {}
+    ok = bool(ours) and ours == theirs and by_hand == (expected or {})
+    return ok, {"ours": {f"{k} {b}B": n for (k, b), n in sorted(ours.items())},
+                "torch_profiler": {f"{k} {b}B": n for (k, b), n in sorted(theirs.items())},
+                f"expected_{nbytes}B_by_hand": expected, f"ours_{nbytes}B": by_hand,
+                "bytes_ours": sum(b * n for (_, b), n in ours.items()),
+                "bytes_torch_profiler": sum(b * n for (_, b), n in theirs.items())}
+
+
+def compare_flows(part: Any, kev: list[dict[str, Any]]) -> tuple[bool, dict[str, Any]]:
+    """Every flow of our part ends at a CUDA call we recorded, and we link at least the GPU work
+    torch.profiler links (its ``ac2g`` flows carry the correlation id)."""
+    device = [s for s in part.spans if s.category in ("kernel", "memcpy", "memset")]
+    host: dict[int, list[str]] = {}
+    for s in part.spans:
+        if s.category == "runtime":
+            host.setdefault(int(s.args.get("correlation_id", 0)), []).append(s.name)
+    linked = [s for s in device if s.flow_ids]
+    bad_ends = [s.name for s in device for f in s.flow_ids if f not in host]
+    launchers = Counter(n for s in linked for f in s.flow_ids for n in host.get(f, ()))
+    flow_ids = {e.get("id") for e in kev if e.get("cat") == "ac2g" and e.get("ph") in ("s", "f")}
+    kdevice = _x(kev, "kernel", "gpu_memcpy", "gpu_memset")
+    klinked = sum(1 for e in kdevice if e.get("args", {}).get("correlation") in flow_ids)
+    ok = bool(device) and not bad_ends and len(linked) >= klinked
+    return ok, {"device_spans": len(device), "linked": len(linked),
+                "unlinked_names": sorted({s.name for s in device if not s.flow_ids})[:5],
+                "device_events_torch_profiler": len(kdevice), "linked_torch_profiler": klinked,
+                "flow_ids_without_host_call": len(bad_ends), "flows_ours": len(part.flows),
+                "host_ends": dict(launchers.most_common(8))}
+
+
 # -- group: cupti ----------------------------------------------------------------------------------
 def group_cupti(records: list[dict[str, Any]], tmp: Path) -> None:
     import torch
@@ -245,89 +321,39 @@ def group_cupti(records: list[dict[str, Any]], tmp: Path) -> None:
                 work.run(iters)
         part = prof.result.part("cupti")
         got["part"] = part
-        # The reference: torch.profiler (Kineto, CUPTI underneath) on the same workload, after ours
-        # has let CUPTI go (one subscriber per process).
+        cats = Counter(s.category for s in part.spans)
+        return bool(cats.get("kernel")), {
+            "spans_by_category": dict(cats), "flows": len(part.flows), "losses": [vars_loss(x) for x in part.losses],
+            "warnings": [str(w.message)[:200] for w in said][:5], "versions": part.metadata.get("versions", {}),
+            "notes": part.metadata.get("notes", []), "errors": part.metadata.get("errors", [])}
+
+    def reference() -> tuple[bool, dict[str, Any]]:
+        # torch.profiler (Kineto, CUPTI underneath) on the same workload, after ours has let CUPTI go
+        # (one subscriber per process); its failure is the reference's, not ours.
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
             work.run(iters)
         got["kineto"] = kineto_events(tp, tmp, "cupti_reference")
-        cats = Counter(s.category for s in part.spans)
-        return bool(cats.get("kernel")), {
-            "spans_by_category": dict(cats), "flows": len(part.flows), "losses": [vars_loss(x) for x in part.losses],
-            "warnings": [str(w.message)[:200] for w in said][:5], "versions": part.metadata.get("versions", {}),
-            "kineto_events": len(got["kineto"])}
+        cats = Counter(e.get("cat") for e in got["kineto"] if e.get("ph") == "X")
+        return bool(cats.get("kernel")), {"events_by_category": dict(cats)}
 
     def kernel_names() -> tuple[bool, dict[str, Any]]:
-        part, kev = got["part"], got["kineto"]
-        ours = Counter(s.name for s in part.spans if s.category == "kernel")
-        theirs = Counter(e["name"] for e in kev if e.get("ph") == "X" and e.get("cat") == "kernel")
-        readable = demangle(sorted(ours))
-        ours_demangled = Counter()
-        for n, k in ours.items():
-            ours_demangled[readable[n]] += k
-        return ours == theirs, {
-            "kernels_ours": sum(ours.values()), "kernels_torch_profiler": sum(theirs.values()),
-            "distinct_ours": len(ours), "distinct_torch_profiler": len(theirs), "names_and_counts_equal": ours == theirs,
-            "equal_after_demangling_ours": ours_demangled == theirs,
-            "only_ours": sorted(set(ours) - set(theirs))[:5], "only_torch_profiler": sorted(set(theirs) - set(ours))[:5],
-            "count_mismatches": {n: [ours[n], theirs[n]] for n in set(ours) & set(theirs) if ours[n] != theirs[n]}}
+        return compare_kernels(got["part"], got["kineto"])
 
     def kernel_time() -> tuple[bool, dict[str, Any]]:
-        part, kev = got["part"], got["kineto"]
-        ours = sum(s.dur_ns for s in part.spans if s.category == "kernel")
-        theirs = sum(round(float(e.get("dur", 0)) * 1000) for e in kev if e.get("ph") == "X" and e.get("cat") == "kernel")
-        diff = pct(ours, theirs)
-        return abs(diff) <= 2.0, {"total_kernel_ms_ours": ours / 1e6, "total_kernel_ms_torch_profiler": theirs / 1e6,
-                                  "diff_pct": diff, "tolerance_pct": 2.0,
-                                  "note": "two runs of the same workload (one CUPTI subscriber per process)"}
+        ok, figures = compare_kernel_time(got["part"], got["kineto"])
+        return ok, {**figures, "note": "two runs of the same workload (one CUPTI subscriber per process)"}
 
     def copies() -> tuple[bool, dict[str, Any]]:
-        part, kev = got["part"], got["kineto"]
-        ours: Counter[tuple[str, int]] = Counter()
-        for s in part.spans:
-            if s.category == "memcpy":
-                ours[(str(s.args.get("kind")), int(s.args.get("bytes", 0)))] += 1
-            elif s.category == "memset":
-                ours[("memset", int(s.args.get("bytes", 0)))] += 1
-        theirs: Counter[tuple[str, int]] = Counter()
-        for e in kev:
-            if e.get("ph") != "X":
-                continue
-            if e.get("cat") == "gpu_memcpy":  # "Memcpy HtoD (Pageable -> Device)"
-                theirs[(e["name"].split()[1], int(e.get("args", {}).get("bytes", 0)))] += 1
-            elif e.get("cat") == "gpu_memset":
-                theirs[("memset", int(e.get("args", {}).get("bytes", 0)))] += 1
-        expected = work.expected(iters)
-        by_hand = {k: ours[(k, MIB)] for k in expected}
-        ok = ours == theirs and by_hand == expected
-        return ok, {"memset_issued_by": work.memset_by or f"none: {work.memset_error}","ours": {f"{k} {b}B": n for (k, b), n in sorted(ours.items())},
-                    "torch_profiler": {f"{k} {b}B": n for (k, b), n in sorted(theirs.items())},
-                    "expected_1MiB_by_hand": expected, "ours_1MiB": by_hand,
-                    "bytes_ours": sum(b * n for (_, b), n in ours.items()),
-                    "bytes_torch_profiler": sum(b * n for (_, b), n in theirs.items())}
+        ok, figures = compare_copies(got["part"], got["kineto"], work.expected(iters))
+        return ok, {"memset_issued_by": work.memset_by or f"none: {work.memset_error}", **figures}
 
     def flows() -> tuple[bool, dict[str, Any]]:
-        part, kev = got["part"], got["kineto"]
-        device = [s for s in part.spans if s.category in ("kernel", "memcpy", "memset")]
-        host = {}
-        for s in part.spans:
-            if s.category == "runtime":
-                host.setdefault(int(s.args.get("correlation_id", 0)), []).append(s.name)
-        unlinked = [s.name for s in device if not s.flow_ids]
-        bad_ends = [s.name for s in device for f in s.flow_ids if f not in host]
-        launchers = Counter(n for s in device for f in s.flow_ids for n in host.get(f, ()))
-        kineto_ids = {e.get("id") for e in kev if e.get("ph") == "s" and e.get("cat") == "ac2g"}
-        kineto_device = [e for e in kev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-        kineto_unlinked = sum(1 for e in kineto_device if e.get("args", {}).get("correlation") not in kineto_ids)
-        # every flow ends at a CUDA call we recorded; no device span is left unlinked that torch.profiler linked
-        ok = not bad_ends and len(unlinked) <= kineto_unlinked and len(part.flows) >= len(kineto_ids)
-        return ok, {"device_spans": len(device), "unlinked": len(unlinked), "unlinked_names": sorted(set(unlinked))[:5],
-                    "device_events_torch_profiler": len(kineto_device), "unlinked_torch_profiler": kineto_unlinked,
-                    "flow_ids_without_host_call": len(bad_ends), "flows_ours": len(part.flows),
-                    "flows_torch_profiler": len(kineto_ids), "host_ends": dict(launchers.most_common(8))}
+        return compare_flows(got["part"], got["kineto"])
 
     run_check(records, "cupti.session", session)
+    run_check(records, "cupti.reference", reference)
     run_check(records, "cupti.kernel_names", kernel_names)
     run_check(records, "cupti.kernel_time", kernel_time)
     run_check(records, "cupti.memcpy_memset", copies)

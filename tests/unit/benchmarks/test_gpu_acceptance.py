@@ -108,6 +108,58 @@ def test_record_path_and_atomic_write(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left beside it
 
 
+# -- the cupti comparisons on real GPU data ------------------------------------------------------
+def _replayed_alexnet():
+    """The cupti backend's part from AlexNet's real A100 records (replayed through the fakes), and
+    that Kineto trace's own events: a capture that equals its reference."""
+    import gzip
+
+    import omniprof
+    from omniprof.testing.gpu_fakes import FakeCupti, FakeNvml, fake_gpu_registry, records_from_kineto
+    from tests.tools import shared_data
+
+    trace = shared_data("kineto", "alexnet_cuda_trace.json.gz")
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    reg = fake_gpu_registry(nvml=FakeNvml(), cupti=FakeCupti(records_from_kineto(trace)))
+    with omniprof.Profiler(backend="cupti", registry=reg) as prof:
+        pass
+    return prof.result.part("cupti"), events
+
+
+def test_cupti_comparisons_pass_when_the_capture_equals_the_reference():
+    ga = _load("gpu_acceptance")
+    part, events = _replayed_alexnet()
+    ok, fig = ga.compare_kernels(part, events)
+    assert ok and fig["kernels_ours"] == fig["kernels_torch_profiler"] == 79
+    ok, fig = ga.compare_kernel_time(part, events)
+    assert ok and fig["diff_pct"] == 0
+    ok, fig = ga.compare_copies(part, events)
+    assert ok and sum(fig["ours"].values()) == 16 + 3  # the trace's memcpy and memset events
+    assert any(k.startswith("HtoD ") for k in fig["ours"]) and any(k.startswith("memset ") for k in fig["ours"])
+    ok, fig = ga.compare_flows(part, events)
+    assert ok and fig["linked"] >= fig["linked_torch_profiler"] > 0 and fig["flow_ids_without_host_call"] == 0
+
+
+def test_cupti_comparisons_fail_on_a_lost_kernel_a_wrong_size_and_a_lost_launch():
+    import attrs
+
+    ga = _load("gpu_acceptance")
+    part, events = _replayed_alexnet()
+    kernel = next(i for i, s in enumerate(part.spans) if s.category == "kernel")
+    lost_kernel = attrs.evolve(part, spans=part.spans[:kernel] + part.spans[kernel + 1:])
+    ok, fig = ga.compare_kernels(lost_kernel, events)
+    assert not ok and fig["kernels_ours"] == 78
+    copy = next(i for i, s in enumerate(part.spans) if s.category == "memcpy")
+    wrong = attrs.evolve(part.spans[copy], args={**part.spans[copy].args, "bytes": 1})
+    assert not ga.compare_copies(attrs.evolve(part, spans=part.spans[:copy] + (wrong,) + part.spans[copy + 1:]),
+                                 events)[0]
+    ok, fig = ga.compare_copies(part, events, expected={"HtoD": 99}, nbytes=20736)
+    assert not ok and fig["ours_20736B"] == {"HtoD": 0}
+    no_launch = attrs.evolve(part, spans=[s for s in part.spans if s.category != "runtime"])
+    ok, fig = ga.compare_flows(no_launch, events)
+    assert not ok and fig["flow_ids_without_host_call"] > 0
+
+
 # -- docs/gpu.md's table ----------------------------------------------------------------------------
 #: AN EXAMPLE RECORD, MADE UP FOR THIS TEST: not a measurement (no real record exists yet).
 EXAMPLE_RECORD = {
