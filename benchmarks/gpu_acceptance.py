@@ -475,6 +475,40 @@ def _us(e: Any, *names: str) -> float:
     return 0.0
 
 
+def compare_op_table(part: Any, host_events: list[Any], require_runtime: bool = True) -> tuple[bool, dict[str, Any]]:
+    """Our op table against torch's ``key_averages()`` rows of host events (ops, annotations and CUDA
+    runtime calls): every row there, with its calls, total and self CPU time, total and self CUDA
+    time (torch keeps microseconds: 2 us + 0.001 us per call allowed). ``require_runtime``: torch's
+    rows must include CUDA runtime calls (a CUDA run)."""
+    table = part.table("op_stats")
+    ours = {r["name"]: r for r in (table.records() if table is not None else [])}
+    missing, bad = [], {}
+    runtime = [e.key for e in host_events if e.key.startswith("cuda")]
+    worst = {"total_us": 0.0, "self_us": 0.0, "device_total_us": 0.0, "self_device_us": 0.0}
+    for e in host_events:
+        r = ours.get(e.key)
+        if r is None:
+            missing.append(e.key)
+            continue
+        tol = 2.0 + 0.001 * e.count
+        pairs = {"total_us": (r["total_ns"] / 1e3, e.cpu_time_total),
+                 "self_us": (r["self_ns"] / 1e3, e.self_cpu_time_total),
+                 "device_total_us": ((r["device_total_ns"] or 0) / 1e3, _us(e, "device_time_total", "cuda_time_total")),
+                 "self_device_us": ((r["device_self_ns"] or 0) / 1e3,
+                                    _us(e, "self_device_time_total", "self_cuda_time_total"))}
+        if r["calls"] != e.count:
+            bad[e.key] = {"calls": [r["calls"], e.count]}
+        for k, (a, b) in pairs.items():
+            worst[k] = max(worst[k], abs(a - b))
+            if abs(a - b) > tol:
+                bad.setdefault(e.key, {})[k] = [round(a, 3), round(b, 3)]
+    ok = bool(host_events) and not missing and not bad and (bool(runtime) or not require_runtime)
+    return ok, {"rows_torch": len(host_events), "rows_ours": len(ours), "runtime_rows_torch": runtime[:10],
+                "runtime_rows_missing_in_ours": [k for k in runtime if k in missing],
+                "missing_in_ours": missing[:10], "mismatches": dict(list(bad.items())[:10]),
+                "worst_abs_diff_us": worst, "tolerance_us": "2 + 0.001 * calls"}
+
+
 def group_torch(records: list[dict[str, Any]], tmp: Path) -> None:
     import torch
     from torch.autograd import DeviceType
@@ -507,33 +541,7 @@ def group_torch(records: list[dict[str, Any]], tmp: Path) -> None:
         got["part"] = part
         ka = kept[-1].key_averages()
         got["ka"] = ka
-        ours = {r["name"]: r for r in part.table("op_stats").records()}
-        host = [e for e in ka if e.device_type == DeviceType.CPU]
-        missing, bad = [], {}
-        runtime = [e.key for e in host if e.key.startswith("cuda")]
-        worst = {"total_us": 0.0, "self_us": 0.0, "device_total_us": 0.0, "self_device_us": 0.0}
-        for e in host:
-            r = ours.get(e.key)
-            if r is None:
-                missing.append(e.key)
-                continue
-            tol = 2.0 + 0.001 * e.count
-            pairs = {"total_us": (r["total_ns"] / 1e3, e.cpu_time_total),
-                     "self_us": (r["self_ns"] / 1e3, e.self_cpu_time_total),
-                     "device_total_us": ((r["device_total_ns"] or 0) / 1e3, _us(e, "device_time_total", "cuda_time_total")),
-                     "self_device_us": ((r["device_self_ns"] or 0) / 1e3,
-                                        _us(e, "self_device_time_total", "self_cuda_time_total"))}
-            if r["calls"] != e.count:
-                bad[e.key] = {"calls": [r["calls"], e.count]}
-            for k, (a, b) in pairs.items():
-                worst[k] = max(worst[k], abs(a - b))
-                if abs(a - b) > tol:
-                    bad.setdefault(e.key, {})[k] = [round(a, 3), round(b, 3)]
-        ok = not missing and not bad and bool(runtime)
-        return ok, {"rows_torch": len(host), "rows_ours": len(ours), "runtime_rows_torch": runtime[:10],
-                    "runtime_rows_missing_in_ours": [k for k in runtime if k in missing],
-                    "missing_in_ours": missing[:10], "mismatches": dict(list(bad.items())[:10]),
-                    "worst_abs_diff_us": worst, "tolerance_us": "2 + 0.001 * calls"}
+        return compare_op_table(part, [e for e in ka if e.device_type == DeviceType.CPU])
 
     def kernel_stats() -> tuple[bool, dict[str, Any]]:
         part, ka = got["part"], got["ka"]

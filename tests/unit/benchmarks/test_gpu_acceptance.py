@@ -160,6 +160,37 @@ def test_cupti_comparisons_fail_on_a_lost_kernel_a_wrong_size_and_a_lost_launch(
     assert not ok and fig["flow_ids_without_host_call"] > 0
 
 
+def test_op_table_comparison_against_key_averages_of_the_same_run_on_cpu():
+    """The torch check's machinery on this machine's CPU: a torch session through the registry that
+    keeps torch's profile, and our op table against key_averages() of that very profile."""
+    import attrs
+
+    torch = pytest.importorskip("torch")
+    from torch.autograd import DeviceType
+
+    import omniprof
+
+    ga = _load("gpu_acceptance")
+    reg, kept = ga.kept_torch_registry()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    with omniprof.Profiler(backend="torch", registry=reg, options=omniprof.ProfileOptions(device_tracer_level=0)) as p:
+        for _ in range(3):
+            model(torch.randn(8, 32)).sum().backward()
+    part = p.result.part("torch")
+    host = [e for e in kept[-1].key_averages() if e.device_type == DeviceType.CPU]
+    ok, fig = ga.compare_op_table(part, host, require_runtime=False)
+    assert ok, fig
+    assert fig["rows_torch"] == len(host) > 5 and fig["missing_in_ours"] == []
+    assert not ga.compare_op_table(part, host)[0]  # a CUDA run must show runtime rows; a CPU run has none
+    addmm = [s for s in part.spans if s.name == "aten::addmm"]
+    fewer = attrs.evolve(part, spans=[s for s in part.spans if s is not addmm[0]], tables=())
+    from omniprof.formats.kineto import op_table
+
+    fewer = attrs.evolve(fewer, tables=(op_table(fewer),))
+    ok, fig = ga.compare_op_table(fewer, host, require_runtime=False)
+    assert not ok and fig["mismatches"]["aten::addmm"]["calls"] == [5, 6]
+
+
 # -- docs/gpu.md's table ----------------------------------------------------------------------------
 #: AN EXAMPLE RECORD, MADE UP FOR THIS TEST: not a measurement (no real record exists yet).
 EXAMPLE_RECORD = {
