@@ -644,7 +644,7 @@ def group_xla(records: list[dict[str, Any]], tmp: Path) -> None:
 
     import omniprof
 
-    x = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048), dtype=jnp.float32)
+    x = jax.random.normal(jax.random.key(0), (2048, 2048), dtype=jnp.float32)
     f = jax.jit(lambda a: jnp.tanh(a @ a) * 0.5 + jnp.sum(a, axis=0))
     f(x).block_until_ready()
     reps = 10
@@ -969,7 +969,7 @@ def group_overhead_xla(records: list[dict[str, Any]], tmp: Path) -> None:
 
     import omniprof
 
-    x = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048), dtype=jnp.float32)
+    x = jax.random.normal(jax.random.key(0), (2048, 2048), dtype=jnp.float32)
     f = jax.jit(lambda a: jnp.clip(a @ a, -1, 1))
     f(x).block_until_ready()
     repeats = 5
