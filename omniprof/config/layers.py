@@ -204,9 +204,15 @@ def _resolve_paths(data: dict[str, Any], base_dir: Path, problems: list[str] | N
             problems.append(f"{name}:{line_of(lines, (*prefix, *path))}: {show_path((*prefix, *path))}: {message}")
 
     def resolved(path: tuple[str, ...], value: str, written: bool) -> str | None:
+        if "\x00" in value:
+            problem(path, f"{value!r} is not a path: it holds a NUL character")
+            return None
         expanded, unset = _expand(value)
         if unset is not None:
             problem(path, f"{value!r} names ${unset}, which is not set in the environment")
+            return None
+        if expanded.startswith("~"):
+            problem(path, f"{value!r}: no user {expanded[1:].split('/', 1)[0]!r} on this machine to take '~' from")
             return None
         if not _inside(base_dir, expanded):
             if untrusted_fix is not None:
