@@ -69,6 +69,10 @@ def test_named_config_applies_in_full_and_run_names_the_config(checkout: Path, o
     assert p.returncode == 0, p.stderr
     assert (checkout / "PWNED").exists() and "omniprof: config " not in p.stderr
     (checkout / "PWNED").unlink()
+    p = omniprof_cli(["run"], checkout, OMNIPROF_CONFIG="omniprof.toml")  # named by the environment
+    assert p.returncode == 0, p.stderr
+    assert (checkout / "PWNED").exists() and "omniprof: config omniprof.toml (from $OMNIPROF_CONFIG)" in p.stderr
+    (checkout / "PWNED").unlink()
 
     (checkout / "omniprof.toml").write_text('script = "w.py"\nreporter = "json"\noutdir = "out"\n'
                                             '[profiles.fast]\nrepeats = 2\n')
