@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from omniprof.analysis.kernels import add_kernel_stats
+from omniprof.analysis.nesting import TORCH, Nest, nest
 from omniprof.core import opstats
 from omniprof.core.results import BackendResult, ProfileResult, Span, Table
 from omniprof.errors import InvalidArgumentError
@@ -25,58 +26,51 @@ _DEVICE_WORK = frozenset({"kernel", "memcpy", "memset"})
 
 
 # -- op statistics -----------------------------------------------------------------------------------
-#: Span categories that nest in the op table, as torch's FunctionEvents do on a thread: ops,
-#: annotations, steps and Python functions (torch's key_averages() has a row for each Python function
-#: when stacks were recorded, and an op's self time excludes the Python code run inside it).
-_NESTED = ("cpu_op", "annotation", "step", "python")
 #: Frames torch leaves out of an event's stack (``torch.autograd.profiler_util._filter_stack_entry``).
 _STACK_FILTER = (("autograd/__init__", "_make_grads"), ("autograd/__init__", "backward"), ("torch/tensor", "backward"),
                  ("_internal/common_utils", "prof_callable"), ("_internal/common_utils", "prof_func_call"),
                  ("_internal/common_utils", "prof_meth_call"))
 _EVALUATE = "autograd::engine::evaluate_function: "
+#: The op table's row name of every ``ProfilerStep#N`` (torch's ``_rewrite_name``).
+STEP_ROW = "ProfilerStep*"
 
 
 def _keep_frame(frame: str) -> bool:
     return not any(a in frame and b in frame for a, b in _STACK_FILTER)
 
 
-def call_stacks(spans: Sequence[Span]) -> dict[int, tuple[str, ...]]:
-    """The Python stack of each op, annotation, step and Python span (by index in ``spans``),
-    innermost frame first, as torch's ``FunctionEvent.stack``.
+def call_stacks(spans: Sequence[Span], nested: Nest | None = None) -> dict[int, tuple[str, ...]]:
+    """The Python stack of each span of torch's op table (by index in ``spans``), innermost frame
+    first, as torch's ``FunctionEvent.stack``; ``nested`` is :func:`~omniprof.analysis.nesting.nest`
+    of ``spans`` by the torch rule, when the caller has it.
 
     Where the trace wrote stacks (``Call stack`` args, kept as ``call_stack``: torch 1.x with
     ``with_stack``, torch 2.x with ``_ExperimentalConfig(verbose=True)``) they are used as written,
     and a span without one has an empty stack. Otherwise (torch 2.x's default) the stack is rebuilt
     from the ``python`` spans: the Python functions running on the span's thread when it started.
-    Then, as torch does: frames of autograd's own ``backward`` entry points are left out, and every
-    span inside a backward node (a ``cpu_op`` run by ``autograd::engine::evaluate_function: <its
-    name>``) takes the stack of the forward op that created the node (same ``sequence_number``,
-    found on the node's own thread first; a node without a forward thread id gets an empty stack).
+    Runtime calls have none (Kineto records no stack for them). Then, as torch does: frames of
+    autograd's own ``backward`` entry points are left out, and every span inside a backward node (a
+    ``cpu_op`` run by ``autograd::engine::evaluate_function: <its name>``) takes the stack of the
+    forward op that created the node (same ``sequence_number``, found on the node's own thread
+    first; a node without a forward thread id gets an empty stack).
     """
+    nested = nested if nested is not None else nest(spans, TORCH)
+    order = nested.order  # each track's spans, parents before their children
+    written = any("call_stack" in spans[i].args for i in order)
     per_track: dict[str, list[int]] = {}
-    written = False
-    for i, s in enumerate(spans):
-        if s.category in _NESTED:
-            per_track.setdefault(s.track, []).append(i)
-            written = written or "call_stack" in s.args
+    for i in order:
+        per_track.setdefault(spans[i].track, []).append(i)
     stacks: dict[int, tuple[str, ...]] = {}
-    parent: dict[int, int | None] = {}
-    order: list[int] = []
     for idx in per_track.values():
-        # Parents first: by start, then the longer; a Python call before the op it makes at the same instant.
-        idx.sort(key=lambda i: (spans[i].start_ns, -spans[i].end_ns, spans[i].category != "python"))
-        py: list[int] = []      # the Python calls open at this instant
-        nest: list[int] = []    # torch's nesting: a parent holds the whole child
-        for i in idx:
+        # The Python calls open when each span starts: a Python call before the op it makes at the same instant.
+        py: list[int] = []
+        for i in sorted(idx, key=lambda i: (spans[i].start_ns, -spans[i].end_ns, spans[i].category != "python")):
             s = spans[i]
             while py and spans[py[-1]].end_ns <= s.start_ns:
                 py.pop()
-            while nest and (s.start_ns >= spans[nest[-1]].end_ns or s.end_ns > spans[nest[-1]].end_ns):
-                nest.pop()
-            parent[i] = nest[-1] if nest else None
-            nest.append(i)
-            order.append(i)
-            if written:
+            if s.category == "runtime":
+                frames: tuple[Any, ...] = ()
+            elif written:
                 cs = s.args.get("call_stack")
                 frames = tuple(cs) if isinstance(cs, (list, tuple)) else ()
             else:
@@ -84,6 +78,7 @@ def call_stacks(spans: Sequence[Span]) -> dict[int, tuple[str, ...]]:
             stacks[i] = tuple(f for f in frames if isinstance(f, str) and _keep_frame(f))
             if s.category == "python":
                 py.append(i)
+    parent = {i: (nested.parent[i] if nested.parent[i] >= 0 else None) for i in order}
     # Backward: the node's forward op's stack (torch's EventList._set_backward_stacktraces).
     bw: dict[int, int | None] = {}
     for i in order:  # parents come before their children within a track
@@ -124,8 +119,8 @@ OP_STATS_COLUMNS = opstats.columns(
 def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, bool]] = (),
                    *, has_memory: bool | None = None, group_by_input_shape: bool = False,
                    group_by_stack_n: int = 0) -> Table | None:
-    """``op_stats`` like torch's ``key_averages().table()``: one row per op, annotation or Python
-    function name (columns: :data:`OP_STATS_COLUMNS`, the vocabulary of :mod:`omniprof.core.opstats`).
+    """``op_stats`` like torch's ``key_averages().table()``: one row per op, annotation, runtime call or
+    Python function name (columns: :data:`OP_STATS_COLUMNS`, the vocabulary of :mod:`omniprof.core.opstats`).
 
     With ``group_by_input_shape`` (torch's ``key_averages(group_by_input_shape=True)``): one row per
     name and input shapes, in a table ``op_stats_by_input_shape`` with an ``input_shapes`` column
@@ -134,133 +129,95 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
     ``op_stats_by_stack`` with a ``stack`` column (JSON, innermost frame first); both together give
     ``op_stats_by_input_shape_and_stack``.
 
-    Spans nest per thread as torch's events do: a span is a child of the innermost open span that
-    holds it whole (one that starts inside a span but ends after it is its sibling, as in torch).
-    Self time is the span's time minus its direct children's. As in torch, an op whose only child has
-    its own name (a dispatcher re-entry such as ``aten::sum`` inside ``aten::sum``) counts once, its
-    child folded into it. Device time is the time of the GPU work (kernels, memcpy, memset) whose launch
-    (a runtime call with its correlation id) ran inside the op; "self" counts launches made
-    directly by the op, not by its children; None when the trace has no GPU work. Memory is the sum of the ``[memory]`` events' bytes
-    inside the op (allocations minus frees), CPU and device apart.
+    Spans nest by torch's rule, :data:`omniprof.analysis.nesting.TORCH`: per thread, a span is a
+    child of the innermost open span that holds it whole; the CUDA/HIP runtime and driver calls
+    (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaStreamSynchronize``, ...) are children of the
+    op that made them and rows of their own, so an op's self time leaves them out; torch's utility
+    ops (``aten::is_leaf``, ...) are left out; an op whose only child has its own name (a dispatcher
+    re-entry such as ``aten::sum`` inside ``aten::sum``) counts once, its child folded into it; every
+    ``ProfilerStep#N`` is one row, ``ProfilerStep*``. Self time is the span's time minus its direct
+    children's. Device time is the time of the GPU work (kernels, memcpy, memset) attached to its op
+    by correlation (the op that made the launch whose correlation id the work carries), with its
+    children's; "self" counts the op's own launches; None when the trace has no GPU work. Memory is
+    the sum of the ``[memory]`` events' bytes inside the op (allocations minus frees), CPU and
+    device apart.
 
     Returns None when there are no op or annotation spans.
     """
     if isinstance(group_by_stack_n, bool) or not isinstance(group_by_stack_n, int) or group_by_stack_n < 0:
         raise InvalidArgumentError(f"'group_by_stack_n' must be an integer >= 0, e.g. 5 (got {group_by_stack_n!r})")
     spans = list(spans)
-    stacks = call_stacks(spans) if group_by_stack_n else {}
+    nested = nest(spans, TORCH)
+    if not any(spans[i].category in ("cpu_op", "annotation", "step") for i in nested.order):
+        return None
+    stacks = call_stacks(spans, nested) if group_by_stack_n else {}
+    memory = list(memory)
+    if has_memory is None:
+        has_memory = bool(memory)
     device_by_corr: dict[int, int] = {}
     for s in spans:
         if s.category in _DEVICE_WORK:
             c = s.args.get("correlation_id")
             if isinstance(c, int):
                 device_by_corr[c] = device_by_corr.get(c, 0) + s.dur_ns
-    per_track: dict[str, list[tuple[int, int, int, int, int]]] = {}
-    # Entries sort by start, then longer first, so parents precede children that start together.
-    # An entry: (start, -dur, kind, span index or -1, value); kind 0 span, 1 launch, 2 CPU memory, 3 device memory.
-    for i, s in enumerate(spans):
-        if s.category in _NESTED:
-            per_track.setdefault(s.track, []).append((s.start_ns, -s.dur_ns, 0, i, 0))
-        elif s.category == "runtime" and device_by_corr:
-            c = s.args.get("correlation_id")
+    counted = list(nested.counted())
+    # Per counted span: [device ns, CPU memory bytes, device memory bytes] it holds itself: the GPU work
+    # it launched (by correlation: the launch's op), the [memory] events while it was the innermost
+    # span; then the same with its children's added (its totals).
+    own = {i: [0, 0, 0] for i in counted}
+    flops: dict[int, int | None] = {}
+    for i in nested.order:
+        sp = spans[i]
+        if sp.category == "runtime" and device_by_corr:
+            c = sp.args.get("correlation_id")
             d = device_by_corr.get(c, 0) if isinstance(c, int) else 0
-            if d:
-                per_track.setdefault(s.track, []).append((s.start_ns, 0, 1, -1, d))
-    mem_seen = False
-    for track, t, nbytes, on_device in memory:
-        mem_seen = True
-        per_track.setdefault(track, []).append((t, 0, 2 if not on_device else 3, -1, nbytes))
-    if not any(e[2] == 0 and spans[e[3]].category != "python" for v in per_track.values() for e in v):
-        return None
-    if has_memory is None:
-        has_memory = mem_seen
+            op = nested.launcher(i) if d else -1
+            if op >= 0:
+                own[op][0] += d
+        f = sp.args.get("flops")
+        o = nested.owner[i]
+        if flops.get(o) is None:  # a folded re-dispatch's FLOPs count where its op has none
+            flops[o] = f if isinstance(f, int) else None
+    for (_, _, nbytes, on_device), i in zip(memory, nested.enclosing((m[0], m[1]) for m in memory)):
+        if i >= 0:
+            own[i][2 if on_device else 1] += nbytes
+    total = {i: list(v) for i, v in own.items()}
+    for i in reversed(counted):  # children before their parents
+        p = nested.parent[i]
+        if p >= 0:
+            up = total[nested.owner[p]]
+            for k in range(3):
+                up[k] += total[i][k]
     rows: dict[Any, list[Any]] = {}
-    for entries in per_track.values():
-        entries.sort(key=lambda e: (e[0], e[1], e[2]))
-        # An open op: [end_ns, row, child_ns, self_dev, total_dev, self_cpu_mem, total_cpu_mem, self_dev_mem,
-        #              total_dev_mem, dur_ns, flops, pending]; ``pending`` holds closed children whose rows
-        # are updated when this op closes, because torch folds a same-name only child (an op's dispatcher
-        # re-entry, e.g. aten::sum calling aten::sum) into its parent and so must we.
-        stack: list[list[Any]] = []
-
-        def add_row(item: list[Any]) -> None:
-            _, row, child_ns, sdev, tdev, scm, tcm, sdm, tdm, dur, flops, _ = item
-            row[1] += 1
-            row[2] += dur
-            row[3] += dur - child_ns
-            row[5] += tdev
-            row[6] += sdev
-            if flops is not None:
-                row[7] = (row[7] or 0) + flops
-            row[8] += tcm
-            row[9] += scm
-            row[10] += tdm
-            row[11] += sdm
-
-        def close(item: list[Any]) -> None:
-            pending = item[11]
-            if len(pending) == 1 and pending[0][1][0] == item[1][0]:  # same name (whatever the shapes)
-                child = pending[0]
-                item[2] = child[2]          # the grandchildren's time
-                item[3] += child[3]
-                item[5] += child[5]
-                item[7] += child[7]
-                if item[10] is None:
-                    item[10] = child[10]
-            else:
-                for child in pending:
-                    add_row(child)
-            item[11] = ()
-            if stack:
-                parent = stack[-1]
-                parent[2] += item[9]
-                parent[4] += item[4]
-                parent[6] += item[6]
-                parent[8] += item[8]
-                parent[11].append(item)
-            else:
-                add_row(item)
-
-        for start, negdur, kind, i, value in entries:
-            end = start - negdur
-            # torch's nesting: the open span must hold this entry whole (an instant: its time).
-            while stack and (stack[-1][0] <= start or end > stack[-1][0]):
-                close(stack.pop())
-            if kind == 0:
-                span = spans[i]
-                key: Any = span.name
-                if group_by_input_shape or group_by_stack_n:
-                    key = (span.name,
-                           json.dumps(span.args.get("input_shapes", [])) if group_by_input_shape else None,
-                           json.dumps(list(stacks.get(i, ())[:group_by_stack_n])) if group_by_stack_n else None)
-                row = rows.get(key)
-                if row is None:
-                    row = rows[key] = [span.name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
-                f = span.args.get("flops")
-                stack.append([span.end_ns, row, 0, 0, 0, 0, 0, 0, 0, span.dur_ns, f if isinstance(f, int) else None,
-                              []])
-            elif stack:
-                top = stack[-1]
-                if kind == 1:
-                    top[3] += value
-                    top[4] += value
-                elif kind == 2:
-                    top[5] += value
-                    top[6] += value
-                else:
-                    top[7] += value
-                    top[8] += value
-        while stack:
-            close(stack.pop())
+    for i in counted:
+        sp = spans[i]
+        name = STEP_ROW if sp.category == "step" else sp.name
+        key: Any = name
+        if group_by_input_shape or group_by_stack_n:
+            key = (name,
+                   json.dumps(sp.args.get("input_shapes", [])) if group_by_input_shape else None,
+                   json.dumps(list(stacks.get(i, ())[:group_by_stack_n])) if group_by_stack_n else None)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = [name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
+        row[1] += 1
+        row[2] += sp.dur_ns
+        row[3] += nested.self_ns(i)
+        row[5] += total[i][0]
+        row[6] += own[i][0]
+        if flops.get(i) is not None:
+            row[7] = (row[7] or 0) + flops[i]
+        row[8] += total[i][1]
+        row[9] += own[i][1]
+        row[10] += total[i][2]
+        row[11] += own[i][2]
     out = []
     rows_keys = []
     for key, row in rows.items():
-        name, calls, total, self_ns, _, tdev, sdev, flops, tcm, scm, tdm, sdm = row
-        if not calls:
-            continue  # a row only ever folded into its parent (a re-dispatch with other shapes)
+        name, calls, total_ns, self_ns, _, tdev, sdev, row_flops, tcm, scm, tdm, sdm = row
         has_device = bool(device_by_corr)  # no GPU work in the trace: device columns are unknown, not 0
-        out.append((name, calls, total, self_ns, total // calls if calls else 0, tdev if has_device else None,
-                    sdev if has_device else None, flops,
+        out.append((name, calls, total_ns, self_ns, total_ns // calls, tdev if has_device else None,
+                    sdev if has_device else None, row_flops,
                     tcm if has_memory else None, scm if has_memory else None,
                     tdm if has_memory else None, sdm if has_memory else None))
         rows_keys.append(key)
