@@ -251,7 +251,10 @@ class Builder:
                 ext = args.get("External id")
                 span_args = {k: v for k, v in (("external_id", ext if type(ext) is int else None),
                                                ("call_stack", self._call_stack(cs) if type(cs) is str else None))
-                             if v is not None} or _EMPTY
+                             if v is not None}
+                if not on_device:  # a range's inputs (c10d's nccl:all_reduce records them): torch groups by them
+                    span_args.update(self._shapes(name, args))
+                span_args = span_args or _EMPTY
         elif ours == "python":
             span_args = {"call_stack": self._call_stack(cs)} if type(cs) is str else _EMPTY
         elif ours == "sync":
@@ -266,7 +269,9 @@ class Builder:
             self.corr_spans.append(len(self.spans))
         self.spans.append(_fast_span(self._s(name), track, t0, dur, ours, span_args))
 
-    def _op_args(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    def _shapes(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """An op's or range's recorded inputs (shapes, dtypes, strides, concrete values, FLOPs), shared
+        between the events of one signature."""
         dims = args.get("Input Dims", args.get("Input dims"))
         types = args.get("Input type")
         strides = args.get("Input Strides")
@@ -287,6 +292,10 @@ class Builder:
             if f is not None:
                 cached["flops"] = int(f)
             self._args_cache[key] = cached
+        return cached
+
+    def _op_args(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        cached = self._shapes(name, args)
         # Per-op ids (their own dict; the shapes part above is shared between ops of the same signature).
         ids = [(ours, v) for ours, theirs in _OP_IDS if type(v := args.get(theirs)) is int]
         cs = args.get("Call stack")

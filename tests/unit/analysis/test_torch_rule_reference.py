@@ -17,9 +17,11 @@ import gzip
 import json
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from omniprof.analysis.torch_ops import op_table
 from omniprof.formats.readers import KinetoReader
 from tests.tools import ROOT, shared_data
 
@@ -40,12 +42,13 @@ def _ns(us: Decimal | int) -> int:
     return int(Decimal(us) * 1000)
 
 
-def torch_rows(path: Path) -> dict[str, tuple[int, int, int]]:
-    """torch's key_averages() CPU rows of the trace: name -> (count, CPU total ns, self CPU ns)."""
+def torch_rows(path: Path, group_by_input_shapes: bool = False) -> dict[Any, tuple[int, int, int]]:
+    """torch's key_averages() CPU rows of the trace: name (with ``group_by_input_shapes``: name and
+    input shapes) -> (count, CPU total ns, self CPU ns)."""
     from torch.autograd import DeviceType
     from torch.autograd.profiler_util import EventList, FunctionEvent, _filter_name, _rewrite_name
 
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as fh:
         events = json.load(fh, parse_float=Decimal)["traceEvents"]
     fes = []
     frontend: dict[int, FunctionEvent] = {}
@@ -77,8 +80,9 @@ def torch_rows(path: Path) -> dict[str, tuple[int, int, int]]:
     fes.sort(key=lambda e: [e.time_range.start, -e.time_range.end])
     lst = EventList(fes, use_device="cuda")
     lst._build_tree()
-    return {e.key: (e.count, e.cpu_time_total, e.self_cpu_time_total)
-            for e in lst.key_averages() if e.device_type == DeviceType.CPU}
+    return {((e.key, str(e.input_shapes)) if group_by_input_shapes else e.key):
+            (e.count, e.cpu_time_total, e.self_cpu_time_total)
+            for e in lst.key_averages(group_by_input_shapes) if e.device_type == DeviceType.CPU}
 
 
 @pytest.mark.parametrize("path", _traces(), ids=lambda p: p.name)
@@ -103,3 +107,26 @@ def test_runtime_calls_are_rows_and_children_of_their_op():
     assert round(rows["aten::empty_strided"]["self_ns"] / 1e6, 3) == 0.739
     for name in ("cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaMalloc"):
         assert rows[name]["calls"] == theirs[name][0] > 0
+
+
+def test_grouping_by_input_shape_keeps_annotation_shapes(tmp_path):
+    """c10d's ranges (``nccl:all_reduce``, ``nccl:all_to_all``, user annotations) record their inputs'
+    shapes; grouped by input shape they keep them, one row per distinct shape as torch keys them
+    (DLRM's worker0 has 7 such shapes), not one row per name with empty shapes."""
+    sizes = [1024, 2048, 1024, 4096, 2048, 512, 1024, 16384, 8192]  # 9 calls, 7 (name, shape) pairs
+    events, t = [], 0
+    for k, n in enumerate(sizes):
+        name = "nccl:all_reduce" if k % 3 else "nccl:all_to_all"
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": t, "dur": 50,
+                       "args": {"External id": 2 * k + 1, "Input Dims": [[n]], "Input type": ["float"]}})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": t + 5,
+                       "dur": 20, "args": {"External id": 2 * k + 2, "Input Dims": [[n]]}})
+        t += 100
+    path = tmp_path / "ranges.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    theirs = torch_rows(path, group_by_input_shapes=True)
+    table = op_table(KinetoReader().read(path).parts[0], group_by_input_shape=True)
+    ours = {(r["name"], str(json.loads(r["input_shapes"]))): (r["calls"], r["total_ns"], r["self_ns"])
+            for r in table.records()}
+    assert ours == theirs
+    assert len([k for k in ours if k[0].startswith("nccl:")]) == 7
