@@ -5,7 +5,10 @@ on one track, spans are taken by start (the longer first when two start together
 order given); a span is a child of the innermost open span that holds it whole (``[start, end)``
 inside the parent's). A span that starts inside an open span but ends after it is not its child:
 that open span is closed and the new one is its sibling. A span's **self time** is its duration
-less its direct children's durations; it is never negative, as children never overlap each other.
+less its direct children's durations. Two children of one span can overlap each other (the second
+starts inside the first and ends after it, both inside the parent): torch then subtracts both,
+and so does this rule; the flame-graph writers and the XLA op table show such a self time below
+0 as 0.
 
 So spans A[0,10), B[5,15), C[6,8) on one thread give A 10 (B overlaps A without nesting in it)
 and B 8 (C is inside B, the innermost span open when C starts). Every view gives these figures:
