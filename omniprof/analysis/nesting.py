@@ -154,39 +154,50 @@ def nest(spans: Sequence[Span], rule: Rule = SPANS) -> Nest:
     ([-1, -1, 1], [10, 8, 2])
     """
     out = Nest(spans, rule)
-    per_track: dict[str, list[int]] = {}
+    per_track: dict[str, list[tuple[int, int, int]]] = {}
+    takes = rule.takes
     for i, s in enumerate(spans):
-        if rule.takes(s):
-            per_track.setdefault(s.track, []).append(i)
-    parent, owner = out.parent, out.owner
-    for idx in per_track.values():
-        idx.sort(key=lambda i: (spans[i].start_ns, -spans[i].end_ns))
-        stack: list[int] = []
+        if takes(s):
+            start = s.start_ns
+            per_track.setdefault(s.track, []).append((start, -(start + s.dur_ns), i))
+    parent, owner, children_ns = out.parent, out.owner, out.children_ns
+    for entries in per_track.values():
+        entries.sort()  # by start, the longer first, then as given
+        idx = [i for _, _, i in entries]
+        stack_end: list[int] = []
+        stack_i: list[int] = []
         children: dict[int, list[int]] = {}
-        for i in idx:
-            s = spans[i]
-            while stack and (s.start_ns >= spans[stack[-1]].end_ns or s.end_ns > spans[stack[-1]].end_ns):
-                stack.pop()
-            p = stack[-1] if stack else -1
-            parent[i] = p
-            if p >= 0:
+        for start, negend, i in entries:
+            end = -negend
+            while stack_end and (start >= stack_end[-1] or end > stack_end[-1]):
+                stack_end.pop()
+                stack_i.pop()
+            if stack_i:
+                p = parent[i] = stack_i[-1]
+                children_ns[p] += end - start
                 children.setdefault(p, []).append(i)
-            stack.append(i)
-        for i in idx:
+            else:
+                parent[i] = -1
             owner[i] = i
-        if rule.fold_same_name:
-            _fold(spans, idx, parent, owner, children)
-        for p, kids in children.items():
-            if owner[p] == p:
-                out.children_ns[p] = sum(spans[c].dur_ns for c in kids)
+            stack_end.append(end)
+            stack_i.append(i)
+        if rule.fold_same_name and _fold(spans, idx, parent, owner, children):
+            for p in children:  # the children after folding
+                if owner[p] == p:
+                    children_ns[p] = sum(spans[c].dur_ns for c in children[p])
+            for i in idx:
+                if owner[i] != i:
+                    children_ns[i] = 0
         out.order += idx
     return out
 
 
 def _fold(spans: Sequence[Span], idx: list[int], parent: list[int], owner: list[int],
-          children: dict[int, list[int]]) -> None:
+          children: dict[int, list[int]]) -> bool:
     """torch's ``_remove_dup_nodes``: until nothing changes, a span that is the only child of a
-    same-name span is folded into it, its children becoming that span's."""
+    same-name span is folded into it, its children becoming that span's. Whether any was."""
+    if not any(len(kids) == 1 and spans[kids[0]].name == spans[p].name for p, kids in children.items()):
+        return False
     up = {i: parent[i] for i in idx}  # the parent after folding
     changed = True
     while changed:
@@ -206,6 +217,7 @@ def _fold(spans: Sequence[Span], idx: list[int], parent: list[int], owner: list[
         while owner[o] != o:
             o = owner[o]
         owner[i] = o
+    return True
 
 
 def self_times(spans: Sequence[Span], rule: Rule = SPANS) -> dict[int, int]:

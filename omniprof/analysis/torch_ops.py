@@ -161,33 +161,35 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
             if isinstance(c, int):
                 device_by_corr[c] = device_by_corr.get(c, 0) + s.dur_ns
     counted = list(nested.counted())
-    # Per counted span: [device ns, CPU memory bytes, device memory bytes] it holds itself: the GPU work
-    # it launched (by correlation: the launch's op), the [memory] events while it was the innermost
-    # span; then the same with its children's added (its totals).
-    own = {i: [0, 0, 0] for i in counted}
-    flops: dict[int, int | None] = {}
+    parent, owner = nested.parent, nested.owner
+    n = len(spans)
+    # Per counted span, what it holds itself: the GPU work it launched (by correlation: the launch's
+    # op), the [memory] events while it was the innermost span (CPU, device); then its totals, the
+    # same with its children's added.
+    own_dev, own_cm, own_dm = [0] * n, [0] * n, [0] * n
+    flops: list[int | None] = [None] * n
     for i in nested.order:
         sp = spans[i]
-        if sp.category == "runtime" and device_by_corr:
+        if device_by_corr and sp.category == "runtime":
             c = sp.args.get("correlation_id")
             d = device_by_corr.get(c, 0) if isinstance(c, int) else 0
             op = nested.launcher(i) if d else -1
             if op >= 0:
-                own[op][0] += d
+                own_dev[op] += d
         f = sp.args.get("flops")
-        o = nested.owner[i]
-        if flops.get(o) is None:  # a folded re-dispatch's FLOPs count where its op has none
-            flops[o] = f if isinstance(f, int) else None
+        if isinstance(f, int) and flops[owner[i]] is None:  # a folded re-dispatch's FLOPs count where its op has none
+            flops[owner[i]] = f
     for (_, _, nbytes, on_device), i in zip(memory, nested.enclosing((m[0], m[1]) for m in memory)):
         if i >= 0:
-            own[i][2 if on_device else 1] += nbytes
-    total = {i: list(v) for i, v in own.items()}
+            (own_dm if on_device else own_cm)[i] += nbytes
+    tot_dev, tot_cm, tot_dm = own_dev[:], own_cm[:], own_dm[:]
     for i in reversed(counted):  # children before their parents
-        p = nested.parent[i]
+        p = parent[i]
         if p >= 0:
-            up = total[nested.owner[p]]
-            for k in range(3):
-                up[k] += total[i][k]
+            q = owner[p]
+            tot_dev[q] += tot_dev[i]
+            tot_cm[q] += tot_cm[i]
+            tot_dm[q] += tot_dm[i]
     rows: dict[Any, list[Any]] = {}
     for i in counted:
         sp = spans[i]
@@ -202,15 +204,15 @@ def op_stats_table(spans: Iterable[Span], memory: Iterable[tuple[str, int, int, 
             row = rows[key] = [name, 0, 0, 0, 0, 0, 0, None, 0, 0, 0, 0]
         row[1] += 1
         row[2] += sp.dur_ns
-        row[3] += nested.self_ns(i)
-        row[5] += total[i][0]
-        row[6] += own[i][0]
-        if flops.get(i) is not None:
+        row[3] += sp.dur_ns - nested.children_ns[i]
+        row[5] += tot_dev[i]
+        row[6] += own_dev[i]
+        if flops[i] is not None:
             row[7] = (row[7] or 0) + flops[i]
-        row[8] += total[i][1]
-        row[9] += own[i][1]
-        row[10] += total[i][2]
-        row[11] += own[i][2]
+        row[8] += tot_cm[i]
+        row[9] += own_cm[i]
+        row[10] += tot_dm[i]
+        row[11] += own_dm[i]
     out = []
     rows_keys = []
     for key, row in rows.items():

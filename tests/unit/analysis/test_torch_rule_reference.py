@@ -130,3 +130,32 @@ def test_grouping_by_input_shape_keeps_annotation_shapes(tmp_path):
             for r in table.records()}
     assert ours == theirs
     assert len([k for k in ours if k[0].startswith("nccl:")]) == 7
+
+
+def test_folding_hiding_overlaps_and_threads_equal_torch(tmp_path):
+    """The cases torch's tree handles specially, against torch's own code: a same-name only child
+    folded into its parent (three deep), a same-name child with a sibling (not folded), torch's
+    utility ops left out, a span crossing its parent's end (a sibling, not a child), runtime calls
+    inside ops, and the same names on two threads."""
+    def x(name, cat, ts, dur, tid=1, ext=0):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+                "args": {"External id": ext, **({"correlation": ext} if cat == "cuda_runtime" else {})}}
+
+    events = [
+        x("aten::sum", "cpu_op", 0, 100, ext=1), x("aten::sum", "cpu_op", 10, 80, ext=2),
+        x("aten::sum", "cpu_op", 20, 50, ext=3), x("cudaLaunchKernel", "cuda_runtime", 30, 10, ext=3),
+        x("aten::add", "cpu_op", 200, 100, ext=4), x("aten::add", "cpu_op", 210, 30, ext=5),
+        x("aten::empty", "cpu_op", 250, 10, ext=6), x("profiler::_record_function_exit", "cpu_op", 270, 20, ext=7),
+        x("aten::is_leaf", "cpu_op", 295, 2, ext=8),
+        x("A", "user_annotation", 400, 10, ext=9), x("B", "user_annotation", 405, 10, ext=10),
+        x("aten::mm", "cpu_op", 406, 2, ext=11), x("cudaMemcpyAsync", "cuda_runtime", 406.5, 1, ext=11),
+        x("A", "user_annotation", 400, 7, tid=2, ext=12), x("cudaStreamSynchronize", "cuda_runtime", 401, 2, tid=2,
+                                                             ext=12),
+    ]
+    path = tmp_path / "cases.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    theirs = torch_rows(path)
+    assert theirs["aten::sum"][0] == 1 and theirs["aten::add"][0] == 2  # the cases are there
+    ours = {r["name"]: (r["calls"], r["total_ns"], r["self_ns"])
+            for r in KinetoReader().read(path).parts[0].table("op_stats").records()}
+    assert ours == theirs
