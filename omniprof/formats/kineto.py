@@ -22,16 +22,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, ProfileResult, RunMetadata, Span, json_safe
-from omniprof.errors import DataLossWarning, OmniprofWarning, TraceReadError
-from omniprof.formats import kineto_json
+from omniprof.errors import DataLossWarning, OmniprofWarning
 from omniprof.formats.kineto_build import CATEGORY_MAP, FWDBWD_FLOW_BASE, LEGACY_CATEGORY_MAP, Builder, _id_int
-from omniprof.formats.kineto_json import JsonStream, _Num, feed, open_text, us_text_to_ns
+from omniprof.formats.kineto_json import JsonStream, feed, open_text, us_text_to_ns
 
 __all__ = ["read_trace", "parse_trace", "stream_spans", "CATEGORY_MAP", "LEGACY_CATEGORY_MAP",
            "FWDBWD_FLOW_BASE", "us_text_to_ns"]
-
-_ = (kineto_json, _Num)  # re-exported: the tokenizer module and its exact-number type
-
 
 def parse_trace(fh: IO[str], name: str, *, source: str = "torch", flops: Mapping[int, int] | None = None,
                 keep: Callable[[str], bool] | None = None, clock: ClockInfo | None = None,
