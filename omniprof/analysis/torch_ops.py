@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import attrs
 
@@ -291,7 +291,15 @@ def _part_with_tables(part: BackendResult) -> BackendResult:
     return add_kernel_stats(part)
 
 
-def with_tables(result: ProfileResult | BackendResult) -> Any:
+@overload
+def with_tables(result: ProfileResult) -> ProfileResult: ...
+
+
+@overload
+def with_tables(result: BackendResult) -> BackendResult: ...
+
+
+def with_tables(result: ProfileResult | BackendResult) -> ProfileResult | BackendResult:
     """``result`` (a :class:`ProfileResult` read from Kineto traces, or one part) with the tables
     torch users read: the op table ``op_stats`` (:func:`op_stats_table`), the kernel tables
     (:func:`omniprof.analysis.kernels.add_kernel_stats`) and the ``flops`` summary, built from each
