@@ -452,7 +452,7 @@ def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
     def explode(*a):
         raise RuntimeError("midway")
 
-    monkeypatch.setattr("omniprof.reporters.perfetto._debug_annotations", explode)
+    monkeypatch.setattr("omniprof.reporters.perfetto.proto._debug_annotations", explode)
     with pytest.raises(ReporterError, match="midway"):
         omniprof.report(bad, "perfetto", target, options={"chunk_bytes": 4096})
     assert list(tmp_path.iterdir()) == []
