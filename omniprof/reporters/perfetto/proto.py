@@ -126,15 +126,29 @@ def _debug_value(value: Any, depth: int = 0) -> bytes:
     if isinstance(value, str):
         return _f_str(6, value)
     if isinstance(value, (Mapping, list, tuple)) and depth >= _MAX_ARG_DEPTH:
-        return _f_str(9, json.dumps(value, default=str))
+        return _f_str(9, json.dumps(_nulls_as_text(value), default=str))
     if isinstance(value, Mapping):
         return b"".join(_f_bytes(11, _f_str(10, str(k)) + _debug_value(x, depth + 1)) for k, x in value.items()) \
             or _f_str(9, "{}")
     if isinstance(value, (list, tuple)):
         return b"".join(_f_bytes(12, _debug_value(x, depth + 1)) for x in value) or _f_str(9, "[]")
     if value is None:
-        return _f_str(9, "null")
+        # Perfetto's trace processor has no null argument: a legacy_json_value of null (alone or
+        # inside JSON text) stops the import (json_utils.cc "Unreachable"). Shown as the text null.
+        return _f_str(6, "null")
     return _f_str(6, str(value))
+
+
+def _nulls_as_text(value: Any) -> Any:
+    """``value`` with every None (at any depth) as the string ``"null"``, for JSON text that
+    Perfetto's trace processor parses (it stops at a JSON null)."""
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return {k: _nulls_as_text(x) for k, x in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nulls_as_text(x) for x in value]
+    return value
 
 
 def _debug_annotations(args: Mapping[str, Any], arg_names: _Interner, cache: dict[Any, bytes] | None = None) -> bytes:
