@@ -49,20 +49,27 @@ def test_imports_follow_the_layers():
     assert "1 kept, 0 broken" in proc.stdout
 
 
-def test_a_back_arrow_breaks_the_contract(tmp_path):
-    """The contract is live: a copy of the package where core imports a reporter fails it."""
+def _lint_copy_with(tmp_path: Path, added: dict[str, str]) -> subprocess.CompletedProcess:
+    """lint-imports over a copy of the package with ``added`` lines appended to some of its files
+    (path under omniprof/ -> line)."""
     _require_import_linter()
     import shutil
 
     shutil.copytree(ROOT / "omniprof", tmp_path / "omniprof", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    with open(tmp_path / "omniprof" / "core" / "units.py", "a") as fh:
-        fh.write("\nfrom omniprof.reporters import table  # noqa: E402,F401\n")
-    proc = subprocess.run(
+    for rel, line in added.items():
+        with open(tmp_path / "omniprof" / rel, "a") as fh:
+            fh.write(f"\n{line}  # noqa: E402,F401\n")
+    return subprocess.run(
         [sys.executable, "-c", "import sys; sys.path.insert(0, '.'); from importlinter.cli import lint_imports_command; "
                                "sys.argv = ['lint-imports', '--no-cache']; lint_imports_command()"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)})
+
+
+def test_a_back_arrow_breaks_the_contract(tmp_path):
+    """The contract is live: a copy of the package where core imports a reporter fails it."""
+    proc = _lint_copy_with(tmp_path, {"core/units.py": "from omniprof.reporters import table"})
     assert proc.returncode != 0
     assert "omniprof.core.units -> omniprof.reporters.table" in proc.stdout
 
@@ -77,21 +84,10 @@ def test_every_module_is_in_a_layer():
 
 
 def test_a_backend_importing_test_fakes_breaks_the_contract(tmp_path):
-    """testing sits above the backends: a backend that imports omniprof.testing fails the contract."""
-    _require_import_linter()
-    import shutil
-
-    shutil.copytree(ROOT / "omniprof", tmp_path / "omniprof", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    with open(tmp_path / "omniprof" / "backends" / "cpu" / "tracer.py", "a") as fh:
-        fh.write("\nfrom omniprof.testing import fakes  # noqa: E402,F401\n")
-    with open(tmp_path / "omniprof" / "reporters" / "json.py", "a") as fh:
-        fh.write("\nfrom omniprof import notebook  # noqa: E402,F401\n")
-    proc = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.path.insert(0, '.'); from importlinter.cli import lint_imports_command; "
-                               "sys.argv = ['lint-imports', '--no-cache']; lint_imports_command()"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)})
+    """testing sits above the backends, the notebook above the reporters: a backend importing
+    omniprof.testing, or a reporter importing omniprof.notebook, fails the contract."""
+    proc = _lint_copy_with(tmp_path, {"backends/cpu/tracer.py": "from omniprof.testing import fakes",
+                                      "reporters/json.py": "from omniprof import notebook"})
     assert proc.returncode != 0
     assert "omniprof.backends.cpu.tracer -> omniprof.testing.fakes" in proc.stdout, proc.stdout
     assert "omniprof.reporters.json -> omniprof.notebook" in proc.stdout, proc.stdout
