@@ -185,6 +185,9 @@ class Profiler:
             raise InvalidArgumentError(f"'launcher_codes' must be code objects (a function's __code__; got "
                                        f"{[type(c).__name__ for c in codes if not isinstance(c, CodeType)]})")
         self.launcher_codes = codes
+        if viewer is not None and not callable(viewer):
+            raise InvalidArgumentError(f"'viewer' must be callable, such as omniprof.viewers.open_views "
+                                       f"(got {type(viewer).__name__})")
         self.viewer = viewer
         #: the job's communication layer (set at the first start() of a distributed profiler).
         self._coll: Collectives | None = None

@@ -300,3 +300,10 @@ def test_front_doors_install_the_viewer_layer():
             "print(before == [], after_profiler == [v.open_views], p._default_viewer == [v.open_views])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "True True True", out.stdout + out.stderr
+
+
+def test_viewer_that_cannot_be_called_is_refused(reg):
+    """``viewer=`` must be callable: anything else is refused when the Profiler is made."""
+    with pytest.raises(InvalidArgumentError, match="'viewer' must be callable, such as omniprof.viewers.open_views "
+                                                   r"\(got int\)"):
+        Profiler(backend="fake", viewer=3)
