@@ -32,6 +32,7 @@ from omniprof.core.registry import Registry, get_registry, options_for
 from omniprof.core.results import BackendResult, ErrorRecord, ProfileResult, RunMetadata
 from omniprof.core.rundir import PARTIAL_FILENAME, RESULT_FILENAME, name_job_run, new_session_dir
 from omniprof.core.schedule import TRANSITIONS, Action, Schedule
+from omniprof.core.views import Viewer, default_viewer, set_default_viewer
 from omniprof.errors import (
     BackendError,
     BackendOptionError,
@@ -47,17 +48,6 @@ __all__ = ["Profiler", "RESULT_FILENAME", "PARTIAL_FILENAME", "Viewer", "set_def
 #: The Profiler's start, stop and step paths: whatever runs under them (the standard library's
 #: signal, threading, json) is omniprof's time, and the cpu engines leave it out of the profile.
 LIFECYCLE_METHODS = ("start", "stop", "step", "__enter__", "__exit__")
-#: Opens what backends asked to show once the result is saved (``create_perfetto_link``): called
-#: with the requests and the saved files, it never raises. The viewer layer sits above the kernel,
-#: so a front end hands one in: ``Profiler(viewer=...)``, or :func:`set_default_viewer` (the CLI,
-#: and ``omniprof.Profiler`` on first use, install ``omniprof.viewers.open_views``).
-Viewer = Callable[[Sequence[Mapping[str, Any]], Sequence[str]], None]
-_default_viewer: list[Viewer] = []
-
-
-def set_default_viewer(viewer: Viewer | None) -> None:
-    """The viewer of every Profiler made without ``viewer=`` (None: no default)."""
-    _default_viewer[:] = [viewer] if viewer is not None else []
 
 # Backends (by name) with a session running in this process, for single-session backends.
 _active: dict[str, Profiler] = {}
@@ -124,7 +114,7 @@ class Profiler:
             ``BackendContext.launcher_codes``; this Profiler's alone (default: cut nothing).
         viewer: opens what a backend asks to show once the result is saved (the xla backend's
             ``create_perfetto_link``), such as ``omniprof.viewers.open_views``: the front end
-            passes it (default: the one :func:`set_default_viewer` installed; with none, a
+            passes it (default: the one ``core.views.set_default_viewer`` installed; with none, a
             warning names the saved trace).
 
     Use as a context manager, a decorator, or with start()/stop():
@@ -721,7 +711,7 @@ class Profiler:
     def _open_views(self, requests: list[dict[str, Any]], saved: list[str]) -> None:
         """Open what backends asked to show once the result was saved (``create_perfetto_link``),
         through this Profiler's viewer; never raises."""
-        viewer = self.viewer or (_default_viewer[0] if _default_viewer else None)
+        viewer = self.viewer or default_viewer()
         if viewer is not None:
             viewer(requests, saved)
             return

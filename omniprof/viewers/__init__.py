@@ -64,7 +64,7 @@ def view(target: Any, *, host: str = "127.0.0.1", port: int | None = None, verbo
 def open_views(requests: Sequence[Mapping[str, Any]], saved: Sequence[str]) -> None:
     """Open what backends asked to show once a Profiler saved the result (the xla backend's
     ``create_perfetto_link``: a Perfetto link to its trace). The Profiler's viewer (``viewer=``, or
-    the default the front ends install with ``omniprof.core.profiler.set_default_viewer``).
+    the default the front ends install with ``omniprof.core.views.set_default_viewer``).
 
     Never raises: a port that cannot be bound, a timeout or Ctrl-C are said and lose nothing.
     """

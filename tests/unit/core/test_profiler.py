@@ -274,10 +274,10 @@ def test_viewer_passed_in_gets_the_request_once_the_result_is_saved(registry_wit
 def test_without_a_viewer_a_request_is_a_warning_naming_the_trace(registry_with, monkeypatch):
     """A Profiler with no viewer (none passed, no default installed) loses nothing: a warning
     names the trace and how to open it."""
-    from omniprof.core import profiler as profiler_mod
+    from omniprof.core import views
 
     registry_with(VIEWING)
-    monkeypatch.setattr(profiler_mod, "_default_viewer", [])
+    monkeypatch.setattr(views, "_default_viewer", [])
     with pytest.warns(OmniprofWarning, match="open trace.perfetto-trace with omniprof view --perfetto"):
         with Profiler(backend="viewing") as prof:
             pass
@@ -290,7 +290,7 @@ def test_front_doors_install_the_viewer_layer():
     import subprocess
     import sys
 
-    code = ("import omniprof.core.profiler as p, omniprof.viewers as v\n"
+    code = ("import omniprof.core.views as p, omniprof.viewers as v\n"
             "before = list(p._default_viewer)\n"
             "omniprof_profiler = __import__('omniprof').Profiler\n"
             "after_profiler = list(p._default_viewer)\n"
