@@ -37,7 +37,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import IO, Any
 
-from omniprof.analysis.kernels import add_kernel_stats
+from omniprof.formats.kernels import add_kernel_stats
 from omniprof.core import opstats
 from omniprof.core.results import (
     Artifact,

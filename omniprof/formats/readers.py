@@ -34,7 +34,7 @@ class KinetoReader(Reader):
 
     def read(self, path: Path) -> ProfileResult:
         if Path(path).is_dir():
-            from omniprof.analysis.crossrank import load_kineto_dir
+            from omniprof.formats.rankdir import load_kineto_dir
 
             return load_kineto_dir(path)
         from omniprof.formats.kineto import read_trace

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, kernel_stats_table
+from omniprof.formats.kernels import KERNEL_STATS_COLUMNS, kernel_stats_table
 from omniprof.core import opstats
 from omniprof.core.results import (
     Artifact,

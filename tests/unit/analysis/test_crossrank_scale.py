@@ -20,7 +20,7 @@ import attrs
 import pytest
 
 from omniprof.analysis import crossrank as cr
-from omniprof.analysis import executor as ex
+from omniprof.analysis.crossrank import executor as ex
 from omniprof.cli import main
 from omniprof.errors import InvalidArgumentError, TraceReadError
 from omniprof.formats.kineto import read_trace
@@ -87,7 +87,7 @@ def rank_dir(tmp_path_factory) -> Path:
 def test_streamed_reduction_equals_the_in_memory_one(rank_dir: Path, monkeypatch, chunk: int) -> None:
     """reduce_file (a stream, events in shuffled order, unions merged every few intervals) gives the
     very summary reduce_rank gives over read_trace's spans, on the real AlexNet trace and ours."""
-    monkeypatch.setattr(cr, "_CHUNK", chunk)
+    monkeypatch.setattr(cr.intervals, "CHUNK", chunk)
     for path in (shared_data("kineto", "alexnet_cuda_trace.json.gz"), rank_dir / "rank2.pt.trace.json.gz"):
         streamed = cr.reduce_file(str(path), "kineto", 0)
         res = _read(path)
