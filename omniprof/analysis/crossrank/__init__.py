@@ -26,8 +26,9 @@ classified event):
 * **Overlap:** ``overlap_ns`` is communication time during compute; ``overlap_pct`` its share of
   all communication time.
 * **Idle causes:** CPU: idle is host time outside any op (Python code, data loading, sleeps). GPU:
-  a gap before a kernel whose launch (CUDA runtime call linked by a flow) began after the GPU went
-  idle counts as waiting on the host; other gaps as waiting on synchronisation or dependencies.
+  a gap before a kernel (a communication kernel too) whose launch (CUDA runtime call linked by a
+  flow) began after the GPU went idle counts as waiting on the host; other gaps as waiting on
+  synchronisation or dependencies.
 
 Across ranks (:func:`combine`): collectives are matched by name and order of occurrence; in each,
 a rank waited ``its duration - the shortest duration of that collective on any rank`` (the last

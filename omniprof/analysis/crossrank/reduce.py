@@ -117,11 +117,12 @@ class RankReducer:
             if not self.has_gpu:
                 self.has_gpu = True
                 self.c_comp = self.c_comm = self.c_ops = self.c_coll = None
+            # A communication kernel keeps its launch link like any other: a gap it ends is split by
+            # the same rule (waiting on host launch / on sync or dependency).
             if category == "kernel" and is_comm(name):
                 self.g_comm.add(a, b)
                 self.g_coll.append((0, a, dur_ns, name))
-                return
-            if category == "kernel":
+            elif category == "kernel":
                 self.g_comp.add(a, b)
                 self.g_ops.add(a, dur_ns, name)
             else:

@@ -105,6 +105,23 @@ def test_gpu_idle_split_by_the_launch_that_ended_it() -> None:
                              "before first / after last kernel": 0}
 
 
+def test_gpu_idle_before_an_nccl_kernel_follows_the_same_rule() -> None:
+    """The documented rule holds for any kernel, a communication one too: gap 10-40 ends with an NCCL
+    all-reduce launched at 30 (20 ns waiting on the host, 10 on other work); gap 50-60 ends with an
+    NCCL kernel launched at 5 (all sync/dependency); gap 70-75 with a compute kernel launched at 72."""
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    spans = [Span("k1", "s", 0, 10, "kernel"), Span("cudaLaunchKernelExC", "cpu", 30, 2, "runtime", flow_ids=(2,)),
+             Span(nccl, "s", 40, 10, "kernel", flow_ids=(2,)), Span("cudaLaunchKernelExC", "cpu", 5, 2, "runtime",
+                                                                   flow_ids=(3,)),
+             Span(nccl, "s", 60, 10, "kernel", flow_ids=(3,)), Span("cudaLaunchKernel", "cpu", 72, 2, "runtime",
+                                                                   flow_ids=(4,)),
+             Span("k2", "s", 75, 5, "kernel", flow_ids=(4,))]
+    s = cr.reduce_rank([_part(spans)], rank=0)
+    assert s.idle_ns == 30 + 10 + 5
+    assert s.idle_causes == {"waiting on host launch": 20 + 0 + 2, "waiting on sync/dependency": 10 + 10 + 3,
+                             "before first / after last kernel": 0}
+
+
 def _rank(rank: int, steps: list[tuple[int, int]], colls: list[tuple[int, int]], gap: int = 0) -> RankSummary:
     spans = []
     for i, (a, d) in enumerate(steps):
