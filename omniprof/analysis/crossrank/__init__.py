@@ -33,9 +33,12 @@ classified event):
 Across ranks (:func:`combine`): collectives are matched by name and order of occurrence; in each,
 a rank waited ``its duration - the shortest duration of that collective on any rank`` (the last
 rank to arrive waits least; no clock alignment needed). A step's **own time** is its duration minus
-that waiting. A rank is a **straggler** when, in at least half of the steps, its own time exceeds
-the median rank's by more than ``threshold`` (20 %) and ``min_excess_ns`` (1 ms); the report names
-it with its step times and its slowest ops in those steps.
+that waiting. On the ranks' aligned clock, each collective's waiting is charged to the rank that
+arrived last (started it last; ranks within their clocks' uncertainty of the last share it): the
+**waiting caused** by each rank, in all, per step and per collective. A rank is a **straggler** when
+it cost the others more than ``fair_share`` (1.5) times an even share of all the waiting caused and
+at least ``min_caused_ns`` (1 ms) for each other rank on average; the report names it with what it
+cost and where, and its own time beside the median rank's, its slowest ops and idle time there.
 
 The package, one module per seam: :mod:`~.intervals` (interval algebra), :mod:`~.summary` (what a
 rank reduces to), :mod:`~.reduce` (the per-rank reducer), :mod:`~.distribution` (duration
@@ -53,7 +56,7 @@ from omniprof.analysis.crossrank.distribution import DurationRow, RankDurations,
 from omniprof.analysis.crossrank.intervals import union
 from omniprof.analysis.crossrank.pool import iter_reduce_local, reduce_file, reduce_local
 from omniprof.analysis.crossrank.reduce import COMM_PATTERN, MAX_DURATION_NAMES, RankReducer, is_comm, reduce_rank
-from omniprof.analysis.crossrank.report import CrossRankReport, Straggler, WaitTable
+from omniprof.analysis.crossrank.report import CrossRankReport, Straggler, WaitCaused, WaitTable
 from omniprof.analysis.crossrank.summary import CollectiveTable, RankSummary, StepRow, StepTable
 from omniprof.analysis.crossrank.text import text_blocks
 from omniprof.analysis.sketch import DurationSketch
@@ -61,7 +64,8 @@ from omniprof.formats.rankdir import load_kineto_dir, rank_inputs
 
 __all__ = [
     "RankSummary", "StepRow", "StepTable", "CollectiveTable", "Straggler", "CrossRankReport", "RankReducer",
-    "reduce_rank", "reduce_file", "reduce_local", "iter_reduce_local", "Combiner", "WaitTable", "DurationSketch",
+    "reduce_rank", "reduce_file", "reduce_local", "iter_reduce_local", "Combiner", "WaitTable", "WaitCaused",
+    "DurationSketch",
     "rank_inputs", "combine", "analyze", "is_rank_dir", "MAX_DURATION_NAMES",
     "analyze_result", "analyze_dir", "is_comm", "union", "COMM_PATTERN", "text_blocks", "load_kineto_dir",
     "DurationRow", "RankDurations", "duration_stats", "duration_rows",

@@ -1,5 +1,6 @@
 """What the cross-rank analysis says: a :class:`CrossRankReport` (every rank's summary, the waiting
-per rank and step as a :class:`WaitTable`, the stragglers, each a :class:`Straggler`), as plain rows first
+per rank and step as a :class:`WaitTable`, the waiting each rank caused (:class:`WaitCaused`), the
+stragglers, each a :class:`Straggler`), as plain rows first
 (:meth:`CrossRankReport.breakdown_rows`, :meth:`~CrossRankReport.step_rows`) and text second."""
 
 from __future__ import annotations
@@ -13,35 +14,67 @@ import attrs
 from omniprof.analysis.crossrank.distribution import DurationRow, duration_rows
 from omniprof.analysis.crossrank.summary import RankSummary
 
-__all__ = ["Straggler", "CrossRankReport", "WaitTable"]
+__all__ = ["WaitCaused", "Straggler", "CrossRankReport", "WaitTable"]
+
+
+@attrs.frozen
+class WaitCaused:
+    """The waiting one rank cost the others: in every collective compared (seen on every rank), on
+    the ranks' aligned clock, the rank(s) that arrived last (started it last; arrivals within the
+    two clocks' uncertainty of the last count as last too) are charged the other ranks' waiting in
+    it, shared evenly when several arrived last.
+
+    Attributes:
+        rank: the rank.
+        wait_caused_ns: the other ranks' waiting charged to it, in all.
+        last_in: collectives it arrived last at (alone or tied); ``compared``: collectives compared.
+        by_step: ``{step: ns}`` charged to it in each of its steps (a collective outside every step
+            counts in the total only).
+        by_collective: ``(name, times last, ns)`` per collective name, most ns first.
+    """
+
+    rank: int
+    wait_caused_ns: int
+    last_in: int
+    compared: int
+    by_step: dict[int, int]
+    by_collective: tuple[tuple[str, int, int], ...]
 
 
 @attrs.frozen
 class Straggler:
-    """A rank slower than the median rank in ``slow_steps`` (of ``steps`` compared).
+    """A rank that cost the others the most waiting (:class:`WaitCaused`, the first figure), with
+    its own time (step minus its own waiting on peers, the second figure) beside the median rank's.
 
-    ``own_ns`` and ``median_own_ns``: ``{step: ns}`` of this rank's own time (step minus waiting on
-    peers) and the median rank's; ``step_ns``: its step durations; ``others_wait_ns``: time the
-    other ranks spent waiting in collectives during those steps; ``top_ops``: its slowest ops over
-    those steps (``(name, total_ns)``), and ``outside_ops_ns`` its host time outside any op there.
+    ``slow_steps``: the steps in which it cost the others waiting (of ``steps`` present on every
+    rank); ``own_ns``, ``median_own_ns``, ``step_ns``: ``{step: ns}`` of its own time, the median
+    rank's, and its step durations, in those of them present on every rank; ``top_ops``: its
+    slowest ops over those steps (``(name, total_ns)``), and ``outside_ops_ns`` its host time
+    outside any op there.
     """
 
     rank: int
+    wait_caused_ns: int
+    last_in: int
+    compared: int
+    by_collective: tuple[tuple[str, int, int], ...]
+    wait_caused_by_step: dict[int, int]
     slow_steps: tuple[int, ...]
     steps: int
     own_ns: dict[int, int]
     median_own_ns: dict[int, int]
     step_ns: dict[int, int]
-    others_wait_ns: int
     top_ops: tuple[tuple[str, int], ...]
     outside_ops_ns: int
 
 
 @attrs.frozen
 class CrossRankReport:
-    """Every rank's summary, per-step per-rank waiting, and the stragglers found.
+    """Every rank's summary, per-step per-rank waiting, the waiting each rank caused, and the
+    stragglers found.
 
     ``wait_ns[(rank, step)]``: time the rank waited in collectives for slower peers during the step.
+    ``wait_caused``: per rank that cost the others any waiting, most first (:class:`WaitCaused`).
     ``notes``: what could not be matched (unequal collective counts, missing ranks), never silent.
     """
 
@@ -49,6 +82,7 @@ class CrossRankReport:
     wait_ns: Mapping[tuple[int, int], int]
     stragglers: tuple[Straggler, ...]
     notes: tuple[str, ...] = ()
+    wait_caused: tuple[WaitCaused, ...] = ()
 
     def rank(self, rank: int) -> RankSummary:
         for r in self.ranks:

@@ -27,6 +27,8 @@ class Report(Protocol):
     def stragglers(self) -> Sequence[Any]: ...
     @property
     def notes(self) -> Sequence[str]: ...
+    @property
+    def wait_caused(self) -> Sequence[Any]: ...
     def step_rows(self) -> list[dict[str, Any]]: ...
     def durations(self, top: int | None = None) -> list[DurationRow]: ...
 
@@ -34,6 +36,8 @@ class Report(Protocol):
 FULL_STEP_RANKS = 8
 #: the duration table lists this many kernels (ops), those with the most total time
 TOP_KERNELS = 10
+#: the waiting-caused table lists this many ranks, those that cost the others most
+CAUSED_RANKS = 8
 #: lines are wrapped at this width when none is given
 LINE_WIDTH = 110
 _NAME_WIDTH = 60
@@ -72,7 +76,7 @@ def text_blocks(rep: Report) -> list[tuple[Any, ...]]:
                         "compute; clock offset: to rank 0, ± its uncertainty"))
     out += _step_blocks(rep)
     out.append(("line", ""))
-    out += _straggler_lines(rep)
+    out += _caused_blocks(rep)
     causes: dict[str, int] = {}
     for r in rep.ranks:
         for k, v in r.idle_causes.items():
@@ -104,16 +108,39 @@ def _step_blocks(rep: Report) -> list[tuple[Any, ...]]:
                ms(x["compute_ns"]), ms(x["communication_ns"]), ms(x["idle_ns"])] for x in shown])]
 
 
-def _straggler_lines(rep: Report) -> list[tuple[Any, ...]]:
-    if not rep.stragglers:
-        return [("line", "No straggler: no rank's own step time exceeds the median rank's by more than 20 % "
-                         "(and 1 ms) in half the steps.")]
+def _caused_blocks(rep: Report) -> list[tuple[Any, ...]]:
+    """The waiting each rank cost the others (the ranks that cost most first), then the stragglers:
+    what they cost, where, and their own time beside the median rank's."""
     out: list[tuple[Any, ...]] = []
+    n = len(rep.ranks)
+    if rep.wait_caused:
+        shown = rep.wait_caused[:CAUSED_RANKS]
+        more = f" (the {len(shown)} that cost most of {len(rep.wait_caused)})" if len(rep.wait_caused) > len(shown) else ""
+        out.append(("line", f"Waiting caused, by rank{more}: in each collective, on the ranks' aligned clock, the "
+                            f"other ranks' waiting is charged to the rank that arrived last (shared by ranks "
+                            f"within their clocks' uncertainty of the last)"))
+        rows = [[str(x.rank), ms(x.wait_caused_ns), ms(x.wait_caused_ns // max(n - 1, 1)),
+                 f"{x.last_in} of {x.compared}", ", ".join(str(st) for st in list(x.by_step)[:8])
+                 + (" …" if len(x.by_step) > 8 else ""),
+                 "; ".join(f"{name} {c}x {ms(v)}" for name, c, v in x.by_collective[:2])] for x in shown]
+        out.append(("table", [_num("rank"), _num("caused ms"), _num("per other rank"), _num("last in"),
+                              Column("steps", min_width=8, drop=2), Column("collectives (times last, ms)", drop=1)],
+                    rows))
+    if not rep.stragglers:
+        out.append(("line", "No straggler: no rank cost the others more than 1.5x an even share of all the waiting "
+                            "(and 1 ms for each other rank)."))
+        return out
     for s in rep.stragglers:
-        times = ", ".join(f"step {st} {ms(s.step_ns[st])} ms (own {ms(s.own_ns[st])} vs median "
-                          f"{ms(s.median_own_ns[st])})" for st in s.slow_steps)
-        out.append(("line", f"Straggler: rank {s.rank}, slow in {len(s.slow_steps)} of {s.steps} steps: {times}. "
-                            f"The other ranks waited {ms(s.others_wait_ns)} ms in all for it in collectives."))
+        where = "; ".join(f"{name} {c}x {ms(v)} ms" for name, c, v in s.by_collective[:3])
+        steps = ", ".join(f"{st} ({ms(v)} ms)" for st, v in s.wait_caused_by_step.items())
+        out.append(("line", f"Straggler: rank {s.rank} cost the others {ms(s.wait_caused_ns)} ms of waiting "
+                            f"({ms(s.wait_caused_ns // max(n - 1, 1))} ms for each other rank on average), the last "
+                            f"to arrive at {s.last_in} of {s.compared} collectives ({where})"
+                            + (f", in steps {steps}." if steps else ".")))
+        own = ", ".join(f"step {st} {ms(s.step_ns[st])} ms, own {ms(s.own_ns[st])} vs median {ms(s.median_own_ns[st])}"
+                        for st in s.own_ns)
+        if own:
+            out.append(("line", f"  its own time (step - its waiting) in those steps: {own}"))
         ops = "; ".join(f"{name} {ms(ns)} ms" for name, ns in s.top_ops)
         out.append(("line", f"  its slowest ops in those steps: {ops or 'none recorded'}; its idle time there "
                             f"(outside any op): {ms(s.outside_ops_ns)} ms"))

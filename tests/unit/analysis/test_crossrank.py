@@ -148,11 +148,59 @@ def test_waiting_own_time_and_straggler_worked_by_hand() -> None:
                            (2, 1): 0, (2, 2): 0}
     (s,) = rep.stragglers
     assert (s.rank, s.slow_steps, s.steps) == (2, (1, 2), 2)
+    # the waiting it caused: ranks 0 and 1 waited 60 ms for it in each of the 2 all-reduces it reached last
+    assert (s.wait_caused_ns, s.last_in, s.compared) == (240 * ms, 2, 2)
+    assert s.wait_caused_by_step == {1: 120 * ms, 2: 120 * ms}
+    assert s.by_collective == (("gloo:all_reduce", 2, 240 * ms),)
     assert s.own_ns == {1: 100 * ms, 2: 100 * ms} and s.median_own_ns == {1: 40 * ms, 2: 40 * ms}
-    assert s.step_ns == {1: 100 * ms, 2: 100 * ms} and s.others_wait_ns == 240 * ms
+    assert s.step_ns == {1: 100 * ms, 2: 100 * ms}
+    assert [(x.rank, x.wait_caused_ns) for x in rep.wait_caused] == [(2, 240 * ms)]
     rows = {(x["step"], x["rank"]): x for x in rep.step_rows()}
     assert rows[(1, 0)]["own_ns"] == 40 * ms and rows[(1, 2)]["wait_ns"] == 0
-    assert "Straggler: rank 2, slow in 2 of 2 steps" in rep.to_text()
+    assert "Straggler: rank 2 cost the others 240.000 ms of waiting" in rep.to_text()
+
+
+def test_the_straggler_is_the_rank_the_others_waited_for_not_the_longest_own_time() -> None:
+    """Issue 27's DLRM case in small (an all-to-all whose ranks move unequal data): in every step
+    rank 3 reaches the collective last, 28 ms after the others; rank 1 starts with the others but has
+    little to receive and is done in 2 ms, so by "duration - shortest" it waited least and its own
+    time is the largest (100 ms vs the median's 70: the old own-time rule named ranks 1 and 3). Ranks
+    0, 2 and 4 waited 30 ms each for rank 3 (rank 1 none): rank 3 alone is named, charged 90 ms a step."""
+    ms = 1_000_000
+    steps = [(0, 100 * ms), (100 * ms, 100 * ms), (200 * ms, 100 * ms)]
+    ranks = []
+    for rank in range(5):
+        at, dur = {1: (30, 2), 3: (58, 4)}.get(rank, (30, 32))
+        ranks.append(_rank(rank, steps, [(a + at * ms, dur * ms) for a, _ in steps]))
+    rep = cr.combine(ranks)
+    assert [s.rank for s in rep.stragglers] == [3]
+    (s,) = rep.stragglers
+    assert (s.wait_caused_ns, s.last_in, s.compared) == (3 * 90 * ms, 3, 3)
+    assert s.wait_caused_by_step == {1: 90 * ms, 2: 90 * ms, 3: 90 * ms}
+    assert s.own_ns == {1: 98 * ms, 2: 98 * ms, 3: 98 * ms} and s.median_own_ns == {1: 70 * ms, 2: 70 * ms, 3: 70 * ms}
+    assert [x.rank for x in rep.wait_caused] == [3]
+    own = {(x["rank"], x["step"]): x["own_ns"] for x in rep.step_rows()}
+    assert max(own, key=own.get)[0] == 1  # the longest own time is rank 1's, which made no one wait
+
+
+def test_arrivals_within_the_clocks_uncertainty_share_the_charge() -> None:
+    """Ranks 1 and 2 reach the collective 0.3 ms apart with clocks known to ±0.2 ms each: either may
+    have been last, so rank 0's 5 ms of waiting is charged half to each; with exact clocks, all to
+    rank 2."""
+    ms = 1_000_000
+
+    def ranks(unc: int) -> list[RankSummary]:
+        out = []
+        for rank, a in ((0, 10 * ms), (1, 15 * ms - 300_000), (2, 15 * ms)):
+            s = _rank(rank, [(0, 50 * ms)], [(a, 20 * ms - a)])
+            out.append(attrs.evolve(s, clock_uncertainty_ns=unc))
+        return out
+
+    exact = cr.combine(ranks(0))
+    assert [(x.rank, x.wait_caused_ns) for x in exact.wait_caused] == [(2, 5 * ms + 300_000)]
+    shared = cr.combine(ranks(200_000))
+    assert [(x.rank, x.wait_caused_ns, x.last_in) for x in shared.wait_caused] == [(1, 2_500_000, 1),
+                                                                                  (2, 2_500_000, 1)]
 
 
 def test_balanced_ranks_have_no_straggler_and_mismatched_collectives_are_noted() -> None:
@@ -161,7 +209,7 @@ def test_balanced_ranks_have_no_straggler_and_mismatched_collectives_are_noted()
     a = _rank(0, [(0, 50 * ms)], [(10 * ms, 5 * ms)])
     b = _rank(1, [(0, 50 * ms)], [(10 * ms, 5 * ms), (20 * ms, 5 * ms)])
     rep = cr.combine([a, b])
-    assert rep.stragglers == ()
+    assert rep.stragglers == () and rep.wait_caused == ()
     assert rep.notes and "'gloo:all_reduce' occurs {0: 1, 1: 2}" in rep.notes[0]
     assert "No straggler" in rep.to_text()
 
