@@ -14,7 +14,10 @@ import attrs
 from omniprof.analysis.crossrank.distribution import DurationRow, duration_rows
 from omniprof.analysis.crossrank.summary import RankSummary
 
-__all__ = ["WaitCaused", "Straggler", "CrossRankReport", "WaitTable"]
+__all__ = ["WaitCaused", "Straggler", "CrossRankReport", "WaitTable", "REPORT_VERSION"]
+
+#: version of :meth:`CrossRankReport.to_dict`'s shape (``docs/schema/cross-rank.schema.json``)
+REPORT_VERSION = 1
 
 
 @attrs.frozen
@@ -117,6 +120,38 @@ class CrossRankReport:
                              "communication_ns": m, "idle_ns": i})
         rows.sort(key=lambda x: (x["step"], x["rank"]))
         return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as plain JSON data (``docs/schema/cross-rank.schema.json``, ``version``
+        :data:`REPORT_VERSION`): the breakdown per rank, the per-step wait/own table, the waiting
+        each rank caused, the stragglers, every kernel's (op's) duration distribution, the notes.
+        Times in integer ns."""
+        def steps(d: Mapping[int, int]) -> list[dict[str, int]]:
+            return [{"step": st, "ns": v} for st, v in d.items()]
+
+        def names(rows: tuple[tuple[str, int, int], ...]) -> list[dict[str, Any]]:
+            return [{"name": n, "times_last": c, "ns": v} for n, c, v in rows]
+
+        ranks = [{**row, "idle_causes": dict(r.idle_causes)} for row, r in zip(self.breakdown_rows(), self.ranks)]
+        return {
+            "version": REPORT_VERSION,
+            "ranks": ranks,
+            "steps": self.step_rows(),
+            "wait_caused": [{"rank": x.rank, "wait_caused_ns": x.wait_caused_ns, "last_in": x.last_in,
+                             "compared": x.compared, "by_step": steps(x.by_step),
+                             "by_collective": names(x.by_collective)} for x in self.wait_caused],
+            "stragglers": [{"rank": s.rank, "wait_caused_ns": s.wait_caused_ns, "last_in": s.last_in,
+                            "compared": s.compared, "by_step": steps(s.wait_caused_by_step),
+                            "by_collective": names(s.by_collective), "steps_compared": s.steps,
+                            "own": [{"step": st, "step_ns": s.step_ns[st], "own_ns": s.own_ns[st],
+                                     "median_own_ns": s.median_own_ns[st]} for st in s.own_ns],
+                            "top_ops": [{"name": n, "total_ns": v} for n, v in s.top_ops],
+                            "outside_ops_ns": s.outside_ops_ns} for s in self.stragglers],
+            "durations": [{"name": d.name, "total_ns": d.total_ns, "slowest_rank": d.slowest_rank,
+                           "fastest_rank": d.fastest_rank, "missing_ranks": list(d.missing_ranks),
+                           "per_rank": [attrs.asdict(x) for x in d.per_rank]} for d in self.durations()],
+            "notes": list(self.notes),
+        }
 
     def to_text(self, width: int | None = None) -> str:
         """The report as text (tables through the one renderer, lines wrapped at ``width``; None: nothing cut)."""
