@@ -96,10 +96,10 @@ class Combiner:
         stragglers = _stragglers(ranks, table, caused, fair_share, min_caused_ns)
         for r in ranks:
             if r.durations_left_out and r.durations_other is not None:
-                o = r.durations_other
+                other = r.durations_other
                 notes.append(f"rank {r.rank} ran more than {len(r.durations)} distinct kernel/op names: the "
                              f"{r.durations_left_out} with the least total time are summed as one row out of the "
-                             f"duration distribution ({o.count:,} runs, {ms(o.total_ns)} ms)")
+                             f"duration distribution ({other.count:,} runs, {ms(other.total_ns)} ms)")
         notes += [n for r in ranks for n in r.read_notes]
         return CrossRankReport(ranks, table, tuple(stragglers), tuple(notes), tuple(caused))
 
