@@ -14,7 +14,7 @@ from typing import Any, overload
 
 import attrs
 
-from omniprof.analysis.kernels import add_kernel_stats
+from omniprof.formats.kernels import add_kernel_stats
 from omniprof.analysis.nesting import TORCH, Nest, nest
 from omniprof.core import opstats
 from omniprof.core.results import BackendResult, ProfileResult, Span, Table
@@ -302,7 +302,7 @@ def with_tables(result: BackendResult) -> BackendResult: ...
 def with_tables(result: ProfileResult | BackendResult) -> ProfileResult | BackendResult:
     """``result`` (a :class:`ProfileResult` read from Kineto traces, or one part) with the tables
     torch users read: the op table ``op_stats`` (:func:`op_stats_table`), the kernel tables
-    (:func:`omniprof.analysis.kernels.add_kernel_stats`) and the ``flops`` summary, built from each
+    (:func:`omniprof.formats.kernels.add_kernel_stats`) and the ``flops`` summary, built from each
     Kineto part's spans (a part whose ``metadata["format"]`` is ``"kineto"``)."""
     if isinstance(result, BackendResult):
         return _part_with_tables(result)

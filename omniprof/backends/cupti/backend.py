@@ -41,7 +41,7 @@ from omniprof.backends.cupti.cupti_adapter import (
 from omniprof.backends.cupti.nvml import NVML_METRICS, NvmlCallError, NvmlSampler
 from omniprof.core import validators as v
 from omniprof.core.annotations import user_args
-from omniprof.analysis.kernels import add_kernel_stats
+from omniprof.formats.kernels import add_kernel_stats
 from omniprof.core.results import (
     BackendResult,
     ClockInfo,

@@ -33,6 +33,7 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.formats import xprof_runtime as _runtime
 from omniprof.formats.xplane import OMNIPROF_MARK, part_from_files, run_tool
+from omniprof.analysis.xla_ops import op_stats_table
 from omniprof.backends.xla.strip import strip_device_activity, strip_marks
 from omniprof.core import validators as v
 from omniprof.core.annotations import STEP_MARK, user_args
@@ -279,7 +280,8 @@ class XlaBackend(Backend):
                 losses.append(Loss(source="xla", kind="export_failed", count=1, unit="files", detail=trace_json))
         part, base_unix = part_from_files([xplane], include_device=include_device, verbose=self.context.verbose,
                                           time_base_unix_ns=self._t0_unix_ns, ref_offset_ns=self._t0_ref_ns,
-                                          with_tools=opts.record_tool_data, annotation_names=names | marked)
+                                          with_tools=opts.record_tool_data, annotation_names=names | marked,
+                                          op_table=op_stats_table)
         artifacts = [*part.artifacts, *extra]
         if opts.create_perfetto_trace or opts.create_perfetto_link:
             # A Perfetto file that cannot be written is a counted loss, never the loss of the part.

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from omniprof.analysis.torch_ops import op_table
-from omniprof.formats.readers import KinetoReader
+from omniprof.readers import KinetoReader
 from tests.tools import ROOT, shared_data
 
 torch = pytest.importorskip("torch")

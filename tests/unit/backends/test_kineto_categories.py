@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from omniprof.formats.readers import KinetoReader
+from omniprof.readers import KinetoReader
 
 read_trace = KinetoReader().read  # what `omniprof report` reads: the events, then the op and kernel tables
 from omniprof.errors import DataLossWarning, OmniprofWarning

@@ -14,7 +14,7 @@ import pytest
 import omniprof
 from omniprof.formats import kineto_json
 from omniprof.formats.kineto import FWDBWD_FLOW_BASE, us_text_to_ns
-from omniprof.formats.readers import KinetoReader
+from omniprof.readers import KinetoReader
 
 read_trace = KinetoReader().read  # what `omniprof report` reads: the events, then the op and kernel tables
 from omniprof.cli import main

@@ -86,7 +86,7 @@ def test_group_by_input_shape_matches_torch(tmp_path):
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from omniprof.analysis.torch_ops import op_table
-    from omniprof.formats.readers import KinetoReader
+    from omniprof.readers import KinetoReader
 
     read_trace = KinetoReader().read
 
@@ -197,7 +197,7 @@ def test_group_by_stack_n_matches_torch(tmp_path, n):
     the same (name, top-N frames) groups, calls, self/total CPU time and memory, whether the trace
     wrote the stacks (``Call stack``) or they are rebuilt from its Python function events."""
     from omniprof.analysis.torch_ops import op_table
-    from omniprof.formats.readers import KinetoReader
+    from omniprof.readers import KinetoReader
 
     read_trace = KinetoReader().read
 
@@ -216,7 +216,7 @@ def test_backward_ops_take_their_forward_ops_stack(tmp_path):
     """As in torch, an op run by autograd's backward is grouped under the Python stack of the forward
     op that created its node: AddmmBackward0 sits where the Linear layer's forward was called."""
     from omniprof.analysis.torch_ops import op_table
-    from omniprof.formats.readers import KinetoReader
+    from omniprof.readers import KinetoReader
 
     read_trace = KinetoReader().read
 
@@ -231,7 +231,7 @@ def test_backward_ops_take_their_forward_ops_stack(tmp_path):
 def test_op_stats_with_stacks_match_torch_key_averages(tmp_path):
     """With stacks recorded torch's key_averages() has a row per Python function and an annotation's
     self time excludes the Python code run inside it; the part's op_stats does the same."""
-    from omniprof.formats.readers import KinetoReader
+    from omniprof.readers import KinetoReader
 
     read_trace = KinetoReader().read
 
@@ -248,7 +248,7 @@ def test_op_stats_with_stacks_match_torch_key_averages(tmp_path):
 def test_group_by_input_shape_and_stack_together(tmp_path):
     """Both keys at once, as torch's key_averages(group_by_input_shape=True, group_by_stack_n=N)."""
     from omniprof.analysis.torch_ops import op_table
-    from omniprof.formats.readers import KinetoReader
+    from omniprof.readers import KinetoReader
 
     read_trace = KinetoReader().read
 
@@ -309,7 +309,7 @@ def test_group_by_stack_n_with_step_ranges_matches_torch(tmp_path):
     from torch.profiler import ProfilerActivity, profile, schedule
 
     from omniprof.analysis.torch_ops import op_table
-    from omniprof.formats.readers import KinetoReader
+    from omniprof.readers import KinetoReader
 
     read_trace = KinetoReader().read
 
@@ -407,7 +407,7 @@ def test_group_by_stack_n_against_the_program_and_the_raw_trace(tmp_path, n):
     from torch.profiler import ProfilerActivity, profile
 
     from omniprof.analysis.torch_ops import op_table
-    from omniprof.formats.readers import KinetoReader
+    from omniprof.readers import KinetoReader
 
     read_trace = KinetoReader().read
 
@@ -451,7 +451,7 @@ def test_group_by_stack_n_of_the_call_sites_matches_torch_with_verbose(tmp_path)
     from torch.profiler import ProfilerActivity, profile
 
     from omniprof.analysis.torch_ops import op_table
-    from omniprof.formats.readers import KinetoReader
+    from omniprof.readers import KinetoReader
 
     read_trace = KinetoReader().read
 

@@ -6,7 +6,7 @@ import pytest
 
 from omniprof import InvalidArgumentError
 from omniprof.analysis.diff import TOTAL_KEY, diff, format_diff
-from omniprof.analysis.kernels import kernel_stats_table
+from omniprof.formats.kernels import kernel_stats_table
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Span, StackSample, Table
 from omniprof.testing import make_result
 

@@ -17,7 +17,7 @@ import attrs
 import omniprof
 from omniprof.analysis.torch_ops import op_stats_table
 from omniprof.core.results import BackendResult, ProfileResult, Span, Track
-from omniprof.formats import xplane
+from omniprof.analysis import xla_ops
 from omniprof.reporters.collapsed import CollapsedOptions, CollapsedReporter
 from tests.unit.reporters.test_pprof import _top
 
@@ -56,7 +56,7 @@ def _ms(by_name: dict[str, int]) -> dict[str, float]:
 def test_op_tables_and_diff():
     table = op_stats_table(_result().parts[0].spans)
     assert _ms({r["name"]: r["self_ns"] for r in table.records()}) == EXPECTED_MS
-    xla = xplane.op_stats_rows(_spans("xla_op"))
+    xla = xla_ops.op_stats_rows(_spans("xla_op"))
     assert _ms({r["name"]: r["self_ns"] for r in xla}) == EXPECTED_MS
     r = _result()
     r = attrs.evolve(r, parts=(attrs.evolve(r.parts[0], tables=(table,)),))

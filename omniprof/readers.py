@@ -1,6 +1,9 @@
 """omniprof's own readers of native trace files (entry-point group ``omniprof.readers``).
 
-Each imports its format module only when a file is read, so listing plugins stays fast.
+A reader plugin reads a file through its format module (:mod:`omniprof.formats`) and attaches the
+tables users read through the analyses (:mod:`omniprof.analysis`): it stands above both, beside the
+backends and reporters, as a format never calls an analysis. Each imports its modules only when a
+file is read, so listing plugins stays fast.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ class XPlaneReader(Reader):
     summary = "XProf .xplane.pb files, run directories and logdirs"
 
     def read(self, path: Path) -> ProfileResult:
+        from omniprof.analysis.xla_ops import op_stats_table
         from omniprof.formats.xplane import read_xplane
 
-        return read_xplane(path)
+        return read_xplane(path, op_table=op_stats_table)
 
 
 class KinetoReader(Reader):
@@ -36,7 +40,7 @@ class KinetoReader(Reader):
         from omniprof.analysis.torch_ops import with_tables
 
         if Path(path).is_dir():
-            from omniprof.analysis.crossrank import load_kineto_dir
+            from omniprof.formats.rankdir import load_kineto_dir
 
             return with_tables(load_kineto_dir(path))
         from omniprof.formats.kineto import read_trace
