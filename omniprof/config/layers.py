@@ -20,10 +20,15 @@ from omniprof.core.options import ADVANCED_KEYS, parse_cli_value
 from omniprof.core.tomlpos import key_lines, line_of
 from omniprof.errors import ConfigError, InvalidArgumentError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+
+
+def _toml() -> Any:
+    """The TOML parser, imported when a file is read (``omniprof run`` without a config file reads none)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    return tomllib
 
 
 # -- layers -----------------------------------------------------------------------------------------
@@ -63,6 +68,7 @@ def find_config(directory: str | os.PathLike[str] | None = None) -> Path | None:
         return own
     py = d / "pyproject.toml"
     if py.is_file():
+        tomllib = _toml()
         try:
             data = tomllib.loads(py.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -83,6 +89,7 @@ def _parse_file(path: Path, text: str | None = None) -> tuple[dict[str, Any], di
             raise ConfigError([f"{name}: cannot read: {e.strerror or e}"], path=name) from e
         except UnicodeDecodeError as e:
             raise ConfigError([f"{name}: not UTF-8 text (byte {e.start})"], path=name) from e
+    tomllib = _toml()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
