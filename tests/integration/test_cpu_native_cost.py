@@ -4,6 +4,7 @@ checked against CPU times measured in the same run by the test itself."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -37,9 +38,9 @@ def test_native_cost_parts_are_measured_and_add_up_to_the_process_cpu_time():
     assert 0 < process <= p1 - p0
     assert main_cpu_ns + engine + drain <= process * 1.02 + 5_000_000
     # the engine asked the running main thread to copy its own stack: that CPU time was the main
-    # thread's (inside its measured spin), and is a small part of it
+    # thread's (inside its measured spin), and is a small part of it (3.10: read from outside, no signal)
     assert over["samples"] > 0
-    assert 0 < handler < main_cpu_ns
+    assert (0 < handler < main_cpu_ns) if sys.version_info >= (3, 11) else handler == 0
     assert 0 < drain and 0 < engine
     # the printed line says what each figure is, and its share is of the program threads' CPU time
     line = overhead_lines(prof.result.part("cpu"))[1]
