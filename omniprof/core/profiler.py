@@ -789,9 +789,8 @@ def _pay_one_time_costs(*, with_files: bool) -> None:
     """Costs paid once per process, at prepare (a schedule's wait/warm-up), so that none of them
     lands in the first recorded step, where it would be read as the user's time.
 
-    The platform string is found once (:func:`~omniprof.core.host.platform_string`: no
-    subprocess on Linux, where ``platform.platform()`` spawns ``uname -p``); writing a result first imports cattrs and compiles the
-    schema's hooks (30-50 ms on a loaded machine, measured inside a 4-rank DDP job's step).
+    The platform string is found once (``host.platform_string()``); writing a result first imports
+    cattrs and compiles the schema's hooks (30-50 ms loaded, measured in a 4-rank DDP job's step).
     """
     from omniprof.core.host import platform_string  # here, not at import: `import omniprof` stays light
 
