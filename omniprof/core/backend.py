@@ -117,6 +117,14 @@ class Backend(abc.ABC):
         return []
 
     @classmethod
+    def environment(cls, *, frameworks: bool = True) -> list[tuple[str, str]]:
+        """``(key, value)`` facts about what this backend uses here (its library's version, the devices
+        it sees), for ``omniprof doctor``'s environment section. ``frameworks=False``: without importing
+        heavy libraries (their installed versions only). Should not raise for a broken install: report
+        it as a fact."""
+        return []
+
+    @classmethod
     def checks(cls) -> list[Any]:
         """Checks of this machine for ``omniprof doctor``, in order, each with ``name``, ``ok``,
         ``detail`` and ``hint`` (the fix) attributes (cupti: driver, GPUs, CUPTI). Like

@@ -725,9 +725,11 @@ class Profiler:
         import platform
         import socket
 
+        from omniprof.core.host import platform_string
+
         return RunMetadata(
             host=socket.gethostname(), pid=os.getpid(), argv=tuple(sys.argv), python=platform.python_version(),
-            platform=platform.platform(), versions={"omniprof": __version__},
+            platform=platform_string(), versions={"omniprof": __version__},
             backends=self.backend_names, options=self.options.to_dict(),
             backend_options={n: _opts_dict(o) for n, o in self._backend_opts.items()},
             start_unix_ns=self._t0_unix_ns, start_ns=self._t0_ns, end_ns=end_ns, label=self.label,
@@ -739,13 +741,12 @@ def _pay_one_time_costs(*, with_files: bool) -> None:
     """Costs paid once per process, at prepare (a schedule's wait/warm-up), so that none of them
     lands in the first recorded step, where it would be read as the user's time.
 
-    ``platform.platform()`` spawns ``uname -p`` on its first call (and a Popen finalised while a
-    stack sampler runs can re-enter it); writing a result first imports cattrs and compiles the
-    schema's hooks (30-50 ms on a loaded machine, measured inside a 4-rank DDP job's step).
+    The platform string is found once (``host.platform_string()``); writing a result first imports
+    cattrs and compiles the schema's hooks (30-50 ms loaded, measured in a 4-rank DDP job's step).
     """
-    import platform  # here, not at import: `import omniprof` stays light
+    from omniprof.core.host import platform_string  # here, not at import: `import omniprof` stays light
 
-    platform.platform()
+    platform_string()
     if with_files:
         from omniprof.core.results import warm_converter
 

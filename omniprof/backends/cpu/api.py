@@ -112,6 +112,8 @@ def retrieve(*, record_offsets: bool = True) -> ProfileResult:
     import platform
     import socket
 
+    from omniprof.core.host import platform_string
+
     b = buffer()
     frames, stacks, samples, losses = b.export(offsets=record_offsets)
     tids = sorted({s.thread_id for s in samples})
@@ -132,7 +134,7 @@ def retrieve(*, record_offsets: bool = True) -> ProfileResult:
                                 "bytes_per_sample": BYTES_PER_SAMPLE, "buffer_bytes": b.nbytes()}},
         metadata={"source": "omniprof.cpu.retrieve"})
     md = RunMetadata(host=socket.gethostname(), pid=os.getpid(), python=platform.python_version(),
-                     platform=platform.platform(), backends=("cpu",), start_ns=start, end_ns=end)
+                     platform=platform_string(), backends=("cpu",), start_ns=start, end_ns=end)
     return ProfileResult(metadata=md, parts=(part,))
 
 

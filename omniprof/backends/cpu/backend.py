@@ -546,9 +546,14 @@ class CpuSamplerBackend(Backend):
                                own_time_ns=native.own_ns + own_ns,
                                stale_codes=native.stale_codes, max_tick_lag_ns=int(st.get("max_lag_ns", 0)),
                                samples_dropped=dropped + int(st.get("dropped", 0)),
-                               sampler_time_note="CPU time of the native engine's own thread (not the program's "
-                                                 "threads); torn samples (read while the thread changed them) are "
-                                                 "counted, not reported")
+                               handler_cpu_ns=int(st.get("handler_cpu_ns", 0)), drain_cpu_ns=native.drain_cpu_ns,
+                               process_cpu_ns=native.process_cpu_ns,
+                               sampler_time_note="sampler_time_ns is the CPU time of the native engine's own thread "
+                                                 "(beside the program, not in its threads); handler_cpu_ns is the "
+                                                 "CPU time the program's threads spent in the engine's snapshot "
+                                                 "signal handler; drain_cpu_ns the drain thread's, under the GIL; "
+                                                 "process_cpu_ns every thread's; torn samples (read while the "
+                                                 "thread changed them) are counted, not reported")
                 if st.get("torn"):
                     losses.append(Loss(source="cpu", kind="torn_samples", count=int(st["torn"]), unit="samples",
                                        detail="thread stacks that changed while being read (failed validation); "

@@ -226,6 +226,24 @@ class TorchBackend(Backend):
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
+    def environment(cls, *, frameworks: bool = True) -> list[tuple[str, str]]:
+        """torch: with ``frameworks``, imported (its build and whether CUDA is available), else its installed version."""
+        from omniprof.core.doctor import dist_version
+
+        if not frameworks:
+            return [("torch", dist_version("torch"))]
+        try:
+            _set_quiet_env()
+            import torch
+
+            cuda = torch.version.cuda
+            hip = getattr(torch.version, "hip", None)
+            build = f"CUDA {cuda}" if cuda else (f"ROCm {hip}" if hip else "CPU-only")
+            return [("torch", f"{torch.__version__} ({build} build), cuda available: {bool(torch.cuda.is_available())}")]
+        except Exception as e:  # a broken install is a fact to report, not a crash
+            return [("torch", f"unavailable ({type(e).__name__}: {e})")]
+
+    @classmethod
     def capabilities(cls) -> list[Capability]:
         try:
             _set_quiet_env()

@@ -164,6 +164,34 @@ class XlaBackend(Backend):
         self.postprocess_s = 0.0
 
     @classmethod
+    def environment(cls, *, frameworks: bool = True) -> list[tuple[str, str]]:
+        """jax (with ``frameworks``: imported, its version with jaxlib's and its devices) and xprof."""
+        from omniprof.core.doctor import dist_version
+
+        import logging
+
+        facts: list[tuple[str, str]] = []
+        if frameworks:
+            loggers = [logging.getLogger(n) for n in ("jax", "jax._src.xla_bridge", "absl")]
+            levels = [lg.level for lg in loggers]
+            try:
+                for lg in loggers:  # "no GPU/TPU found, falling back to cpu" is what the devices row says
+                    lg.setLevel(logging.ERROR)
+                jax = _runtime.import_jax(False)
+                devs = jax.devices()
+                facts.append(("jax", f"{jax.__version__}, jaxlib {dist_version('jaxlib')}"))
+                facts.append(("jax devices", ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in devs)))
+            except Exception as e:  # a broken jax install is a fact to report, not a crash
+                facts.append(("jax", f"unavailable ({type(e).__name__}: {getattr(e, 'reason', '') or e})"))
+            finally:
+                for lg, level in zip(loggers, levels):
+                    lg.setLevel(level)
+        else:
+            facts.append(("jax", dist_version("jax")))
+        facts.append(("xprof", dist_version("xprof")))
+        return facts
+
+    @classmethod
     def capabilities(cls) -> list[Capability]:
         import importlib.metadata as md
 
