@@ -10,7 +10,6 @@ import functools
 import os
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 from omniprof.core.backend import Backend, BackendContext
 from omniprof.core import annotations
-from omniprof.core.clock import DEFAULT_CLOCK, Clock
+from omniprof.core.clock import DEFAULT_CLOCK, Clock, perf_counter_ns, time_ns
 from omniprof.core.fileio import atomic_write_bytes, unique_run_dir
 from omniprof.core.forks import deferred_signals, on_fork_child
 from omniprof.core.options import ProfileOptions
@@ -446,7 +445,7 @@ class Profiler:
     def _start_all(self) -> None:
         if not self._backends:
             self._prepare_all()
-        self._t0_unix_ns = time.time_ns()
+        self._t0_unix_ns = time_ns()
         self._t0_ns = self.clock.now_ns()
         # The checkpoint thread is started first and waits: a sampler started below finds it
         # among omniprof's own threads (``omniprof-*``) and never samples it. Started after the
@@ -503,7 +502,7 @@ class Profiler:
         try:
             if self.session_dir is None or not self._recording:
                 return None
-            t0 = time.perf_counter_ns()
+            t0 = perf_counter_ns()
             parts = []
             for name in self._recording:
                 try:
@@ -525,7 +524,7 @@ class Profiler:
         except OSError:
             return None
         self.checkpoints += 1
-        self.checkpoint_max_ns = max(self.checkpoint_max_ns, time.perf_counter_ns() - t0)
+        self.checkpoint_max_ns = max(self.checkpoint_max_ns, perf_counter_ns() - t0)
         return path
 
     def _save(self, *, deferred: bool = False) -> None:
@@ -756,7 +755,7 @@ class _Checkpointer:
         wait = 0.0  # the first at once
         first_tries = _FIRST_CHECKPOINT_TRIES
         while not self._stop.wait(wait):
-            t0 = time.perf_counter_ns()
+            t0 = perf_counter_ns()
             written = self.profiler.checkpoint(blocking=False)
             if written is None and self.profiler.checkpoints == 0 and first_tries > 0:
                 # Busy (the step() that started recording still holds the profiler): the first
@@ -764,7 +763,7 @@ class _Checkpointer:
                 first_tries -= 1
                 wait = 0.005
                 continue
-            cost_s = (time.perf_counter_ns() - t0) / 1e9
+            cost_s = (perf_counter_ns() - t0) / 1e9
             # The first one, of an almost empty recording, pays one-time costs (a first fsync, a
             # sampler's first drain): it does not stretch the interval.
             wait = self.interval_s if first_tries else max(self.interval_s, cost_s / _CHECKPOINT_MAX_SHARE)

@@ -15,12 +15,12 @@ import functools
 import os
 import sys
 import threading
-import time
 import weakref
 from array import array
 from typing import Any
 
 from omniprof.backends.cpu.sampler import Sampler
+from omniprof.core.clock import perf_counter_ns
 from omniprof.core.results import ThreadInfo
 
 __all__ = ["NativeEngine", "native_available", "MODES"]
@@ -31,7 +31,7 @@ DRAIN_INTERVAL_S = 0.05
 MIN_DRAIN_GAP_NS = 5_000_000
 #: deepest stack recorded; a deeper one is counted as torn (a cycle read mid-change looks infinite)
 MAX_DEPTH = 2048
-_perf_ns = time.perf_counter_ns
+_perf_ns = perf_counter_ns
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 try:
