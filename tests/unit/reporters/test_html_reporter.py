@@ -108,8 +108,9 @@ def test_losses_and_errors_and_tables_are_on_the_page():
 
 
 def test_a_recursion_1500_deep_writes_the_html_report(tmp_path):
-    """omniprof run -r html of a program recursing 1,500 deep: the page is written (it was a
-    RecursionError), and its flame-graph data, read by the json module, holds the whole stack."""
+    """omniprof run -r html of a program recursing 1,500 deep (which then puts python's default
+    recursion limit back): the page is written (it was a RecursionError), and its flame-graph
+    data, read by the json module, holds the whole stack."""
     import json
     import os
     import sys
@@ -120,7 +121,7 @@ def test_a_recursion_1500_deep_writes_the_html_report(tmp_path):
         "def down(n):\n    if n == 0:\n        end = time.thread_time() + 0.3\n"
         "        while time.thread_time() < end:\n            sum(range(100))\n        return 0\n"
         "    return down(n - 1) + 1\n"
-        "print(down(1500))\n")
+        "print(down(1500))\nsys.setrecursionlimit(1000)  # put back, as a tidy program does\n")
     root = Path(__file__).resolve().parents[3]
     proc = subprocess.run([sys.executable, "-m", "omniprof", "run", "-r", "html", "-o", "out", "deep.py"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
