@@ -95,8 +95,9 @@ def _parser() -> _Parser:
     plugins = sub.add_parser("plugins", help="list backends and reporters with their status")
     plugins.add_argument("--no-probe", action="store_true", help="do not probe backends")
     plugins.add_argument("--trust", nargs="?", const="plugins.toml", default=None, metavar="FILE",
-                         help="trust FILE (default ./plugins.toml) as it is now: load it from the working directory "
-                              "without --plugins")
+                         help="trust FILE (default ./plugins.toml) as it is now: a plugins.toml loads from the working "
+                              "directory without --plugins; an omniprof.toml or pyproject.toml found there may set "
+                              "env, plugins and paths outside its directory")
     _plugin_args(plugins)
 
     doctor = sub.add_parser("doctor", help="what this machine can profile, and how to fix what it cannot")

@@ -437,6 +437,7 @@ class TorchBackend(Backend):
             _warn("backend 'torch': Kineto stopped collecting device activity early (buffer full); the "
                   "result says so in its losses", DataLossWarning)
         path, keep = self._trace_path()
+        from omniprof.analysis.torch_ops import with_tables
         from omniprof.formats import kineto
 
         try:
@@ -447,6 +448,7 @@ class TorchBackend(Backend):
             with open(path, encoding="utf-8") as fh:
                 part, top = kineto.parse_trace(fh, str(path), source=self.name, flops=flops, keep=self._keep,
                                                artifacts=artifacts)
+            part = with_tables(part)  # the op table, by the one nesting rule (analysis.nesting)
         finally:
             if not keep:
                 with contextlib.suppress(OSError):
