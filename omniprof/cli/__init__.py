@@ -229,7 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     saves its partial profile and then dies of SIGTERM, so the caller sees the usual status.
     """
     from omniprof.cli import _common
+    from omniprof.core.views import set_default_viewer
+    from omniprof.viewers import open_views
 
+    set_default_viewer(open_views)  # what a backend asks to show (create_perfetto_link), once saved
     real_process = argv is None
     _common.terminated_by = None
     _common.pipe_closed = False

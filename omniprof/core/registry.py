@@ -473,7 +473,7 @@ def _import_target(target: str) -> Any:
 
 def _validate(e: _Entry, cls: Any) -> None:
     from omniprof.core.backend import SUPPORTED_API_VERSIONS, Backend
-    from omniprof.core.readers import Reader
+    from omniprof.core.reader import Reader
     from omniprof.core.reporter import Reporter
 
     base = {"backend": Backend, "reporter": Reporter, "reader": Reader}[e.kind]

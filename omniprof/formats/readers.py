@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omniprof.core.readers import Reader
+from omniprof.core.reader import Reader
 from omniprof.core.results import ProfileResult
 
 __all__ = ["XPlaneReader", "KinetoReader"]

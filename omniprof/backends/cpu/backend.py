@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 
 from omniprof.plugin import Backend, Capability
-from omniprof.backends.cpu import api
+from omniprof.backends.cpu import buffer as cpu_buffer
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import NO_CUT, WALK_MAX_DEPTH, StackCut, python_stacks, walks_truncated
 from omniprof.core import validators as v
@@ -95,9 +95,9 @@ class CpuOptions:
             so ``max_samples`` is this session's own budget.
     """
 
-    interval_s: float = attrs.field(factory=lambda: api.default_interval_s(),
+    interval_s: float = attrs.field(factory=lambda: cpu_buffer.default_interval_s(),
                                     validator=[v.number_in_range(0.0, 10.0, lo_open=True), _fast_enough])
-    max_samples: int = attrs.field(factory=lambda: api.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
+    max_samples: int = attrs.field(factory=lambda: cpu_buffer.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
     engine: str = attrs.field(default="auto", validator=v.one_of(*ENGINES))
     mode: str = attrs.field(default="wall", validator=v.one_of(*MODES))
     native: bool = attrs.field(default=False, validator=v.is_bool)
@@ -396,7 +396,7 @@ class CpuSamplerBackend(Backend):
 
             find_pyspy()
         self.engine = engine
-        self.sampler = self._own_sampler if self._own_sampler is not None else api.buffer()
+        self.sampler = self._own_sampler if self._own_sampler is not None else cpu_buffer.buffer()
         self.sampler.max_samples = opts.max_samples
         if not opts.accumulate:
             self.sampler.clear()

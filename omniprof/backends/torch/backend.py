@@ -40,6 +40,7 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.core import validators as v
 from omniprof.core.annotations import user_args
+from omniprof.core.collectives import Collectives
 from omniprof.core.clock import time_ns, wall_time
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, CounterSeries, Loss, Track
 from omniprof.errors import BackendOptionWarning, BackendUnavailableError, DataLossWarning
@@ -252,6 +253,13 @@ class TorchBackend(Backend):
                       "device_tracer_level=0 skips device activity without a warning")
         caps.append(Capability("GPU kernels, memcpy and memory (Kineto over CUPTI/roctracer)", gpu, detail))
         return caps
+
+    @classmethod
+    def job_collectives(cls) -> Collectives | None:
+        """The torch.distributed process group of this process, for ``Profiler(distributed=True)``; None without one."""
+        from omniprof.backends.torch.collectives import TorchCollectives, job_running
+
+        return TorchCollectives() if job_running() else None
 
     @classmethod
     def probe(cls) -> None:
