@@ -32,10 +32,13 @@ from typing import IO, Any
 
 import attrs
 
+from omniprof.core.text import UNICODE_RULES, can_encode
+
 __all__ = ["Column", "Layout", "layout", "render_table", "print_table", "elide_middle", "Indented", "GAP"]
 
 GAP = 2          # spaces between columns
 ELLIPSIS = "…"
+ASCII_ELLIPSIS = "~"  # one character, like ELLIPSIS, so a column keeps its width
 EMPTY = ("", "-", None)
 
 
@@ -76,7 +79,7 @@ class Layout:
     empty: tuple[str, ...]
 
 
-def elide_middle(text: str, width: int) -> str:
+def elide_middle(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
     """``text`` within ``width`` characters, its middle replaced by ``…`` when too long
     (the start keeps a bit more than the end).
 
@@ -85,12 +88,13 @@ def elide_middle(text: str, width: int) -> str:
     """
     if len(text) <= width:
         return text
-    if width <= 1:
+    mark = len(ellipsis)
+    if width <= mark:
         return text[:width]
-    head = (width - 1 + 1) // 2 + (1 if width > 8 else 0)
-    head = min(head, width - 1)
-    tail = width - 1 - head
-    return text[:head] + ELLIPSIS + (text[len(text) - tail:] if tail else "")
+    head = (width - mark + 1) // 2 + (1 if width > 8 else 0)
+    head = min(head, width - mark)
+    tail = width - mark - head
+    return text[:head] + ellipsis + (text[len(text) - tail:] if tail else "")
 
 
 def _cell(value: Any) -> Any:
@@ -144,12 +148,27 @@ def _fit(columns: Sequence[Column], natural: dict[int, int], keep: list[int], wi
     return widths
 
 
-def _fit_cell(value: Any, width: int) -> str:
+def _fit_cell(value: Any, width: int, ellipsis: str = ELLIPSIS) -> str:
     if isinstance(value, Indented):
         if len(value) <= width:
             return str(value)
-        return value.prefix + elide_middle(value.text, max(width - len(value.prefix), 1))
-    return elide_middle(value, width)
+        return value.prefix + elide_middle(value.text, max(width - len(value.prefix), 1), ellipsis)
+    return elide_middle(value, width, ellipsis)
+
+
+def _spelled(value: Any, encoding: str) -> Any:
+    """A cell with the characters ``encoding`` cannot hold spelled out (``\\xe9``) before the
+    layout, so the columns line up as written."""
+    def spell(text: str) -> str:
+        return text.encode(encoding, "backslashreplace").decode(encoding)
+    return Indented(spell(value.prefix), spell(value.text)) if isinstance(value, Indented) else spell(value)
+
+
+def _ascii_rules() -> Any:
+    """rich's ``SIMPLE_HEAD`` box (one rule under the header) drawn with ``-``."""
+    from rich.box import Box
+
+    return Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
 
 
 def render_table(columns: Sequence[Column], rows: Sequence[Sequence[Any]], *, width: int | None = None,
@@ -169,14 +188,20 @@ def print_table(dest: IO[str], columns: Sequence[Column], rows: Sequence[Sequenc
     from rich.text import Text
 
     rows = [[_cell(c) for c in r] for r in rows]
+    plain = not can_encode(dest, UNICODE_RULES)  # PYTHONIOENCODING=ascii, LC_ALL=C: ASCII rules
+    ellipsis = ASCII_ELLIPSIS if plain else ELLIPSIS
+    if plain:
+        encoding = dest.encoding
+        rows = [[_spelled(c, encoding) for c in r] for r in rows]
+        columns = [attrs.evolve(c, header=_spelled(c.header, encoding)) for c in columns]
     lay = layout(columns, rows, width)
-    t = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+    t = RichTable(box=_ascii_rules() if plain else box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
                   header_style="bold" if color else "", show_header=True, title=None)
     for i, w in zip(lay.keep, lay.widths):
         c = columns[i]
         t.add_column(c.header, justify="right" if c.kind == "num" else "left", width=w, no_wrap=True)
     for ri, r in enumerate(rows):
-        t.add_row(*(Text(_fit_cell(r[i], w)) for i, w in zip(lay.keep, lay.widths)),
+        t.add_row(*(Text(_fit_cell(r[i], w, ellipsis)) for i, w in zip(lay.keep, lay.widths)),
                   style=(style or {}).get(ri))
     total = sum(lay.widths) + GAP * (len(lay.widths) - 1)
     out = io.StringIO() if not color else dest

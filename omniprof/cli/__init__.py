@@ -236,12 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     real_process = argv is None
     _common.terminated_by = None
     _common.pipe_closed = False
+    _common.started_stdout = sys.stdout
     saved_showwarning = warnings.showwarning
     if real_process:  # as a program; a caller of main() (tests, embedding) keeps its own warning handling
         warnings.showwarning = _show_warning
     try:
         code = _main(list(sys.argv[1:] if argv is None else argv))
-        sys.stdout.flush()
+        _flush_stdout()
     except BrokenPipeError:
         _common.pipe_closed = True
     finally:
@@ -258,11 +259,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                     os.close(devnull)
         return _common.PIPE_CLOSED_STATUS
     if real_process and _common.terminated_by is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _flush_stdout()
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
         signal.signal(_common.terminated_by, signal.SIG_DFL)
         os.kill(os.getpid(), _common.terminated_by)
     return code
+
+
+def _flush_stdout() -> None:
+    """Flush the stdout the command began with (the program may have set ``sys.stdout`` to None,
+    or closed it); a closed pipe still raises BrokenPipeError."""
+    from omniprof.cli import _common
+    from omniprof.core.text import report_stdout
+
+    with contextlib.suppress(ValueError, AttributeError):
+        report_stdout(_common.started_stdout).flush()
 
 
 _PKG_DIR = str(Path(__file__).resolve().parent.parent) + os.sep

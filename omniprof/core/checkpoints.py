@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Protocol
 
+from omniprof.core.clock import perf_counter_ns
 from omniprof.errors import InvalidArgumentError
 
 __all__ = ["CHECKPOINT_INTERVAL_S", "CHECKPOINT_ENV", "Checkpointable", "Checkpointer", "checkpoint_interval_s"]
@@ -66,7 +66,7 @@ class Checkpointer:
         wait = 0.0  # the first at once
         first_tries = _FIRST_CHECKPOINT_TRIES
         while not self._stop.wait(wait):
-            t0 = time.perf_counter_ns()
+            t0 = perf_counter_ns()
             written = self.profiler.checkpoint(blocking=False)
             if written is None and self.profiler.checkpoints == 0 and first_tries > 0:
                 # Busy (the step() that started recording still holds the profiler): the first
@@ -74,7 +74,7 @@ class Checkpointer:
                 first_tries -= 1
                 wait = 0.005
                 continue
-            cost_s = (time.perf_counter_ns() - t0) / 1e9
+            cost_s = (perf_counter_ns() - t0) / 1e9
             # The first one, of an almost empty recording, pays one-time costs (a first fsync, a
             # sampler's first drain): it does not stretch the interval.
             wait = self.interval_s if first_tries else max(self.interval_s, cost_s / _CHECKPOINT_MAX_SHARE)

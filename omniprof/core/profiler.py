@@ -10,7 +10,6 @@ import functools
 import os
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ from omniprof._version import __version__
 from omniprof.core import annotations
 from omniprof.core.backend import Backend, BackendContext
 from omniprof.core.checkpoints import Checkpointer, checkpoint_interval_s
-from omniprof.core.clock import DEFAULT_CLOCK, Clock
+from omniprof.core.clock import DEFAULT_CLOCK, Clock, perf_counter_ns, time_ns
 from omniprof.core.collectives import Collectives
 from omniprof.core.fileio import atomic_write_bytes
 from omniprof.core.forks import deferred_signals, on_fork_child
@@ -460,7 +459,7 @@ class Profiler:
     def _start_all(self) -> None:
         if not self._backends:
             self._prepare_all()
-        self._t0_unix_ns = time.time_ns()
+        self._t0_unix_ns = time_ns()
         self._t0_ns = self.clock.now_ns()
         # The checkpoint thread is started first and waits: a sampler started below finds it
         # among omniprof's own threads (``omniprof-*``) and never samples it. Started after the
@@ -517,7 +516,7 @@ class Profiler:
         try:
             if self.session_dir is None or not self._recording:
                 return None
-            t0 = time.perf_counter_ns()
+            t0 = perf_counter_ns()
             parts = []
             for name in self._recording:
                 try:
@@ -539,7 +538,7 @@ class Profiler:
         except OSError:
             return None
         self.checkpoints += 1
-        self.checkpoint_max_ns = max(self.checkpoint_max_ns, time.perf_counter_ns() - t0)
+        self.checkpoint_max_ns = max(self.checkpoint_max_ns, perf_counter_ns() - t0)
         return path
 
     def _save(self, *, deferred: bool = False) -> None:

@@ -21,7 +21,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import IO, Any
@@ -32,7 +31,7 @@ from omniprof.backends.cpu.backend import CpuOptions
 from omniprof.backends.cpu.buffer import buffer, default_interval_s, default_max_samples, set_defaults
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import NO_CUT, StackCut
-from omniprof.core.clock import DEFAULT_CLOCK
+from omniprof.core.clock import DEFAULT_CLOCK, strftime
 from omniprof.core.results import BackendResult, ClockInfo, Frame, ProfileResult, RunMetadata, Track
 from omniprof.analysis.stackreport import GroupReport, PrintOptions, build_report, format_report
 from omniprof.analysis.stackreport import callers as _callers
@@ -486,7 +485,7 @@ def _peek_heap_snapshot(err: Any) -> None:
     from omniprof.backends.memory.heapsnapshot import take_heap_snapshot
 
     streaming = mode in ("stream", "streaming")
-    path = Path.cwd() / f"omniprof-peek-{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}.heapsnapshot"
+    path = Path.cwd() / f"omniprof-peek-{os.getpid()}-{strftime('%Y%m%d-%H%M%S')}.heapsnapshot"
     written = take_heap_snapshot(path, streaming=streaming)
     what = "heap snapshot parts" if streaming else "heap snapshot"
     err.write(f"omniprof peek: {what} written to {written}{'.*' if streaming else ''}\n")

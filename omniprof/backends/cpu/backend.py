@@ -31,7 +31,6 @@ import random
 import signal
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -44,7 +43,7 @@ from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import NO_CUT, WALK_MAX_DEPTH, StackCut, python_stacks, walks_truncated
 from omniprof.core import validators as v
 from omniprof.core.annotations import user_args
-from omniprof.core.clock import perf_counter_offset_ns
+from omniprof.core.clock import perf_counter, perf_counter_offset_ns
 from omniprof.core.forks import OwnedHandler, on_fork_child
 from omniprof.core.results import BackendResult, ClockInfo, Frame, Loss, Span, TaskInfo, ThreadInfo, Track
 from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgumentError
@@ -128,7 +127,7 @@ class _SignalTrigger:
         pos = [0]
         due = [0.0]  # when the next tick is due (perf_counter seconds): the schedule, not the handler's
         # own run time, sets the rate
-        setitimer, real, now = signal.setitimer, signal.ITIMER_REAL, time.perf_counter
+        setitimer, real, now = signal.setitimer, signal.ITIMER_REAL, perf_counter
         self._due = due
 
         def rearm() -> None:
@@ -149,11 +148,17 @@ class _SignalTrigger:
                 return
             frame_box[0] = frame
             try:
-                sample()
+                sample()  # counts its own failures (Sampler.errors), never raises
             finally:
                 frame_box[0] = None
                 if self._armed:
-                    rearm()
+                    try:
+                        rearm()
+                    except Exception as e:  # never into the program: this runs inside its main thread
+                        sampler.errors += 1
+                        sampler.first_error = sampler.first_error or f"re-arming the timer: {type(e).__name__}: {e}"
+                        with contextlib.suppress(Exception):
+                            setitimer(real, interval_s)
 
         own.update(id(c) for c in _own_codes(handler))
         self.handler = handler
@@ -162,7 +167,7 @@ class _SignalTrigger:
         self._owned = OwnedHandler(signal.SIGALRM, self.handler).install()
         self._armed = True
         on_fork_child(self._forked)
-        self._due[0] = time.perf_counter() + self.interval_s
+        self._due[0] = perf_counter() + self.interval_s
         signal.setitimer(signal.ITIMER_REAL, self.interval_s)
 
     def stop(self) -> None:
@@ -406,6 +411,7 @@ class CpuSamplerBackend(Backend):
         if self.sampler is not None:
             s = self.sampler
             self._base = (s.ticks, s.self_time_ns, s.dropped)
+            self._errors0 = s.errors
             self._walks_cut0 = walks_truncated()
             if self.engine == "signal":
                 source = python_stacks(main_frame=lambda: self._frame_box[0])
@@ -567,6 +573,12 @@ class CpuSamplerBackend(Backend):
                     losses.append(Loss(source="cpu", kind="stack_truncated", count=int(st["truncated"]),
                                        unit="samples", detail=f"stacks deeper than {MAX_DEPTH} frames: the innermost "
                                                               f"{MAX_DEPTH} kept, the frames below them left out"))
+            failed = s.errors - getattr(self, "_errors0", 0)
+            if failed > 0:
+                losses.append(Loss(source="cpu", kind="sampler_errors", count=failed, unit="ticks",
+                                   detail=f"the sampler failed on these ticks and went on; the first: {s.first_error}"))
+                warnings.warn(f"omniprof cpu: the sampler failed on {failed} tick(s) and went on (those samples are "
+                              f"missing); the first: {s.first_error}", DataLossWarning, stacklevel=3)
             if pyspy_lines is not None:
                 window_s = max(end_ns - self._pyspy_since[0], 1) / 1e9
                 summary.update(achieved_rate_hz=ticks / window_s, sampled_window_s=window_s)

@@ -15,12 +15,12 @@ import functools
 import os
 import sys
 import threading
-import time
 import weakref
 import struct
 from typing import Any
 
 from omniprof.backends.cpu.sampler import Sampler
+from omniprof.core.clock import perf_counter_ns, process_time_ns, thread_time_ns
 from omniprof.core.results import ThreadInfo
 
 __all__ = ["NativeEngine", "native_available", "MODES"]
@@ -31,8 +31,8 @@ DRAIN_INTERVAL_S = 0.05
 MIN_DRAIN_GAP_NS = 5_000_000
 #: deepest stack recorded; a deeper one is counted as torn (a cycle read mid-change looks infinite)
 MAX_DEPTH = 2048
-_perf_ns = time.perf_counter_ns
-_thread_ns = time.thread_time_ns
+_perf_ns = perf_counter_ns
+_thread_ns = thread_time_ns
 #: one engine record: time, thread id, weight, stack index and flags, generator frame (native int64s)
 _RECORDS = struct.Struct("=5q")
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -267,7 +267,7 @@ class NativeEngine:
         self._note_threads()
         self.tasks.install()  # again at each drain, for a program that imports asyncio later
         excl = [t.ident for t in threading.enumerate() if t.name.startswith("omniprof-") and t.ident]
-        self._cpu0 = time.process_time_ns()
+        self._cpu0 = process_time_ns()
         _ns.start(self.interval_ns, mode, MAX_DEPTH, 1 << 24, excl)
 
     def _run(self) -> None:
@@ -294,7 +294,7 @@ class NativeEngine:
             self._orig_set_native = None
         self._stop.set()
         _ns.stop()  # also ends the drain thread's wait
-        self.process_cpu_ns = time.process_time_ns() - self._cpu0
+        self.process_cpu_ns = process_time_ns() - self._cpu0
         if self._thread is not None:
             self._thread.join()
         self.drain()

@@ -30,7 +30,6 @@ import re
 import socket
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +41,7 @@ from omniprof.plugin import Backend, Capability
 from omniprof.core import validators as v
 from omniprof.core.annotations import user_args
 from omniprof.core.collectives import Collectives
+from omniprof.core.clock import time_ns, wall_time
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, CounterSeries, Loss, Track
 from omniprof.errors import BackendOptionWarning, BackendUnavailableError, DataLossWarning
 
@@ -535,7 +535,7 @@ class TorchBackend(Backend):
         pairs = []
         for _ in range(3):
             a = self.clock.now_ns()
-            u = time.time_ns()
+            u = time_ns()
             b = self.clock.now_ns()
             pairs.append((b - a, (a + b) // 2, u))
         _, ref, unix = min(pairs)
@@ -545,7 +545,7 @@ class TorchBackend(Backend):
         sd = self.context.session_dir
         if sd is not None and self.options.keep_trace:
             host = socket.gethostname() or "localhost"
-            return Path(sd) / f"{host}_{os.getpid()}.{int(time.time() * 1000)}.pt.trace.json", True
+            return Path(sd) / f"{host}_{os.getpid()}.{int(wall_time() * 1000)}.pt.trace.json", True
         fd, name = tempfile.mkstemp(prefix="omniprof-kineto-", suffix=".pt.trace.json")
         os.close(fd)
         return Path(name), False

@@ -53,11 +53,13 @@ def _keep_until_released(tensors: Sequence[Any], wait_s: float = GLOO_RELEASE_WA
     """
     import time
 
+    from omniprof.core.clock import monotonic
+
     _gloo_held.extend(tensors)
-    deadline = time.monotonic() + wait_s
+    deadline = monotonic() + wait_s
     while True:
         _gloo_held[:] = [t for t in _gloo_held if getattr(t, "_use_count", lambda: 2)() > 1]
-        if not _gloo_held or time.monotonic() >= deadline:
+        if not _gloo_held or monotonic() >= deadline:
             return
         time.sleep(0.0002)  # sleep, not spin: on a busy CPU the worker thread needs it to run
 

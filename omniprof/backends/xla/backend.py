@@ -23,7 +23,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from omniprof.analysis.xla_ops import op_stats_table
 from omniprof.backends.xla.strip import strip_device_activity, strip_marks
 from omniprof.core import validators as v
 from omniprof.core.annotations import STEP_MARK, user_args
+from omniprof.core.clock import perf_counter, time_ns
 from omniprof.core.collectives import Collectives
 from omniprof.core.fileio import atomic_write_bytes, hostname, process_temp_dir
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
@@ -252,7 +252,7 @@ class XlaBackend(Backend):
             raise BackendError("the xla backend is already recording", plugin=self.name)
         # Pair the reference clock with the wall clock: the xplane's times are wall-clock ns.
         a = self.clock.now_ns()
-        unix = time.time_ns()
+        unix = time_ns()
         b = self.clock.now_ns()
         self._t0_ref_ns, self._t0_unix_ns = (a + b) // 2, unix
         if _jax_trace_active():
@@ -284,7 +284,7 @@ class XlaBackend(Backend):
             raise BackendError(f"XLA's profiler session failed to stop: {type(e).__name__}: {e}. Another profiling "
                                f"session (jax.profiler.start_trace, a remote capture) was probably active",
                                plugin=self.name) from e
-        t_post = time.perf_counter()
+        t_post = perf_counter()
         if not xspace:  # never write (or read back) an empty xplane as if it were a trace
             return self._lost_trace(end_ref)
         out_dir = self._out_dir()
@@ -326,7 +326,7 @@ class XlaBackend(Backend):
                     self.view_request = {"viewer": "perfetto_link", "path": str(ptrace), "port": opts.perfetto_port,
                                          "wait": opts.perfetto_wait, "timeout_s": opts.perfetto_timeout_s,
                                          "saved": [str(xplane)]}
-        self.postprocess_s = time.perf_counter() - t_post
+        self.postprocess_s = perf_counter() - t_post
         metadata = {**part.metadata, "jax_version": self._jax.__version__, "devices": _devices(self._jax),
                     "device_events_left_out": part.metadata.get("device_events_left_out", 0) + stripped,
                     "session_dir": str(out_dir), "temporary_dir": self.context.session_dir is None,

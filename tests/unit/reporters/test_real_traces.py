@@ -12,7 +12,7 @@ import pytest
 import omniprof
 from omniprof.core.results import ProfileResult
 from omniprof.reporters.speedscope import speedscope_document
-from omniprof.reporters.stackdata import span_lanes, stack_profile
+from omniprof.analysis.stackdata import span_lanes, stack_profile
 from tests.unit.reporters.test_speedscope import check_importable
 from tests.tools import shared_data
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import omniprof
 from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Span, StackSample, Track
-from omniprof.reporters.stackdata import pick_source, span_lanes, stack_profile
+from omniprof.analysis.stackdata import pick_source, span_lanes, stack_profile
 from omniprof.testing.fakes import make_result
 
 
