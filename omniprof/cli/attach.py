@@ -1,0 +1,63 @@
+"""``omniprof attach PID``: sample a running CPython process from outside into a normal result."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Any
+
+from omniprof.errors import LiveTargetError
+
+#: exit status when the target cannot be read (gone, not Python, no permission)
+CANNOT_READ = 2
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("attach", help="sample a running CPython 3.10-3.13 process from outside (until "
+                                      "--duration-ms or Ctrl-C) and report it like a run",
+                       usage="omniprof attach PID [--duration-ms N] [--rate-hz HZ] [-r table,json,...] [-o DIR]")
+    p.add_argument("pid", type=int, metavar="PID", help="the process to sample (it needs no omniprof)")
+    p.add_argument("--duration-ms", type=float, default=None, metavar="N",
+                   help="stop after N milliseconds (default: until Ctrl-C or the process ends)")
+    p.add_argument("--rate-hz", type=float, default=200.0, metavar="HZ", help="samples per second (default 200)")
+    p.add_argument("-r", "--reporter", action="append", default=[],
+                   help="reporter(s), comma-separated or repeated (default: table)")
+    p.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE",
+                   help="option of one reporter")
+    p.add_argument("-o", "--outdir", default=None, help="directory for file reports (default: the current one)")
+    p.add_argument("--plugins", default=None, help="plugins.toml to use")
+    p.add_argument("--no-plugin", action="append", default=[], metavar="NAME", help="switch a plugin off")
+
+
+def attach(ns: argparse.Namespace) -> int:
+    from omniprof.cli import _common as c
+    from omniprof.live.attach import AttachOptions
+    from omniprof.live.attach import attach as sample
+
+    reg = c.registry(ns)
+    reporters = c.csv(ns.reporter, ["table"])
+    ropts = c.reporter_options(ns.reporter_option, reporters)
+    for name in reporters:
+        reg.reporter(name)  # fail early on unknown names
+    if not ns.rate_hz > 0:
+        from omniprof.errors import UsageError
+
+        raise UsageError(f"--rate-hz must be > 0 (got {ns.rate_hz})")
+    opts = AttachOptions(interval_s=1.0 / ns.rate_hz,
+                         duration_s=ns.duration_ms / 1000.0 if ns.duration_ms else None)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())  # Ctrl-C ends the capture, keeps the result
+    try:
+        result = sample(ns.pid, opts, stop)
+    except LiveTargetError as e:
+        print(f"omniprof: error: {e}", file=sys.stderr)
+        return CANNOT_READ
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    summary = result.parts[0].summaries["overhead"]
+    if summary.get("target_exited"):
+        print(f"omniprof: process {ns.pid} exited during the capture; reporting what was sampled", file=sys.stderr)
+    c.make_outdir(ns.outdir)
+    return c.emit_reports(result, reporters, ropts, ns.outdir, reg)

@@ -1,0 +1,344 @@
+"""Every thread's Python stack of a running CPython 3.10-3.13, read from outside (``process_vm_readv``).
+
+The target is never stopped: what is read may change under the reader. Each pointer followed is
+checked (a code object's type is ``code``, a thread state points back at its interpreter, depth is
+bounded); a thread whose stack fails a check is reported torn (:class:`ThreadStack.torn`), never as
+a wrong stack. Code objects are decoded once (name, file, first line, line table) and kept by address,
+checked again by their name and file pointers each time they are met.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import attrs
+
+from omniprof.core.results import Frame
+from omniprof.errors import LiveTargetError
+from omniprof.live.layout import Layout, load_layout
+from omniprof.live.memory import ProcessMemory, TornRead
+
+__all__ = ["PythonProcess", "ThreadStack", "line_for_offset"]
+
+MAX_DEPTH = 1024
+MAX_THREADS = 4096
+_MAX_STR = 4096
+_MAX_LINETABLE = 1 << 20
+
+
+@attrs.frozen
+class ThreadStack:
+    """One thread at one moment: ``frames`` innermost first (empty when the thread runs no Python)."""
+
+    thread_id: int
+    native_id: int | None
+    name: str
+    holds_gil: bool
+    frames: tuple[Frame, ...] = ()
+    torn: bool = False
+    truncated: bool = False
+
+
+@attrs.frozen
+class _Code:
+    name: str
+    filename: str
+    firstlineno: int
+    linetable: bytes
+    start: int  # address of the first code unit (3.11+), 0 on 3.10
+    name_ptr: int
+    file_ptr: int
+
+
+def _varint(tbl: bytes, i: int) -> tuple[int, int]:
+    b = tbl[i]
+    i += 1
+    val, shift = b & 63, 6
+    while b & 64:
+        b = tbl[i]
+        i += 1
+        val |= (b & 63) << shift
+        shift += 6
+    return val, i
+
+
+def line_for_offset(version: tuple[int, int], linetable: bytes, firstlineno: int, offset: int) -> int:
+    """The source line of the instruction at byte ``offset`` of a code object (0: none), from its
+    ``co_linetable``: 3.10's (bytes delta, line delta) pairs, or 3.11+'s location entries."""
+    if offset < 0:
+        return firstlineno
+    line, addr, i, n = firstlineno, 0, 0, len(linetable)
+    if version < (3, 11):
+        while i + 1 < n:
+            sdelta, ldelta = linetable[i], linetable[i + 1]
+            i += 2
+            cur = None
+            if ldelta != 0x80:
+                line += ldelta - 256 if ldelta > 127 else ldelta
+                cur = line
+            end = addr + sdelta
+            if addr <= offset < end:
+                return cur or 0
+            addr = end
+        return 0
+    while i < n:
+        b = linetable[i]
+        i += 1
+        code, length = (b >> 3) & 15, (b & 7) + 1
+        cur = line
+        if code == 15:  # no location
+            cur = None
+        elif code == 14 or code == 13:  # long form / no column: a signed varint line delta
+            v, i = _varint(linetable, i)
+            line += -(v >> 1) if v & 1 else v >> 1
+            cur = line
+            if code == 14:
+                for _ in range(3):
+                    _, i = _varint(linetable, i)
+        elif code >= 10:  # one-line forms
+            line += code - 10
+            cur = line
+            i += 2
+        else:  # short forms: the same line
+            i += 1
+        end = addr + 2 * length
+        if addr <= offset < end:
+            return cur or 0
+        addr = end
+    return 0
+
+
+class PythonProcess:
+    """A running CPython process, read from outside. Raises LiveTargetError when the process is
+    gone, not CPython 3.10-3.13, or not readable by this user."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.mem = ProcessMemory(pid)
+        self.layout: Layout = load_layout(self.mem)
+        self.version = self.layout.version
+        o = self.layout.off
+        self._o = o
+        self._codes: dict[int, _Code] = {}
+        self._types: dict[int, bool] = {}
+        self._strings: dict[int, str] = {}
+        self.torn_reads = 0
+        code_keys = [k for k in o if k.startswith("code.")]
+        self._code_hdr = max(o[k] for k in code_keys) + 8
+        frame_keys = [k for k in o if k.startswith("frame.") and k != "frame.owner_cstack"]
+        self._frame_size = max(o[k] for k in frame_keys) + 8
+        self._tstate_size = max(o["tstate.size"], max(o[k] for k in o if k.startswith("tstate.") and k != "tstate.size")
+                                + 8)
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                self._comm = f.read().strip()
+        except OSError:
+            self._comm = ""
+        self.interp = self._interp()
+
+    # ------------------------------------------------------------------ memory helpers
+    def _u64(self, b: bytes, key: str) -> int:
+        return struct.unpack_from("<Q", b, self._o[key])[0]
+
+    def _interp(self) -> int:
+        interp = self.mem.u64(self.layout.runtime + self._o["runtime.interpreters_head"])
+        if not interp:
+            raise LiveTargetError(f"process {self.pid} has no Python interpreter running (starting up or exiting)",
+                                  cause="not_python")
+        return interp
+
+    def _is_code(self, addr: int, type_addr: int) -> bool:
+        ok = self._types.get(type_addr)
+        if ok is None:
+            try:
+                tp_name = self.mem.u64(type_addr + self._o["type.tp_name"])
+                ok = self.mem.read(tp_name, 5) == b"code\0"
+            except TornRead:
+                return False
+            self._types[type_addr] = ok
+        return ok
+
+    def read_str(self, addr: int) -> str:
+        """A ``str`` object's text (compact strings: every name CPython makes)."""
+        s = self._strings.get(addr)
+        if s is not None:
+            return s
+        o = self._o
+        hdr = self.mem.read(addr, o["unicode.compact_size"])
+        state = struct.unpack_from("<I", hdr, o["unicode.state"])[0]
+        length = struct.unpack_from("<q", hdr, o["unicode.length"])[0]
+        kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
+        if not compact or kind not in (1, 2, 4) or not 0 <= length <= _MAX_STR:
+            raise TornRead(addr)
+        data = self.mem.read(addr + (o["unicode.ascii_size"] if ascii_ else o["unicode.compact_size"]), length * kind)
+        s = data.decode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind], "replace")
+        if len(self._strings) < 100_000:
+            self._strings[addr] = s
+        return s
+
+    def _read_bytes(self, addr: int) -> bytes:
+        n = struct.unpack("<q", self.mem.read(addr + 16, 8))[0]
+        if not 0 <= n <= _MAX_LINETABLE:
+            raise TornRead(addr)
+        return self.mem.read(addr + self._o["bytes.ob_sval"], n) if n else b""
+
+    def code(self, addr: int) -> _Code:
+        """The code object at ``addr``, decoded (cached while its name and file pointers are unchanged)."""
+        o = self._o
+        hdr = self.mem.read(addr, self._code_hdr)
+        if not self._is_code(addr, struct.unpack_from("<Q", hdr, 8)[0]):
+            raise TornRead(addr)
+        name_ptr, file_ptr = self._u64(hdr, "code.name"), self._u64(hdr, "code.filename")
+        c = self._codes.get(addr)
+        if c is not None and c.name_ptr == name_ptr and c.file_ptr == file_ptr:
+            return c
+        name = self.read_str(self._u64(hdr, "code.qualname") if "code.qualname" in o else name_ptr)
+        c = _Code(name=name, filename=self.read_str(file_ptr),
+                  firstlineno=struct.unpack_from("<i", hdr, o["code.firstlineno"])[0],
+                  linetable=self._read_bytes(self._u64(hdr, "code.linetable")),
+                  start=addr + o["code.code_adaptive"] if "code.code_adaptive" in o else 0,
+                  name_ptr=name_ptr, file_ptr=file_ptr)
+        self._codes[addr] = c
+        return c
+
+    # ------------------------------------------------------------------ threads and frames
+    def gil_holder(self) -> int:
+        """The thread state holding the GIL now (0: none, or unknown)."""
+        o = self._o
+        # 3.13 publishes the main interpreter's own GIL fields relative to the interpreter state
+        locked_at, holder_at = o.get("interp.gil_locked"), o.get("interp.gil_holder")
+        try:
+            if locked_at is not None and holder_at is not None:
+                gil = self.interp
+            else:
+                locked_at, holder_at = o["gil.locked"], o["gil.holder"]
+                if "interp.ceval_gil" in o:  # 3.12: a pointer in the interpreter
+                    gil = self.mem.u64(self.interp + o["interp.ceval_gil"])
+                else:  # 3.10, 3.11: one GIL in the runtime
+                    gil = self.layout.runtime + o["runtime.gil"]
+            raw = self.mem.read(gil, max(locked_at, holder_at) + 8)
+        except TornRead:
+            return 0
+        locked = struct.unpack_from("<i", raw, locked_at)[0]
+        return struct.unpack_from("<Q", raw, holder_at)[0] if locked else 0
+
+    def thread_states(self) -> list[tuple[int, bytes]]:
+        """(address, bytes) of each thread state of the main interpreter, newest thread first."""
+        out = []
+        ts = self.mem.u64(self.interp + self._o["interp.threads_head"])
+        seen = set()
+        while ts and ts not in seen and len(out) < MAX_THREADS:
+            seen.add(ts)
+            buf = self.mem.read(ts, self._tstate_size)
+            if self._u64(buf, "tstate.interp") != self.interp:
+                raise TornRead(ts)
+            out.append((ts, buf))
+            ts = self._u64(buf, "tstate.next")
+        return out
+
+    def _leaf(self, buf: bytes) -> int:
+        o = self._o
+        if "tstate.cframe" in o:  # 3.11/3.12: the C-level eval loop's current frame
+            cframe = self._u64(buf, "tstate.cframe")
+            return self.mem.u64(cframe + o["cframe.current_frame"]) if cframe else 0
+        return self._u64(buf, "tstate.current_frame" if "tstate.current_frame" in o else "tstate.frame")
+
+    def raw_stack(self, buf: bytes) -> tuple[list[tuple[int, int]], bool]:
+        """(code address, byte offset) of each frame, innermost first, and whether it was cut at MAX_DEPTH."""
+        o, legacy = self._o, self.layout.legacy
+        cstack = o.get("frame.owner_cstack", -1)
+        out: list[tuple[int, int]] = []
+        frame = self._leaf(buf)
+        hops = 0
+        while frame:
+            if len(out) >= MAX_DEPTH:
+                return out, True
+            hops += 1
+            if hops > 2 * MAX_DEPTH or frame & 7:
+                raise TornRead(frame)
+            fb = self.mem.read(frame, self._frame_size)
+            code, prev = self._u64(fb, "frame.code"), self._u64(fb, "frame.previous")
+            if legacy:
+                lasti = struct.unpack_from("<i", fb, o["frame.lasti"])[0]
+                out.append((code, 2 * lasti))
+            elif fb[o["frame.owner"]] != cstack:
+                out.append((code, self._u64(fb, "frame.instr")))  # an address: made relative in frames()
+            frame = prev
+        return out, False
+
+    def frames(self, raw: list[tuple[int, int]]) -> tuple[Frame, ...]:
+        out = []
+        for code_addr, at in raw:
+            c = self.code(code_addr)
+            offset = at if self.layout.legacy else at - c.start
+            if not self.layout.legacy and not -2 <= offset <= 2 * (1 << 24):
+                raise TornRead(code_addr)
+            line = line_for_offset(self.version, c.linetable, c.firstlineno, offset) or c.firstlineno
+            out.append(Frame(name=c.name, file=c.filename, line=line))
+        return tuple(out)
+
+    def _names(self, states: list[tuple[int, bytes]]) -> dict[int, str]:
+        """thread_id -> name: the OS thread name where it was set (differs from the process's),
+        else ``MainThread`` for the thread that started the process."""
+        out: dict[int, str] = {}
+        for i, (_, buf) in enumerate(states):
+            tid = self._u64(buf, "tstate.thread_id")
+            native = self._native(buf)
+            comm = ""
+            if native:
+                try:
+                    with open(f"/proc/{self.pid}/task/{native}/comm") as f:
+                        comm = f.read().strip()
+                except OSError:
+                    pass
+            main = native == self.pid if native else i == len(states) - 1
+            out[tid] = "MainThread" if main else (comm if comm and comm != self._comm else f"Thread-{tid:#x}")
+        return out
+
+    def _native(self, buf: bytes) -> int | None:
+        return self._u64(buf, "tstate.native_thread_id") if "tstate.native_thread_id" in self._o else None
+
+    def stacks(self, retries: int = 3) -> list[ThreadStack]:
+        """Every thread's stack now; a thread read torn ``retries`` times in a row is marked torn."""
+        for attempt in range(retries):
+            try:
+                states = self.thread_states()
+                break
+            except TornRead:
+                if attempt == retries - 1:
+                    raise LiveTargetError(f"process {self.pid}: its thread list kept changing while read",
+                                          cause="torn") from None
+        holder = self.gil_holder()
+        names = self._names(states)
+        out = []
+        for ts, buf in states:
+            tid = self._u64(buf, "tstate.thread_id")
+            frames: tuple[Frame, ...] = ()
+            torn, truncated = True, False
+            for _ in range(retries):
+                try:
+                    raw, truncated = self.raw_stack(buf)
+                    frames = self.frames(raw)
+                    torn = False
+                    break
+                except TornRead:
+                    self.torn_reads += 1
+                    try:
+                        buf = self.mem.read(ts, self._tstate_size)
+                    except TornRead:
+                        break
+            out.append(ThreadStack(thread_id=tid, native_id=self._native(buf), name=names.get(tid, ""),
+                                   holds_gil=bool(holder) and holder == ts, frames=frames, torn=torn,
+                                   truncated=truncated))
+        return out
+
+
+def python_version_of(pid: int) -> str:
+    """``"3.12"``: the CPython version process ``pid`` runs (LiveTargetError if none)."""
+    lay = load_layout(ProcessMemory(pid))
+    return f"{lay.version[0]}.{lay.version[1]}"
+
+
+def process_exists(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
