@@ -70,8 +70,9 @@ def permission_hint(pid: int) -> str:
             owner = pwd.getpwuid(target_uid).pw_name
         except KeyError:
             owner = str(target_uid)
+        fix = "as root (sudo)" if target_uid == 0 else f"as {owner!r} or as root (sudo)"
         return (f"permission denied reading process {pid}: it belongs to user {owner!r} and this is uid {me}; "
-                f"run omniprof as {owner!r} or as root (sudo)")
+                f"run omniprof {fix}")
     try:
         with open("/proc/sys/kernel/yama/ptrace_scope") as f:
             scope = int(f.read().strip() or 0)

@@ -1,0 +1,268 @@
+"""``omniprof dump PID`` on real CPython 3.10-3.13 processes that never imported omniprof.
+
+Each target parks its threads in known places (a sleep, a blocking read, a deadlock on two locks,
+a busy loop) and then writes what ``sys._current_frames()`` says about them: the reference the
+dump is compared with, frame by frame (name, file, line).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from omniprof.cli import main
+from omniprof.live.reader import line_for_offset
+
+PYENV = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+
+
+def pythons() -> list[str]:
+    """The newest pyenv CPython of each minor version 3.10-3.13 here, and the one running the tests."""
+    found = {f"3.{sys.version_info[1]}": sys.executable}
+    for minor in (10, 11, 12, 13):
+        exes = sorted(glob.glob(os.path.join(PYENV, "versions", f"3.{minor}.*", "bin", f"python3.{minor}")))
+        if exes:
+            found[f"3.{minor}"] = exes[-1]
+    return [found[k] for k in sorted(found)]
+
+
+TARGET = textwrap.dedent('''
+    import json, os, sys, threading, time
+
+    out = sys.argv[1]
+    lock_a, lock_b = threading.Lock(), threading.Lock()
+    both = threading.Barrier(2)
+    r, w = os.pipe()
+
+    def sleeper_leaf():
+        time.sleep(1000)  # SLEEP
+
+    def sleeper():
+        sleeper_leaf()
+
+    def reader():
+        os.read(r, 1)  # READ
+
+    def lock_ab():
+        with lock_a:
+            both.wait()
+            with lock_b:  # DEADLOCK_A
+                pass
+
+    def lock_ba():
+        with lock_b:
+            both.wait()
+            with lock_a:  # DEADLOCK_B
+                pass
+
+    def spin_leaf():
+        x = 0
+        while True:
+            x += 1
+
+    def spin():
+        spin_leaf()
+
+    def describe(frame):
+        stack = []
+        while frame is not None:
+            code = frame.f_code
+            stack.append([getattr(code, "co_qualname", code.co_name), code.co_filename, frame.f_lineno])
+            frame = frame.f_back
+        return stack
+
+    def report(main_ident, parked):
+        # every parked thread stands on its blocking line: then it is inside the blocking call
+        while True:
+            frames = sys._current_frames()
+            if all(i in frames and frames[i].f_lineno == line for i, line in parked.items()):
+                break
+            time.sleep(0.01)
+        time.sleep(0.2)
+        frames = sys._current_frames()
+        doc = {str(i): describe(frames[i]) for i in parked}
+        doc["spin"] = [str(spinner.ident), describe(frames[spinner.ident])]
+        doc["main"] = str(main_ident)
+        with open(out + ".tmp", "w") as f:
+            json.dump(doc, f)
+        os.replace(out + ".tmp", out)
+
+    def main_leaf():
+        time.sleep(1000)  # MAIN
+
+    def main_mid():
+        main_leaf()
+
+    lines = {tag: n for n, text in enumerate(open(__file__).read().splitlines(), 1)
+             for tag in ("SLEEP", "READ", "DEADLOCK_A", "DEADLOCK_B", "MAIN") if text.endswith("# " + tag)}
+    threads = {tag: threading.Thread(target=fn, daemon=True)
+               for tag, fn in (("SLEEP", sleeper), ("READ", reader), ("DEADLOCK_A", lock_ab), ("DEADLOCK_B", lock_ba))}
+    for t in threads.values():
+        t.start()
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    parked = {t.ident: lines[tag] for tag, t in threads.items()}
+    parked[threading.get_ident()] = lines["MAIN"]
+    threading.Thread(target=report, args=(threading.get_ident(), parked)).start()
+    main_mid()
+''')
+
+
+@pytest.fixture
+def target(tmp_path):
+    procs = []
+
+    def start(python: str) -> tuple[int, dict]:
+        script = tmp_path / "parked.py"
+        script.write_text(TARGET)
+        out = tmp_path / "truth.json"
+        p = subprocess.Popen([python, str(script), str(out)], stdin=subprocess.DEVNULL)
+        procs.append(p)
+        deadline = time.monotonic() + 60
+        while not out.exists():
+            assert p.poll() is None, f"target exited with {p.returncode}"
+            assert time.monotonic() < deadline, "target never reported its stacks"
+            time.sleep(0.05)
+        return p.pid, json.loads(out.read_text())
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def _dump_json(pid: int, capsys) -> dict:
+    capsys.readouterr()
+    assert main(["dump", str(pid), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("python", pythons(), ids=lambda p: os.path.basename(p))
+def test_dump_matches_the_targets_own_stacks(python, target, capsys):
+    pid, truth = target(python)
+    doc = _dump_json(pid, capsys)
+    by_id = {str(t["thread_id"]): t for t in doc["threads"]}
+    want_version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+    assert doc["python"] == want_version
+    spin_id, spin_truth = truth.pop("spin")
+    main_id = truth.pop("main")
+    for ident, stack in truth.items():  # parked threads: exact, frame by frame
+        got = by_id[ident]
+        assert not got["torn"]
+        assert [[f["name"], f["file"], f["line"]] for f in got["frames"]] == stack
+        assert not got["holds_gil"]  # blocked in C: the GIL is released
+    assert by_id[main_id]["name"] == "MainThread"
+    # the busy thread: the same functions (its line moves)
+    spin = by_id[spin_id]
+    assert [f["name"] for f in spin["frames"]] == [s[0] for s in spin_truth]
+    assert sum(t["holds_gil"] for t in doc["threads"]) <= 1
+
+
+def test_dump_text_names_every_thread(target, capsys):
+    pid, truth = target(pythons()[-1])
+    capsys.readouterr()
+    assert main(["dump", str(pid)]) == 0
+    text = capsys.readouterr().out
+    assert "MainThread" in text
+    assert text.count("\nThread ") >= len(truth) - 1  # the parked threads (main among them) and the spinner
+    assert "sleeper_leaf (" in text and "lock_ab (" in text and "spin_leaf (" in text
+
+
+def test_gone_and_not_python_exit_2(tmp_path, capsys):
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        assert main(["dump", str(p.pid)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "not CPython" in err and len(err.splitlines()) == 1
+    finally:
+        p.kill()
+        p.wait()
+    assert main(["dump", str(p.pid)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"no process {p.pid}" in err and len(err.splitlines()) == 1
+
+
+def test_permission_denied_names_cause_and_fix(target):
+    """The collector as user nobody, the target root's: one line naming both, exit 2."""
+    pid, _ = target(pythons()[-1])
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            os.close(r)
+            sys.stderr = open(w, "w", closefd=False)  # noqa: SIM115 - the child's stderr, flushed below
+            os.setgid(65534)
+            os.setuid(65534)
+            code = main(["dump", str(pid)])
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001
+            code = 99
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        err = f.read()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "permission denied" in lines[0] and "'root'" in lines[0] and "sudo" in lines[0]
+
+
+LINES_REF = textwrap.dedent('''
+    import json, sys, dis
+    def walk(code):
+        yield code
+        for c in code.co_consts:
+            if hasattr(c, "co_code"):
+                yield from walk(c)
+    import threading, json.decoder
+    out = []
+    for mod in (threading, json.decoder, dis):
+        src = open(mod.__file__).read()
+        for code in walk(compile(src, mod.__file__, "exec")):
+            lines = {}
+            for start, end, line in code.co_lines():
+                for off in range(start, end, 2):
+                    lines[off] = line or 0
+            out.append([code.co_linetable.hex(), code.co_firstlineno, lines])
+    print(json.dumps(out))
+''')
+
+
+@pytest.mark.parametrize("python", pythons(), ids=lambda p: os.path.basename(p))
+def test_line_tables_decode_as_the_interpreter_does(python):
+    """Every instruction offset of three stdlib modules' code objects: the line that the interpreter's
+    own co_lines() gives (its reference), decoded from the raw co_linetable bytes."""
+    res = subprocess.run([python, "-c", LINES_REF], capture_output=True, text=True, check=True)
+    ver = tuple(int(x) for x in subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                                               capture_output=True, text=True, check=True).stdout.split())
+    checked = 0
+    for table_hex, first, lines in json.loads(res.stdout):
+        table = bytes.fromhex(table_hex)
+        for off, line in lines.items():
+            assert line_for_offset(ver, table, first, int(off)) == line, (off, first)
+            checked += 1
+    assert checked > 10_000
+
+
+def test_attach_gives_a_result_every_reporter_takes(target, tmp_path, capsys):
+    pid, _ = target(pythons()[0])
+    out = tmp_path / "reports"
+    assert main(["attach", str(pid), "--duration-ms", "400", "-r", "json,speedscope,collapsed", "-o", str(out)]) == 0
+    from omniprof.core.readers import read_any
+
+    result = read_any(str(next(p for p in out.iterdir() if p.name.endswith(".json") and "speedscope" not in p.name)))
+    part = result.parts[0]
+    names = {part.frames[i].name for s in part.stacks for i in s}
+    assert {"sleeper_leaf", "lock_ab", "lock_ba", "spin_leaf", "main_leaf"} <= names
+    assert part.samples and all(s.weight_ns > 0 for s in part.samples)
+    os.kill(pid, signal.SIGKILL)
