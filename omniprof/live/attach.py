@@ -61,6 +61,7 @@ class _Recorder:
         self.proc = proc
         self.frames: list[Frame] = []
         self.frame_ids: dict[tuple[int, int], int] = {}  # (code address, offset) -> frame index
+        self.frame_index: dict[Frame, int] = {}
         self.code_ptrs: dict[int, tuple[int, int]] = {}   # code address -> (name ptr, file ptr) when decoded
         self.stacks: list[tuple[int, ...]] = []
         self.stack_ids: dict[tuple[int, ...], int] = {}
@@ -70,24 +71,26 @@ class _Recorder:
         self.truncated = 0
 
     def stack_id(self, raw: list[tuple[int, int]]) -> int:
+        # every code object's header is read again (one system call for the stack): a code object
+        # freed and another made at its address shows other name/file pointers, and is decoded anew
+        codes = self.proc.codes([code for code, _ in raw])
         ids = []
-        decoded: set[int] = set()
         for code, at in reversed(raw):  # root first
-            key = (code, at)
-            fid = self.frame_ids.get(key)
-            if fid is None or code not in decoded:
-                c = self.proc.code(code)  # reads the header: a code object freed and replaced is seen here
-                decoded.add(code)
-                if self.code_ptrs.get(code) != (c.name_ptr, c.file_ptr):
-                    self.code_ptrs[code] = (c.name_ptr, c.file_ptr)
+            c = codes[code]
+            if self.code_ptrs.get(code) != (c.name_ptr, c.file_ptr):
+                if code in self.code_ptrs:
                     for k in [k for k in self.frame_ids if k[0] == code]:
                         del self.frame_ids[k]
-                    fid = None
+                self.code_ptrs[code] = (c.name_ptr, c.file_ptr)
+            key = (code, at)
+            fid = self.frame_ids.get(key)
+            if fid is None:  # one frame per (function, line): offsets on one line are one frame
+                fr = self.proc.frames([key])[0]
+                fid = self.frame_index.get(fr)
                 if fid is None:
-                    fr = self.proc.frames([key])[0]
-                    fid = len(self.frames)
+                    fid = self.frame_index[fr] = len(self.frames)
                     self.frames.append(fr)
-                    self.frame_ids[key] = fid
+                self.frame_ids[key] = fid
             ids.append(fid)
         t = tuple(ids)
         sid = self.stack_ids.get(t)

@@ -91,7 +91,8 @@ def load_layout(mem: ProcessMemory) -> Layout:
             raise LiveTargetError(f"process {mem.pid}: _PyRuntime.debug_offsets has no valid cookie (a CPython "
                                   f"{version[0]}.{version[1]} build omniprof does not know)", cause="not_python")
         values = struct.unpack_from(f"<{len(_DEBUG_FIELDS_313)}Q", raw, 8)
-        off = {k: v for k, v in zip(_DEBUG_FIELDS_313, values) if k != "-"}
+        off = dict(OFFSETS.get(version, {}))  # the few the debug offsets lack (generated from the headers)
+        off.update((k, v) for k, v in zip(_DEBUG_FIELDS_313, values) if k != "-")
         off["frame.owner_cstack"] = 3  # FRAME_OWNED_BY_CSTACK (pycore_frame.h), not among the debug offsets
         off["unicode.compact_size"] = off["unicode.ascii_size"] + 16  # utf8_length, utf8
         if off.pop("version") >> 16 != (version[0] << 8 | version[1]):

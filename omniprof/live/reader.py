@@ -25,6 +25,7 @@ MAX_DEPTH = 1024
 MAX_THREADS = 4096
 _MAX_STR = 4096
 _MAX_LINETABLE = 1 << 20
+_MAX_CHUNK = 1 << 20
 
 
 @attrs.frozen
@@ -183,10 +184,8 @@ class PythonProcess:
             raise TornRead(addr)
         return self.mem.read(addr + self._o["bytes.ob_sval"], n) if n else b""
 
-    def code(self, addr: int) -> _Code:
-        """The code object at ``addr``, decoded (cached while its name and file pointers are unchanged)."""
+    def _decode(self, addr: int, hdr: bytes) -> _Code:
         o = self._o
-        hdr = self.mem.read(addr, self._code_hdr)
         if not self._is_code(addr, struct.unpack_from("<Q", hdr, 8)[0]):
             raise TornRead(addr)
         name_ptr, file_ptr = self._u64(hdr, "code.name"), self._u64(hdr, "code.filename")
@@ -201,6 +200,20 @@ class PythonProcess:
                   name_ptr=name_ptr, file_ptr=file_ptr)
         self._codes[addr] = c
         return c
+
+    def code(self, addr: int) -> _Code:
+        """The code object at ``addr``, decoded (cached while its name and file pointers are unchanged)."""
+        return self._decode(addr, self.mem.read(addr, self._code_hdr))
+
+    def codes(self, addrs: list[int]) -> dict[int, _Code]:
+        """Several code objects, their headers read in one system call (checked as :meth:`code` does)."""
+        uniq = list(dict.fromkeys(addrs))
+        out = {}
+        for addr, hdr in zip(uniq, self.mem.read_many([(a, self._code_hdr) for a in uniq])):
+            if hdr is None:
+                raise TornRead(addr)
+            out[addr] = self._decode(addr, hdr)
+        return out
 
     # ------------------------------------------------------------------ threads and frames
     def gil_holder(self) -> int:
@@ -250,6 +263,15 @@ class PythonProcess:
         cstack = o.get("frame.owner_cstack", -1)
         out: list[tuple[int, int]] = []
         frame = self._leaf(buf)
+        lo = hi = 0
+        data = b""
+        if "tstate.datastack_chunk" in o:  # 3.11+: the thread's frames, copied in one read
+            chunk, top = self._u64(buf, "tstate.datastack_chunk"), self._u64(buf, "tstate.datastack_top")
+            start = chunk + o["chunk.data"]
+            if chunk and start < top <= start + _MAX_CHUNK:
+                data = self.mem.read(start, top - start)
+                lo, hi = start, top
+        size = self._frame_size
         hops = 0
         while frame:
             if len(out) >= MAX_DEPTH:
@@ -257,7 +279,10 @@ class PythonProcess:
             hops += 1
             if hops > 2 * MAX_DEPTH or frame & 7:
                 raise TornRead(frame)
-            fb = self.mem.read(frame, self._frame_size)
+            if lo <= frame and frame + size <= hi:
+                fb = data[frame - lo:frame - lo + size]
+            else:  # a generator's frame, an older chunk, or pushed since the copy
+                fb = self.mem.read(frame, size)
             code, prev = self._u64(fb, "frame.code"), self._u64(fb, "frame.previous")
             if legacy:
                 lasti = struct.unpack_from("<i", fb, o["frame.lasti"])[0]
@@ -269,8 +294,9 @@ class PythonProcess:
 
     def frames(self, raw: list[tuple[int, int]]) -> tuple[Frame, ...]:
         out = []
+        codes = self.codes([a for a, _ in raw])
         for code_addr, at in raw:
-            c = self.code(code_addr)
+            c = codes[code_addr]
             offset = at if self.layout.legacy else at - c.start
             if not self.layout.legacy and not -2 <= offset <= 2 * (1 << 24):
                 raise TornRead(code_addr)

@@ -251,7 +251,7 @@ def test_line_tables_decode_as_the_interpreter_does(python):
         for off, line in lines.items():
             assert line_for_offset(ver, table, first, int(off)) == line, (off, first)
             checked += 1
-    assert checked > 10_000
+    assert checked > 5_000
 
 
 def test_attach_gives_a_result_every_reporter_takes(target, tmp_path, capsys):
