@@ -92,13 +92,47 @@ _CHUNK = [
 ]
 PER_MINOR[(3, 11)] += _CHUNK
 PER_MINOR[(3, 12)] += _CHUNK
+# objects, to read thread names (threading._active: {ident: Thread}) from sys.modules
+_OBJECTS = [
+    ("type.dictoffset", "offsetof(PyTypeObject, tp_dictoffset)"),
+    ("type.basicsize", "offsetof(PyTypeObject, tp_basicsize)"),
+    ("type.flags", "offsetof(PyTypeObject, tp_flags)"),
+    ("heaptype.cached_keys", "offsetof(PyHeapTypeObject, ht_cached_keys)"),
+    ("dict.ma_keys", "offsetof(PyDictObject, ma_keys)"),
+    ("dict.ma_values", "offsetof(PyDictObject, ma_values)"),
+]
+_KEYS_311 = [
+    ("dictkeys.log2_size", "offsetof(PyDictKeysObject, dk_log2_size)"),
+    ("dictkeys.log2_index_bytes", "offsetof(PyDictKeysObject, dk_log2_index_bytes)"),
+    ("dictkeys.kind", "offsetof(PyDictKeysObject, dk_kind)"),
+    ("dictkeys.nentries", "offsetof(PyDictKeysObject, dk_nentries)"),
+    ("dictkeys.indices", "offsetof(PyDictKeysObject, dk_indices)"),
+    ("dictvalues.values", "offsetof(PyDictValues, values)"),
+    ("flag.managed_dict", "Py_TPFLAGS_MANAGED_DICT"),
+]
+PER_MINOR[(3, 10)] += _OBJECTS + [("interp.modules", "offsetof(PyInterpreterState, modules)"),
+                                  ("long.size", "offsetof(PyVarObject, ob_size)"),
+                                  ("long.digits", "offsetof(PyLongObject, ob_digit)")]
+PER_MINOR[(3, 11)] += _OBJECTS + _KEYS_311 + [("interp.modules", "offsetof(PyInterpreterState, modules)"),
+                                              ("long.size", "offsetof(PyVarObject, ob_size)"),
+                                              ("long.digits", "offsetof(PyLongObject, ob_digit)")]
+PER_MINOR[(3, 12)] += _OBJECTS + _KEYS_311 + [("interp.modules", "offsetof(PyInterpreterState, imports.modules)"),
+                                              ("long.tag", "offsetof(PyLongObject, long_value.lv_tag)"),
+                                              ("long.digits", "offsetof(PyLongObject, long_value.ob_digit)")]
 #: 3.13: only what _PyRuntime.debug_offsets does not publish
-EXTRA_ONLY = {(3, 13): _CHUNK}
+EXTRA_ONLY = {(3, 13): _CHUNK + _KEYS_311 + [
+    ("type.dictoffset", "offsetof(PyTypeObject, tp_dictoffset)"),
+    ("type.basicsize", "offsetof(PyTypeObject, tp_basicsize)"),
+    ("heaptype.cached_keys", "offsetof(PyHeapTypeObject, ht_cached_keys)"),
+    ("flag.inline_values", "Py_TPFLAGS_INLINE_VALUES")]}
 HEADERS = {
     (3, 10): ["internal/pycore_runtime.h", "internal/pycore_interp.h", "frameobject.h"],
-    (3, 11): ["internal/pycore_runtime.h", "internal/pycore_interp.h", "internal/pycore_frame.h"],
-    (3, 12): ["internal/pycore_runtime.h", "internal/pycore_interp.h", "internal/pycore_frame.h"],
-    (3, 13): ["internal/pycore_runtime.h", "internal/pycore_interp.h", "internal/pycore_frame.h"],
+    (3, 11): ["internal/pycore_runtime.h", "internal/pycore_interp.h", "internal/pycore_frame.h",
+              "internal/pycore_dict.h"],
+    (3, 12): ["internal/pycore_runtime.h", "internal/pycore_interp.h", "internal/pycore_frame.h",
+              "internal/pycore_dict.h"],
+    (3, 13): ["internal/pycore_runtime.h", "internal/pycore_interp.h", "internal/pycore_frame.h",
+              "internal/pycore_dict.h"],
 }
 
 

@@ -189,9 +189,12 @@ def _result(proc: PythonProcess, rec: _Recorder, pid: int, t_start: int, end_ns:
         losses.append(Loss(source="cpu", kind="stack_truncated", count=rec.truncated, unit="samples",
                            detail="stacks deeper than the reader follows: the innermost frames kept"))
     duration_s = (end_ns - t_start) / 1e9
-    summary = {"ticks": ticks, "ticks_late": late, "samples": len(rec.samples), "torn": rec.torn,
-               "rate_hz": round(ticks / duration_s, 1) if duration_s > 0 else 0.0,
-               "collector_cpu_ns": cpu_ns, "reads": proc.mem.reads, "target_exited": exited}
+    summary = {"engine": f"attach: read from outside, pid {pid}", "ticks": ticks, "ticks_late": late,
+               "samples": len(rec.samples), "torn": rec.torn, "requested_rate_hz": 1.0 / options.interval_s,
+               "achieved_rate_hz": round(ticks / duration_s, 1) if duration_s > 0 else 0.0,
+               "sampler_time_ns": cpu_ns, "reads": proc.mem.reads, "target_exited": exited,
+               "sampler_time_note": ("the sampler runs in its own process (its CPU time, not the target's); "
+                                     "the target is never stopped")}
     part = BackendResult(backend="cpu", clock=ClockInfo(name="perf_counter_ns", offset_ns=0), start_ns=t_start,
                          end_ns=end_ns, tracks=tracks, frames=tuple(rec.frames), stacks=tuple(rec.stacks),
                          threads=threads, samples=tuple(rec.samples), losses=tuple(losses),

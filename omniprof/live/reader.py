@@ -304,10 +304,19 @@ class PythonProcess:
             out.append(Frame(name=c.name, file=c.filename, line=line))
         return tuple(out)
 
+    def thread_names(self) -> dict[int, str]:
+        """thread_id -> name from the target's ``threading._active`` (empty where unreadable)."""
+        from omniprof.live.objects import ObjectReader
+
+        try:
+            return ObjectReader(self.mem, self._o, self.version, self.read_str).thread_names(self.interp)
+        except (TornRead, KeyError, struct.error, ValueError):
+            return {}
+
     def _names(self, states: list[tuple[int, bytes]]) -> dict[int, str]:
-        """thread_id -> name: the OS thread name where it was set (differs from the process's),
-        else ``MainThread`` for the thread that started the process."""
-        out: dict[int, str] = {}
+        """thread_id -> name: ``threading``'s name for it, else the OS thread name where it was set
+        (differs from the process's), else ``MainThread`` for the thread that started the process."""
+        out: dict[int, str] = self.thread_names()
         for i, (_, buf) in enumerate(states):
             tid = self._u64(buf, "tstate.thread_id")
             native = self._native(buf)
@@ -318,6 +327,8 @@ class PythonProcess:
                         comm = f.read().strip()
                 except OSError:
                     pass
+            if tid in out:
+                continue
             main = native == self.pid if native else i == len(states) - 1
             out[tid] = "MainThread" if main else (comm if comm and comm != self._comm else f"Thread-{tid:#x}")
         return out

@@ -91,6 +91,7 @@ TARGET = textwrap.dedent('''
         doc = {str(i): describe(frames[i]) for i in parked}
         doc["spin"] = [str(spinner.ident), describe(frames[spinner.ident])]
         doc["main"] = str(main_ident)
+        doc["names"] = {str(t.ident): t.name for t in threading.enumerate()}
         with open(out + ".tmp", "w") as f:
             json.dump(doc, f)
         os.replace(out + ".tmp", out)
@@ -103,8 +104,9 @@ TARGET = textwrap.dedent('''
 
     lines = {tag: n for n, text in enumerate(open(__file__).read().splitlines(), 1)
              for tag in ("SLEEP", "READ", "DEADLOCK_A", "DEADLOCK_B", "MAIN") if text.endswith("# " + tag)}
-    threads = {tag: threading.Thread(target=fn, daemon=True)
+    threads = {tag: threading.Thread(target=fn, daemon=True, name=f"t-{tag.lower()}")
                for tag, fn in (("SLEEP", sleeper), ("READ", reader), ("DEADLOCK_A", lock_ab), ("DEADLOCK_B", lock_ba))}
+    vars(threads["READ"])["extra"] = 1  # this one's attributes in a real __dict__, the others' not
     for t in threads.values():
         t.start()
     spinner = threading.Thread(target=spin, daemon=True)
@@ -155,12 +157,17 @@ def test_dump_matches_the_targets_own_stacks(python, target, capsys):
     assert doc["python"] == want_version
     spin_id, spin_truth = truth.pop("spin")
     main_id = truth.pop("main")
+    names = truth.pop("names")
     for ident, stack in truth.items():  # parked threads: exact, frame by frame
         got = by_id[ident]
         assert not got["torn"]
         assert [[f["name"], f["file"], f["line"]] for f in got["frames"]] == stack
         assert not got["holds_gil"]  # blocked in C: the GIL is released
     assert by_id[main_id]["name"] == "MainThread"
+    for ident, name in names.items():  # threading's own names, read from its _active table
+        if ident in by_id:
+            assert by_id[ident]["name"] == name
+    assert {by_id[i]["name"] for i in truth} >= {"t-sleep", "t-read", "t-deadlock_a", "t-deadlock_b"}
     # the busy thread: the same functions (its line moves)
     spin = by_id[spin_id]
     assert [f["name"] for f in spin["frames"]] == [s[0] for s in spin_truth]
@@ -173,7 +180,7 @@ def test_dump_text_names_every_thread(target, capsys):
     assert main(["dump", str(pid)]) == 0
     text = capsys.readouterr().out
     assert "MainThread" in text
-    assert text.count("\nThread ") >= len(truth) - 1  # the parked threads (main among them) and the spinner
+    assert text.count("\nThread ") >= len(truth) - 2  # the parked threads (main among them) and the spinner
     assert "sleeper_leaf (" in text and "lock_ab (" in text and "spin_leaf (" in text
 
 
