@@ -67,6 +67,7 @@ class _Recorder:
         self.stack_ids: dict[tuple[int, ...], int] = {}
         self.samples: list[StackSample] = []
         self.threads: dict[int, ThreadInfo] = {}
+        self.names: dict[int, str] = {}
         self.torn = 0
         self.truncated = 0
 
@@ -138,7 +139,7 @@ def attach(pid: int, options: AttachOptions = AttachOptions(), stop: threading.E
             native = proc._native(buf)
             prev = last.get(tid, t_start)
             try:
-                raw, cut = proc.raw_stack(buf)
+                raw, cut = proc.raw_stack(buf, ts)
                 sid = rec.stack_id(raw)
             except TornRead:
                 rec.torn += 1
@@ -150,7 +151,8 @@ def attach(pid: int, options: AttachOptions = AttachOptions(), stop: threading.E
                 raise
             rec.truncated += cut
             last[tid] = t
-            if tid not in rec.threads:
+            if tid not in rec.threads:  # named while it lives (a thread may end before the capture does)
+                rec.names.update(proc.thread_names())
                 rec.threads[tid] = ThreadInfo(tid, "", native)
             running = _state_running(pid, native)
             rec.samples.append(StackSample(t_ns=t, thread_id=tid, stack_id=sid, weight_ns=t - prev,
@@ -172,10 +174,11 @@ def attach(pid: int, options: AttachOptions = AttachOptions(), stop: threading.E
 
 def _result(proc: PythonProcess, rec: _Recorder, pid: int, t_start: int, end_ns: int, start_unix_ns: int,
             ticks: int, late: int, exited: bool, cpu_ns: int, options: AttachOptions) -> ProfileResult:
+    names = dict(rec.names)
     try:
-        names = proc._names(proc.thread_states())
+        names.update(proc._names(proc.thread_states()))
     except (TornRead, LiveTargetError):
-        names = {}
+        pass
     threads = tuple(ThreadInfo(t.thread_id, names.get(t.thread_id) or f"thread {t.thread_id:#x}", t.native_id)
                     for t in rec.threads.values())
     tracks = tuple(Track(id=f"thread:{t.thread_id}", name=t.name, kind="thread", pid=pid, tid=t.native_id)

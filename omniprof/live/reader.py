@@ -26,6 +26,8 @@ MAX_THREADS = 4096
 _MAX_STR = 4096
 _MAX_LINETABLE = 1 << 20
 _MAX_CHUNK = 1 << 20
+_TOP_FIRST = 512  # bytes below a data stack's top read right after the leaf pointer (the leaf and its callers)
+_MARGIN = 512     # and past it: frames pushed since the thread state was read
 
 
 @attrs.frozen
@@ -250,27 +252,47 @@ class PythonProcess:
             ts = self._u64(buf, "tstate.next")
         return out
 
-    def _leaf(self, buf: bytes) -> int:
+    def _leaf_at(self, ts: int, buf: bytes) -> int:
+        """Where the thread's innermost frame pointer is stored (0: no Python frame)."""
         o = self._o
-        if "tstate.cframe" in o:  # 3.11/3.12: the C-level eval loop's current frame
+        if "tstate.cframe" in o:  # 3.11/3.12: in the C-level eval loop running now (tstate->cframe)
             cframe = self._u64(buf, "tstate.cframe")
-            return self.mem.u64(cframe + o["cframe.current_frame"]) if cframe else 0
-        return self._u64(buf, "tstate.current_frame" if "tstate.current_frame" in o else "tstate.frame")
+            return cframe + o["cframe.current_frame"] if cframe else 0
+        return ts + o["tstate.current_frame" if "tstate.current_frame" in o else "tstate.frame"]
 
-    def raw_stack(self, buf: bytes) -> tuple[list[tuple[int, int]], bool]:
-        """(code address, byte offset) of each frame, innermost first, and whether it was cut at MAX_DEPTH."""
+    def _snapshot(self, ts: int, buf: bytes) -> tuple[int, int, int, bytes]:
+        """(leaf frame, lo, hi, bytes of [lo, hi)): 3.11+ read the leaf pointer and the thread's data
+        stack in ONE system call, the pointer first, then the top of the stack, then the rest (the
+        thread runs on meanwhile: a frame read long after the pointer may hold a newer call)."""
+        o = self._o
+        at = self._leaf_at(ts, buf)
+        if not at:
+            return 0, 0, 0, b""
+        chunk, top = self._u64(buf, "tstate.datastack_chunk"), self._u64(buf, "tstate.datastack_top")
+        start = chunk + o["chunk.data"]
+        if not (chunk and start < top <= start + _MAX_CHUNK):
+            return self.mem.u64(at), 0, 0, b""
+        split = max(start, (top - _TOP_FIRST) & ~7)
+        spans = [(at, 8), (split, top - split), (start, split - start), (top, _MARGIN)]
+        got = self.mem.read_many([sp for sp in spans if sp[1] > 0])
+        if got[0] is None or got[1] is None:
+            raise TornRead(at)
+        rest = got[2] if split > start else b""
+        if rest is None:
+            raise TornRead(start)
+        margin = got[-1] if got[-1] is not None else b""  # frames pushed since: unmapped past the end is fine
+        return int.from_bytes(got[0], "little"), start, top + len(margin), rest + got[1] + margin
+
+    def raw_stack(self, buf: bytes, ts: int = 0) -> tuple[list[tuple[int, int]], bool]:
+        """(code address, byte offset) of each frame, innermost first, and whether it was cut at
+        MAX_DEPTH. ``ts``: the thread state's address (``buf`` is its bytes)."""
         o, legacy = self._o, self.layout.legacy
         cstack = o.get("frame.owner_cstack", -1)
         out: list[tuple[int, int]] = []
-        frame = self._leaf(buf)
-        lo = hi = 0
-        data = b""
-        if "tstate.datastack_chunk" in o:  # 3.11+: the thread's frames, copied in one read
-            chunk, top = self._u64(buf, "tstate.datastack_chunk"), self._u64(buf, "tstate.datastack_top")
-            start = chunk + o["chunk.data"]
-            if chunk and start < top <= start + _MAX_CHUNK:
-                data = self.mem.read(start, top - start)
-                lo, hi = start, top
+        if "tstate.datastack_chunk" in o:
+            frame, lo, hi, data = self._snapshot(ts, buf)
+        else:
+            frame, lo, hi, data = self._u64(buf, "tstate.frame"), 0, 0, b""
         size = self._frame_size
         hops = 0
         while frame:
@@ -355,7 +377,7 @@ class PythonProcess:
             torn, truncated = True, False
             for _ in range(retries):
                 try:
-                    raw, truncated = self.raw_stack(buf)
+                    raw, truncated = self.raw_stack(buf, ts)
                     frames = self.frames(raw)
                     torn = False
                     break
