@@ -49,8 +49,12 @@ def attach(ns: argparse.Namespace) -> int:
                          duration_s=ns.duration_ms / 1000.0 if ns.duration_ms else None)
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())  # Ctrl-C ends the capture, keeps the result
+    def started(tick: int) -> None:
+        if tick == 1 and opts.duration_s is None:  # the one line: how to end it
+            print(f"omniprof: sampling process {ns.pid}; Ctrl-C to stop and report", file=sys.stderr, flush=True)
+
     try:
-        result = sample(ns.pid, opts, stop)
+        result = sample(ns.pid, opts, stop, on_tick=started)
     except LiveTargetError as e:
         print(f"omniprof: error: {e}", file=sys.stderr)
         return CANNOT_READ

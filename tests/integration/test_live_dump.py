@@ -172,6 +172,10 @@ def test_dump_matches_the_targets_own_stacks(python, target, capsys):
     spin = by_id[spin_id]
     assert [f["name"] for f in spin["frames"]] == [s[0] for s in spin_truth]
     assert sum(t["holds_gil"] for t in doc["threads"]) <= 1
+    # the only thread that wants the GIL is the spinner: it holds it at (nearly) every read
+    held = [spin["holds_gil"]] + [{str(t["thread_id"]): t for t in _dump_json(pid, capsys)["threads"]}[spin_id]
+                                  ["holds_gil"] for _ in range(4)]
+    assert any(held)
 
 
 def test_dump_text_names_every_thread(target, capsys):
@@ -273,3 +277,43 @@ def test_attach_gives_a_result_every_reporter_takes(target, tmp_path, capsys):
     assert {"sleeper_leaf", "lock_ab", "lock_ba", "spin_leaf", "main_leaf"} <= names
     assert part.samples and all(s.weight_ns > 0 for s in part.samples)
     os.kill(pid, signal.SIGKILL)
+
+
+def test_attach_weights_cover_the_capture_and_survive_the_target_exiting(tmp_path):
+    """A target that exits mid-capture: the capture ends there and keeps what it sampled; each thread's
+    samples together weigh the time the thread was watched (measured here, around the capture)."""
+    from omniprof.live.attach import AttachOptions, attach
+
+    code = "import time\ndef park():\n    time.sleep(1.0)\nprint('ready', flush=True)\npark()\n"
+    p = subprocess.Popen([pythons()[-1], "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    t0 = time.perf_counter_ns()
+    result = attach(p.pid, AttachOptions(interval_s=0.01, duration_s=30))  # the target ends it, not the 30 s
+    watched_ns = time.perf_counter_ns() - t0
+    p.wait()
+    part = result.part("cpu")
+    assert part.summaries["overhead"]["target_exited"]
+    assert watched_ns < 20e9
+    weights = sum(s.weight_ns for s in part.samples)
+    assert 0.5 * watched_ns < weights <= watched_ns  # one thread: its samples span the capture
+    # (a thread with no Python frame, the interpreter starting or ending, is a sample with an empty stack)
+    parked = [s for s in part.samples if part.stacks[s.stack_id] and part.frames[part.stacks[s.stack_id][-1]].name
+              == "park"]
+    assert sum(s.weight_ns for s in parked) > 0.5 * weights
+
+
+def test_attach_ctrl_c_reports_what_was_sampled(target, tmp_path):
+    pid, _ = target(pythons()[0])
+    out = tmp_path / "o"
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+    c = subprocess.Popen([sys.executable, "-m", "omniprof", "attach", str(pid), "-r", "json", "-o", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert "Ctrl-C to stop" in c.stderr.readline()  # sampling has begun
+    time.sleep(0.5)
+    c.send_signal(signal.SIGINT)
+    _, err = c.communicate(timeout=60)
+    assert c.returncode == 0, err
+    from omniprof.core.readers import read_any
+
+    result = read_any(str(next(out.iterdir())))
+    assert {"lock_ab", "sleeper_leaf"} <= {f.name for f in result.parts[0].frames}
