@@ -56,34 +56,25 @@ PER_MINOR = {
         ("frame.lasti", "offsetof(PyFrameObject, f_lasti)"),
         ("code.code", "offsetof(PyCodeObject, co_code)"),
     ],
-    (3, 11): [
-        ("interp.threads_head", "offsetof(PyInterpreterState, threads.head)"),
-        ("runtime.gil", "offsetof(_PyRuntimeState, ceval.gil)"),
-        ("tstate.native_thread_id", "offsetof(PyThreadState, native_thread_id)"),
-        ("tstate.cframe", "offsetof(PyThreadState, cframe)"),
-        ("cframe.current_frame", "offsetof(_PyCFrame, current_frame)"),
-        ("frame.previous", "offsetof(_PyInterpreterFrame, previous)"),
-        ("frame.code", "offsetof(_PyInterpreterFrame, f_code)"),
-        ("frame.instr", "offsetof(_PyInterpreterFrame, prev_instr)"),
-        ("frame.owner", "offsetof(_PyInterpreterFrame, owner)"),
-        ("code.code_adaptive", "offsetof(PyCodeObject, co_code_adaptive)"),
-        ("code.qualname", "offsetof(PyCodeObject, co_qualname)"),
-    ],
-    (3, 12): [
-        ("interp.threads_head", "offsetof(PyInterpreterState, threads.head)"),
-        ("interp.ceval_gil", "offsetof(PyInterpreterState, ceval.gil)"),
-        ("tstate.native_thread_id", "offsetof(PyThreadState, native_thread_id)"),
-        ("tstate.cframe", "offsetof(PyThreadState, cframe)"),
-        ("cframe.current_frame", "offsetof(_PyCFrame, current_frame)"),
-        ("frame.previous", "offsetof(_PyInterpreterFrame, previous)"),
-        ("frame.code", "offsetof(_PyInterpreterFrame, f_code)"),
-        ("frame.instr", "offsetof(_PyInterpreterFrame, prev_instr)"),
-        ("frame.owner", "offsetof(_PyInterpreterFrame, owner)"),
-        ("frame.owner_cstack", "FRAME_OWNED_BY_CSTACK"),
-        ("code.code_adaptive", "offsetof(PyCodeObject, co_code_adaptive)"),
-        ("code.qualname", "offsetof(PyCodeObject, co_qualname)"),
-    ],
+    (3, 11): [("runtime.gil", "offsetof(_PyRuntimeState, ceval.gil)")],
+    (3, 12): [("interp.ceval_gil", "offsetof(PyInterpreterState, ceval.gil)"),
+              ("frame.owner_cstack", "FRAME_OWNED_BY_CSTACK")],
 }
+# 3.11 and 3.12: _PyInterpreterFrame in the thread's data stack, reached through tstate->cframe
+_FRAMES_311 = [
+    ("interp.threads_head", "offsetof(PyInterpreterState, threads.head)"),
+    ("tstate.native_thread_id", "offsetof(PyThreadState, native_thread_id)"),
+    ("tstate.cframe", "offsetof(PyThreadState, cframe)"),
+    ("cframe.current_frame", "offsetof(_PyCFrame, current_frame)"),
+    ("frame.previous", "offsetof(_PyInterpreterFrame, previous)"),
+    ("frame.code", "offsetof(_PyInterpreterFrame, f_code)"),
+    ("frame.instr", "offsetof(_PyInterpreterFrame, prev_instr)"),
+    ("frame.owner", "offsetof(_PyInterpreterFrame, owner)"),
+    ("code.code_adaptive", "offsetof(PyCodeObject, co_code_adaptive)"),
+    ("code.qualname", "offsetof(PyCodeObject, co_qualname)"),
+]
+PER_MINOR[(3, 11)] += _FRAMES_311
+PER_MINOR[(3, 12)] += _FRAMES_311
 # 3.11+: a thread's frames live in its data stack (chunks): read in one piece
 _CHUNK = [
     ("tstate.datastack_chunk", "offsetof(PyThreadState, datastack_chunk)"),

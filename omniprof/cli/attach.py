@@ -36,11 +36,7 @@ def attach(ns: argparse.Namespace) -> int:
     from omniprof.live.attach import AttachOptions
     from omniprof.live.attach import attach as sample
 
-    reg = c.registry(ns)
-    reporters = c.csv(ns.reporter, ["table"])
-    ropts = c.reporter_options(ns.reporter_option, reporters)
-    for name in reporters:
-        reg.reporter(name)  # fail early on unknown names
+    reg, reporters, ropts = c.chosen_reporters(ns)
     if not ns.rate_hz > 0:
         from omniprof.errors import UsageError
 
