@@ -9,6 +9,7 @@ torn sample (a ``Loss``), never recorded wrong. The target is never stopped.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -41,17 +42,32 @@ class AttachOptions:
     duration_s: float | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
 
 
-def _state_running(pid: int, native: int | None) -> bool | None:
-    """Whether the kernel has thread ``native`` running or runnable ('R'); None when unknown."""
-    if not native:
-        return None
-    try:
-        with open(f"/proc/{pid}/task/{native}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    i = data.rfind(b")")
-    return data[i + 2:i + 3] == b"R"
+class _ThreadStates:
+    """Whether the kernel has a thread running or runnable ('R'), from ``/proc/PID/task/N/stat``
+    (one descriptor kept per thread: one pread a sample)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.fds: dict[int, int] = {}
+
+    def running(self, native: int | None) -> bool | None:
+        """True/False, or None when unknown (3.10 keeps no kernel thread id)."""
+        if not native:
+            return None
+        try:
+            fd = self.fds.get(native)
+            if fd is None:
+                fd = self.fds[native] = os.open(f"/proc/{self.pid}/task/{native}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            data = os.pread(fd, 512, 0)
+        except OSError:
+            return None
+        i = data.rfind(b")")
+        return data[i + 2:i + 3] == b"R"
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
 
 
 class _Recorder:
@@ -108,9 +124,18 @@ def attach(pid: int, options: AttachOptions = AttachOptions(), stop: threading.E
     Raises LiveTargetError when the process cannot be read at all (gone, not Python, no permission).
     """
     proc = PythonProcess(pid)
+    states_now = _ThreadStates(pid)
+    try:
+        return _sample(proc, states_now, options, stop or threading.Event(), on_tick)
+    finally:
+        states_now.close()
+
+
+def _sample(proc: PythonProcess, states_now: _ThreadStates, options: AttachOptions, stop: threading.Event,
+            on_tick: Callable[[int], None] | None) -> ProfileResult:
+    pid = proc.pid
     rec = _Recorder(proc)
     interval_ns = int(options.interval_s * 1e9)
-    stop = stop or threading.Event()
     start_unix_ns = time.time_ns()
     t_start = _now()
     end_at = t_start + int(options.duration_s * 1e9) if options.duration_s else None
@@ -154,7 +179,7 @@ def attach(pid: int, options: AttachOptions = AttachOptions(), stop: threading.E
             if tid not in rec.threads:  # named while it lives (a thread may end before the capture does)
                 rec.names.update(proc.thread_names())
                 rec.threads[tid] = ThreadInfo(tid, "", native)
-            running = _state_running(pid, native)
+            running = states_now.running(native)
             rec.samples.append(StackSample(t_ns=t, thread_id=tid, stack_id=sid, weight_ns=t - prev,
                                            idle=running is False))
         if exited:

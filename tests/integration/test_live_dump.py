@@ -303,7 +303,7 @@ def test_attach_weights_cover_the_capture_and_survive_the_target_exiting(tmp_pat
 
 
 def test_attach_ctrl_c_reports_what_was_sampled(target, tmp_path):
-    pid, _ = target(pythons()[0])
+    pid, _ = target(pythons()[-1])
     out = tmp_path / "o"
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
     c = subprocess.Popen([sys.executable, "-m", "omniprof", "attach", str(pid), "-r", "json", "-o", str(out)],
@@ -316,4 +316,14 @@ def test_attach_ctrl_c_reports_what_was_sampled(target, tmp_path):
     from omniprof.core.readers import read_any
 
     result = read_any(str(next(out.iterdir())))
-    assert {"lock_ab", "sleeper_leaf"} <= {f.name for f in result.parts[0].frames}
+    part = result.parts[0]
+    assert {"lock_ab", "sleeper_leaf", "spin_leaf"} <= {f.name for f in part.frames}
+
+    def leaf(s):
+        return part.frames[part.stacks[s.stack_id][-1]].name if part.stacks[s.stack_id] else ""
+
+    # the kernel's word on each thread: the sleeper is never running, the spinner mostly is
+    sleeping = [s.idle for s in part.samples if leaf(s) == "sleeper_leaf"]
+    spinning = [s.idle for s in part.samples if leaf(s) == "spin_leaf"]
+    assert sleeping and all(sleeping)
+    assert spinning and sum(spinning) < len(spinning) / 2
