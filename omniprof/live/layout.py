@@ -14,7 +14,7 @@ import attrs
 
 from omniprof.errors import LiveTargetError
 from omniprof.live._offsets import OFFSETS
-from omniprof.live.memory import ProcessMemory, TornRead, find_symbols
+from omniprof.live.memory import ProcessMemory, TornRead, find_symbols, mapped_files
 
 __all__ = ["Layout", "load_layout", "SUPPORTED"]
 
@@ -78,6 +78,10 @@ def load_layout(mem: ProcessMemory) -> Layout:
     its struct offsets."""
     syms, binary = find_symbols(mem.pid, ("_PyRuntime", "Py_Version"))
     if "_PyRuntime" not in syms:
+        m = re.search(r"python(\d)\.(\d+)", " ".join(p for _, _, p in mapped_files(mem.pid)))
+        if m:  # a Python older than 3.7 (no _PyRuntime): say which
+            raise LiveTargetError(f"process {mem.pid} runs Python {m.group(1)}.{m.group(2)}; omniprof reads CPython "
+                                  f"3.10-3.13 from outside", cause="not_python")
         raise LiveTargetError(f"process {mem.pid} is not CPython (no _PyRuntime symbol in {binary or 'its executable'} "
                               f"or a mapped libpython)", cause="not_python")
     version = _version(mem, syms, binary)

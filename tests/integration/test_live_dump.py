@@ -200,6 +200,18 @@ def test_gone_and_not_python_exit_2(tmp_path, capsys):
     assert main(["dump", str(p.pid)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"no process {p.pid}" in err and len(err.splitlines()) == 1
+    for minor in (9, 6):  # pythons this reader does not know: named, not misread
+        exe = sorted(glob.glob(os.path.join(PYENV, "versions", f"3.{minor}.*", "bin", f"python3.{minor}")))[-1]
+        old = subprocess.Popen([exe, "-c", "print('ready', flush=True); import time; time.sleep(30)"],
+                               stdout=subprocess.PIPE, text=True)
+        try:
+            assert old.stdout.readline().strip() == "ready"
+            assert main(["dump", str(old.pid)]) == 2
+            err = capsys.readouterr().err.strip()
+            assert f"3.{minor}" in err and "3.10-3.13" in err and len(err.splitlines()) == 1
+        finally:
+            old.kill()
+            old.wait()
 
 
 def test_permission_denied_names_cause_and_fix(target):
