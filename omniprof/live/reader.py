@@ -127,6 +127,7 @@ class PythonProcess:
         self._types: dict[int, bool] = {}
         self._strings: dict[int, str] = {}
         self.torn_reads = 0
+        self._tid_at: int | None = None  # 3.10: where glibc's struct pthread keeps the kernel thread id
         code_keys = [k for k in o if k.startswith("code.")]
         self._code_hdr = max(o[k] for k in code_keys) + 8
         frame_keys = [k for k in o if k.startswith("frame.") and k != "frame.owner_cstack"]
@@ -356,7 +357,31 @@ class PythonProcess:
         return out
 
     def _native(self, buf: bytes) -> int | None:
-        return self._u64(buf, "tstate.native_thread_id") if "tstate.native_thread_id" in self._o else None
+        """The thread's kernel id. 3.10 keeps none: it is read from glibc's ``struct pthread``, whose
+        address is the thread's ident, at the offset where the main thread's holds the pid."""
+        if "tstate.native_thread_id" in self._o:
+            return self._u64(buf, "tstate.native_thread_id")
+        if self._tid_at is None:
+            self._tid_at = self._find_tid_offset()
+        if self._tid_at < 0:
+            return None
+        try:
+            tid = struct.unpack("<i", self.mem.read(self._u64(buf, "tstate.thread_id") + self._tid_at, 4))[0]
+        except TornRead:
+            return None
+        return tid if tid > 0 and os.path.exists(f"/proc/{self.pid}/task/{tid}") else None
+
+    def _find_tid_offset(self) -> int:
+        try:
+            states = self.thread_states()
+            main = self._u64(states[-1][1], "tstate.thread_id")  # the first thread state made: the last one
+            raw = self.mem.read(main, 2048)
+        except (TornRead, IndexError):
+            return -1
+        for at in range(0, len(raw) - 3, 4):
+            if struct.unpack_from("<i", raw, at)[0] == self.pid:
+                return at
+        return -1
 
     def stacks(self, retries: int = 3) -> list[ThreadStack]:
         """Every thread's stack now; a thread read torn ``retries`` times in a row is marked torn."""

@@ -164,6 +164,10 @@ def test_dump_matches_the_targets_own_stacks(python, target, capsys):
         assert [[f["name"], f["file"], f["line"]] for f in got["frames"]] == stack
         assert not got["holds_gil"]  # blocked in C: the GIL is released
     assert by_id[main_id]["name"] == "MainThread"
+    assert by_id[main_id]["native_id"] == pid  # the kernel's ids (3.10: read from glibc's thread struct)
+    tasks = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    assert all(t["native_id"] in tasks for t in doc["threads"])
+    assert len({t["native_id"] for t in doc["threads"]}) == len(doc["threads"])
     for ident, name in names.items():  # threading's own names, read from its _active table
         if ident in by_id:
             assert by_id[ident]["name"] == name
