@@ -17,11 +17,15 @@ CANNOT_READ = 2
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("attach", help="sample a running CPython 3.10-3.13 process from outside (until "
                                       "--duration-ms or Ctrl-C) and report it like a run",
-                       usage="omniprof attach PID [--duration-ms N] [--rate-hz HZ] [-r table,json,...] [-o DIR]")
+                       usage="omniprof attach PID [-b BACKEND] [--duration-ms N] [--rate-hz HZ] [-r table,json,...] "
+                             "[-o DIR]")
     p.add_argument("pid", type=int, metavar="PID", help="the process to sample (it needs no omniprof)")
     p.add_argument("--duration-ms", type=float, default=None, metavar="N",
                    help="stop after N milliseconds (default: until Ctrl-C or the process ends)")
     p.add_argument("--rate-hz", type=float, default=200.0, metavar="HZ", help="samples per second (default 200)")
+    p.add_argument("-b", "--backend", default=None, choices=("cpu", "memory", "torch", "xla"),
+                   help="run this backend inside the target for --duration-ms (default 1000) instead: the "
+                        "target must listen (omniprof.live.listen())")
     p.add_argument("-r", "--reporter", action="append", default=[],
                    help="reporter(s), comma-separated or repeated (default: table)")
     p.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE",
@@ -37,6 +41,16 @@ def attach(ns: argparse.Namespace) -> int:
     from omniprof.live.attach import attach as sample
 
     reg, reporters, ropts = c.chosen_reporters(ns)
+    if ns.backend is not None:  # inside the target, through its listener
+        from omniprof.live.listen import request_capture
+
+        try:
+            result = request_capture(ns.pid, ns.backend, ns.duration_ms or 1000.0)
+        except LiveTargetError as e:
+            print(f"omniprof: error: {e}", file=sys.stderr)
+            return CANNOT_READ
+        c.make_outdir(ns.outdir)
+        return c.emit_reports(result, reporters, ropts, ns.outdir, reg)
     if not ns.rate_hz > 0:
         from omniprof.errors import UsageError
 
