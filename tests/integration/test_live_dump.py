@@ -343,3 +343,38 @@ def test_attach_ctrl_c_reports_what_was_sampled(target, tmp_path):
     spinning = [s.idle for s in part.samples if leaf(s) == "spin_leaf"]
     assert sleeping and all(sleeping)
     assert spinning and sum(spinning) < len(spinning) / 2
+
+
+CHURN = textwrap.dedent(r'''
+    for k in range(12):  # f<k> calls f<k+1> while n > k: each its own code object
+        exec("def f%d(n):\n    if n > %d:\n        return f%d(n)\n    return sum(range(50))\n" % (k, k, k + 1))
+    print("ready", flush=True)
+    i = 0
+    while True:  # a stack that grows and shrinks all the time: f0 -> f1 -> ... -> f<depth>
+        f0(i % 12)
+        i += 7
+''')
+
+
+@pytest.mark.parametrize("python", [pythons()[0], pythons()[-1]], ids=lambda p: os.path.basename(p))
+def test_attach_on_a_churning_stack_never_records_an_impossible_stack(python):
+    """Every stack the program can have is f0, f1, ..., fk in order under <module>: a read torn by the
+    running thread must be dropped (counted), never recorded as some other stack."""
+    from omniprof.live.attach import AttachOptions, attach
+
+    p = subprocess.Popen([python, "-c", CHURN], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        result = attach(p.pid, AttachOptions(interval_s=0.001, duration_s=1.5))
+    finally:
+        p.kill()
+        p.wait()
+    part = result.part("cpu")
+    seen = 0
+    for s in part.samples:
+        names = [part.frames[i].name for i in part.stacks[s.stack_id]]
+        assert names[0] == "<module>", names
+        fs = names[1:]
+        assert fs == [f"f{k}" for k in range(len(fs))], names
+        seen += len(fs) > 0
+    assert seen > 20
