@@ -23,7 +23,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--duration-ms", type=float, default=None, metavar="N",
                    help="stop after N milliseconds (default: until Ctrl-C or the process ends)")
     p.add_argument("--rate-hz", type=float, default=200.0, metavar="HZ", help="samples per second (default 200)")
-    p.add_argument("-b", "--backend", default=None, choices=("cpu", "memory", "torch", "xla"),
+    from omniprof.live.listen import BACKENDS
+
+    p.add_argument("-b", "--backend", default=None, choices=BACKENDS,
                    help="run this backend inside the target for --duration-ms (default 1000) instead: the "
                         "target must listen (omniprof.live.listen())")
     p.add_argument("-r", "--reporter", action="append", default=[],

@@ -24,9 +24,9 @@ from typing import Any
 
 from omniprof.errors import InvalidArgumentError, LiveTargetError, ProfilerStateError
 
-__all__ = ["listen", "request_capture", "socket_path", "Listener"]
+__all__ = ["listen", "request_capture", "socket_path", "Listener", "BACKENDS"]
 
-_BACKENDS = ("cpu", "memory", "torch", "xla")
+BACKENDS = ("cpu", "memory", "torch", "xla")
 _MAX_REQUEST_BYTES = 4096
 
 
@@ -107,9 +107,9 @@ class Listener:
                     return self._reply(conn, {"ok": False, "error": f"uid {peer_uid} may not capture this process"})
                 req = json.loads(conn.makefile("rb").readline(_MAX_REQUEST_BYTES) or b"{}")
                 backend, duration_ms = req.get("backend"), req.get("duration_ms")
-                if backend not in _BACKENDS or not isinstance(duration_ms, (int, float)) or duration_ms <= 0:
+                if backend not in BACKENDS or not isinstance(duration_ms, (int, float)) or duration_ms <= 0:
                     return self._reply(conn, {"ok": False, "error": f"bad request {req!r}: needs backend (one of "
-                                                                    f"{', '.join(_BACKENDS)}) and duration_ms > 0"})
+                                                                    f"{', '.join(BACKENDS)}) and duration_ms > 0"})
                 if not self._lock.acquire(blocking=False):
                     return self._reply(conn, {"ok": False, "error": f"a capture is already running in process "
                                                                     f"{os.getpid()}, for collector pid {self.busy_with}"})
@@ -161,8 +161,8 @@ def request_capture(pid: int, backend: str, duration_ms: float, timeout_s: float
     """Ask process ``pid``'s listener for a ``backend`` capture of ``duration_ms``; its ProfileResult."""
     from omniprof.core.results import ProfileResult
 
-    if backend not in _BACKENDS:
-        raise InvalidArgumentError(f"'backend' must be one of {', '.join(_BACKENDS)} (got {backend!r})")
+    if backend not in BACKENDS:
+        raise InvalidArgumentError(f"'backend' must be one of {', '.join(BACKENDS)} (got {backend!r})")
     path = socket_path(pid)
     if not os.path.exists(f"/proc/{pid}"):
         raise LiveTargetError(f"no process {pid} (it has exited, or the pid is wrong)", cause="gone")
