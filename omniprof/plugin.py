@@ -1,7 +1,7 @@
 """The public plugin API: what a third-party backend, reporter or reader subclasses and uses.
 
 Import from here (``from omniprof.plugin import Backend, Reporter``); the classes are defined in
-the kernel (:mod:`omniprof.core.backend`, :mod:`omniprof.core.reporter`, :mod:`omniprof.core.readers`)
+the kernel (:mod:`omniprof.core.backend`, :mod:`omniprof.core.reporter`, :mod:`omniprof.core.reader`)
 so the Profiler and the registry need nothing outside ``core``. The old paths
 ``omniprof.backends.base`` and ``omniprof.reporters.base`` name this module and keep working.
 
@@ -16,7 +16,7 @@ from omniprof.core.annotations import STEP_MARK, user_args
 from omniprof.core.backend import SUPPORTED_API_VERSIONS, Backend, BackendContext, Capability
 from omniprof.core.clock import DEFAULT_CLOCK, Clock
 from omniprof.core.options import ProfileOptions
-from omniprof.core.readers import Reader
+from omniprof.core.reader import Reader
 from omniprof.core.reporter import Reporter
 from omniprof.core.results import BackendResult, ProfileResult
 

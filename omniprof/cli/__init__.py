@@ -97,8 +97,9 @@ def _parser() -> _Parser:
     plugins = sub.add_parser("plugins", help="list backends and reporters with their status")
     plugins.add_argument("--no-probe", action="store_true", help="do not probe backends")
     plugins.add_argument("--trust", nargs="?", const="plugins.toml", default=None, metavar="FILE",
-                         help="trust FILE (default ./plugins.toml) as it is now: load it from the working directory "
-                              "without --plugins")
+                         help="trust FILE (default ./plugins.toml) as it is now: a plugins.toml loads from the working "
+                              "directory without --plugins; an omniprof.toml or pyproject.toml found there may set "
+                              "env, plugins and paths outside its directory")
     _plugin_args(plugins)
 
     doctor = sub.add_parser("doctor", help="what this machine can profile, and how to fix what it cannot")
@@ -234,7 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     saves its partial profile and then dies of SIGTERM, so the caller sees the usual status.
     """
     from omniprof.cli import _common
+    from omniprof.core.views import set_default_viewer
+    from omniprof.viewers import open_views
 
+    set_default_viewer(open_views)  # what a backend asks to show (create_perfetto_link), once saved
     real_process = argv is None
     _common.terminated_by = None
     _common.pipe_closed = False

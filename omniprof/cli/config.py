@@ -17,13 +17,30 @@ def config_layers(ns: argparse.Namespace, path: str | None, cli: Any = None) -> 
 
     # the command's registry; a `plugins`/`no_plugin` key in the file or the environment replaces it
     return cfgmod.load_config(path, getattr(ns, "profile", None) or os.environ.get(cfgmod.PROFILE_ENV) or None,
-                              cli=cli, registry=c.registry(ns))
+                              cli=cli, registry=c.registry(ns), found=was_found(ns, path))
+
+
+def _named(explicit: str | None) -> str | None:
+    """The config the user named: on the command line, else ``$OMNIPROF_CONFIG``."""
+    from omniprof import config as cfgmod
+
+    return explicit or os.environ.get(cfgmod.CONFIG_ENV) or None
+
+
+def _explicit(ns: argparse.Namespace) -> str | None:
+    return getattr(ns, "config", None) or getattr(ns, "file", None)
+
+
+def was_found(ns: argparse.Namespace, path: str | None) -> bool:
+    """Whether ``path`` (from :func:`config_path`) was found in the working directory rather than
+    named: such a file sets no env, plugins or outside paths until trusted."""
+    return path is not None and _named(_explicit(ns)) is None
 
 
 def config_path(explicit: str | None, required: bool) -> str | None:
     from omniprof import config as cfgmod
 
-    path = explicit or os.environ.get(cfgmod.CONFIG_ENV)
+    path = _named(explicit)
     if path:
         return path
     found = cfgmod.find_config()
@@ -32,6 +49,17 @@ def config_path(explicit: str | None, required: bool) -> str | None:
                          "or a config file (--config FILE), or create omniprof.toml (or [tool.omniprof] in "
                          "pyproject.toml) in the current directory")
     return str(found) if found is not None else None
+
+
+def applied_note(ns: argparse.Namespace, path: str | None, cfg: Any) -> str | None:
+    """The one line ``omniprof run`` prints on stderr about a config the user did not name on its
+    command line (found in the working directory, or ``$OMNIPROF_CONFIG``); None for ``--config``."""
+    if path is None or getattr(ns, "config", None):
+        return None
+    profile = f", profile {cfg.profile!r}" if cfg.profile else ""
+    if was_found(ns, path):
+        return f"omniprof: config {path}{profile} (found in the working directory; --no-config skips it)"
+    return f"omniprof: config {path}{profile} (from $OMNIPROF_CONFIG)"
 
 
 def config(ns: argparse.Namespace) -> int:
@@ -44,7 +72,7 @@ def config(ns: argparse.Namespace) -> int:
         if Path(path).name == "plugins.toml":
             problems = cfgmod.check_plugins_file(path)
         else:
-            problems = cfgmod.check_config(path, profile=ns.profile, registry=c.registry(ns))
+            problems = cfgmod.check_config(path, profile=ns.profile, registry=c.registry(ns), found=was_found(ns, path))
         if problems:
             for p in problems:
                 print(p, file=sys.stderr)

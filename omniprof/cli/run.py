@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omniprof.cli import _common as c
-from omniprof.cli.config import config_layers, config_path
+from omniprof.cli.config import applied_note, config_layers, config_path
 from omniprof.errors import UsageError
 
 
@@ -37,6 +37,8 @@ def run(ns: argparse.Namespace, module: str | None, target: list[str], is_module
                            script=script, module=module if is_module else None, function=function,
                            args=target if is_module else target[1:], plugins=ns.plugins, no_plugin=ns.no_plugin)
     cfg = config_layers(ns, path, cli)
+    if (note := applied_note(ns, path, cfg)) is not None:  # a config the command line did not name: say which
+        print(note, file=sys.stderr)
     if cfg.target is None:
         raise UsageError(f"omniprof run: {path or 'the configuration'} names nothing to run: set script, module or "
                          f"function there, or give a script on the command line")

@@ -17,8 +17,9 @@ import attrs
 from omniprof.config.model import ENV_KEYS, FUNCTION_TARGET, _LIST_ENV, _PATH_KEYS
 from omniprof.core import validators as v
 from omniprof.core.options import ADVANCED_KEYS, parse_cli_value
+from omniprof.core.inputs import read_small_file
 from omniprof.core.tomlpos import key_lines, line_of
-from omniprof.errors import ConfigError, InvalidArgumentError
+from omniprof.errors import ConfigError, InvalidArgumentError, TraceReadError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,25 +65,37 @@ def find_config(directory: str | os.PathLike[str] | None = None) -> Path | None:
     py = d / "pyproject.toml"
     if py.is_file():
         try:
-            data = tomllib.loads(py.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            data = tomllib.loads(read_config_text(py))
+        except (ConfigError, TraceReadError, tomllib.TOMLDecodeError):
             return None
         if isinstance(data.get("tool"), dict) and "omniprof" in data["tool"]:
             return py
     return None
 
 
+def read_config_text(path: Path, what: str = "config file") -> str:
+    """A config file's text, read through the input bounds (``core.inputs.read_small_file``).
+
+    Raises:
+        ConfigError: the file is missing, unreadable or not UTF-8 (a problem of the file).
+        TraceReadError: it is no config file at all: ``/dev/zero``, a named pipe, a directory, or
+            more than ``MAX_TEXT_INPUT_BYTES`` (the CLI exits 2, as for a usage error).
+    """
+    name = str(path)
+    try:
+        return read_small_file(path, what=what).decode("utf-8")
+    except FileNotFoundError as e:
+        raise ConfigError([f"{name}: no such {what}"], path=name) from e
+    except OSError as e:
+        raise ConfigError([f"{name}: cannot read: {e.strerror or e}"], path=name) from e
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"{name}: not UTF-8 text (byte {e.start})"], path=name) from e
+
+
 def _parse_file(path: Path, text: str | None = None) -> tuple[dict[str, Any], dict[tuple[str, ...], int], tuple[str, ...]]:
     name = str(path)
     if text is None:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError as e:
-            raise ConfigError([f"{name}: no such config file"], path=name) from e
-        except OSError as e:
-            raise ConfigError([f"{name}: cannot read: {e.strerror or e}"], path=name) from e
-        except UnicodeDecodeError as e:
-            raise ConfigError([f"{name}: not UTF-8 text (byte {e.start})"], path=name) from e
+        text = read_config_text(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -101,17 +114,31 @@ def _parse_file(path: Path, text: str | None = None) -> tuple[dict[str, Any], di
 
 
 def read_layers(path: str | os.PathLike[str] | None, profile: str | None = None, *,
-                text: str | None = None) -> tuple[list[Layer], list[str]]:
-    """The file's layers (base, then ``profile``) and early problems (unknown profile...)."""
+                text: str | None = None, found: bool = False) -> tuple[list[Layer], list[str]]:
+    """The file's layers (base, then ``profile``) and early problems (unknown profile...).
+
+    ``found``: the file was found in the working directory, not named by the user (``--config``,
+    ``$OMNIPROF_CONFIG``). Unless trusted (``omniprof plugins --trust FILE``), such a file sets no
+    ``env``, no ``plugins`` and no path outside its own directory: each is a problem naming the fix.
+    """
     if path is None and text is None:
         return [], []
     p = Path(path) if path is not None else Path("<config>")
+    if path is not None and text is None:
+        text = read_config_text(p)
     data, lines, prefix = _parse_file(p, text)
     base_dir = p.resolve().parent if path is not None else Path.cwd()
     problems: list[str] = []
     name = str(p)
+    fix = None
+    if found and text is not None:
+        from omniprof.core.trust import is_trusted
+
+        if not is_trusted(p, text.encode("utf-8")):  # the bytes parsed above, not a second read
+            shown = os.path.relpath(p) if p.resolve().parent == Path.cwd().resolve() else name
+            fix = f"trust it as it is with `omniprof plugins --trust {shown}`, or name it with --config {shown}"
     base = {k: val for k, val in data.items() if k != "profiles"}
-    layers = [Layer(_resolve_paths(base, base_dir, problems, (name, lines, prefix)), name, lines, prefix, base_dir)]
+    layers = [Layer(_resolve_paths(base, base_dir, problems, (name, lines, prefix), fix), name, lines, prefix, base_dir)]
     profiles = data.get("profiles", {})
     if profile is not None:
         if not isinstance(profiles, dict) or profile not in profiles:
@@ -124,44 +151,109 @@ def read_layers(path: str | os.PathLike[str] | None, profile: str | None = None,
                             f"must be a table")
         else:
             layers.append(Layer(_resolve_paths(profiles[profile], base_dir, problems,
-                                               (name, lines, (*prefix, "profiles", profile))), name, lines,
+                                               (name, lines, (*prefix, "profiles", profile)), fix), name, lines,
                                 (*prefix, "profiles", profile), base_dir))
     return layers, problems
 
 
 _WRITTEN_PATH_KEYS = ("logdir", "outdir")
+_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def _expand(value: str) -> tuple[str, str | None]:
+    """``value`` with ``$NAME`` / ``${NAME}`` and a leading ``~`` expanded; (it, the first variable
+    that is not set or None)."""
+    unset: list[str] = []
+
+    def sub(m: re.Match[str]) -> str:
+        var = m.group(1) or m.group(2)
+        if var in os.environ:
+            return os.environ[var]
+        unset.append(var)
+        return m.group(0)
+
+    out = os.path.expanduser(_VARIABLE.sub(sub, value))
+    return out, (unset[0] if unset else None)
+
+
+def _inside(base_dir: Path, value: str) -> bool:
+    """Whether ``value`` (relative to ``base_dir``, or absolute) lies inside ``base_dir`` once every
+    symbolic link on the way is resolved (a link inside that points elsewhere leads elsewhere)."""
+    real = os.path.realpath(base_dir)
+    target = os.path.realpath(os.path.join(real, value))
+    return os.path.commonpath([target, real]) == real
 
 
 def _resolve_paths(data: dict[str, Any], base_dir: Path, problems: list[str] | None = None,
-                   where: tuple[str, dict[tuple[str, ...], int], tuple[str, ...]] | None = None) -> dict[str, Any]:
-    """Relative paths are taken from the config file's directory. An output path (``logdir``,
-    ``outdir``, a reporter's ``output``) written relatively may not climb out of that directory
-    with ``..``: a config file from a checkout cannot make omniprof write elsewhere unless it
-    spells the place out as an absolute path."""
+                   where: tuple[str, dict[tuple[str, ...], int], tuple[str, ...]] | None = None,
+                   untrusted_fix: str | None = None) -> dict[str, Any]:
+    """Paths made absolute: ``~`` and ``$NAME`` expanded, relative ones taken from the config
+    file's directory.
+
+    An output path (``logdir``, ``outdir``, a reporter's ``output``) written relatively may not
+    lead out of that directory, with ``..`` or through a symbolic link: a config file from a
+    checkout cannot make omniprof write elsewhere unless it spells the place out as an absolute
+    path. A config found in the working directory and not trusted (``untrusted_fix`` is the fix to
+    name) sets no ``env``, no ``plugins``, and no path outside its directory, absolute or not.
+    """
     out = copy.deepcopy(data)
 
-    def escape_check(path: tuple[str, ...], value: str) -> None:
-        if problems is None or where is None or os.path.isabs(value):
-            return
-        target = os.path.normpath(os.path.join(base_dir, value))
-        if os.path.commonpath([target, str(base_dir)]) != str(base_dir):
+    def problem(path: tuple[str, ...], message: str) -> None:
+        if problems is not None and where is not None:
             name, lines, prefix = where
-            line = line_of(lines, (*prefix, *path))
-            problems.append(f"{name}:{line}: {show_path(path)}: {value!r} leads outside the config file's directory "
-                            f"({base_dir}); relative output paths must stay inside it. Write an absolute path to "
-                            f"put output elsewhere")
+            problems.append(f"{name}:{line_of(lines, (*prefix, *path))}: {show_path((*prefix, *path))}: {message}")
 
+    def resolved(path: tuple[str, ...], value: str, written: bool) -> str | None:
+        if "\x00" in value:
+            problem(path, f"{value!r} is not a path: it holds a NUL character")
+            return None
+        expanded, unset = _expand(value)
+        if unset is not None:
+            problem(path, f"{value!r} names ${unset}, which is not set in the environment")
+            return None
+        if expanded.startswith("~"):
+            problem(path, f"{value!r}: no user {expanded[1:].split('/', 1)[0]!r} on this machine to take '~' from")
+            return None
+        if not _inside(base_dir, expanded):
+            if untrusted_fix is not None:
+                problem(path, f"refused: {value!r} is outside {base_dir}, and a config file found in the working "
+                              f"directory (not named) may not point outside its directory; {untrusted_fix}")
+                return None
+            if written and not os.path.isabs(expanded):
+                problem(path, f"{value!r} leads outside the config file's directory ({base_dir}); relative "
+                              f"output paths must stay inside it (symbolic links included). Write an absolute "
+                              f"path to put output elsewhere")
+                return None
+        return str(base_dir / expanded)
+
+    if untrusted_fix is not None:
+        env = out.get("env")
+        if env:
+            names = ", ".join(str(k) for k in env) if isinstance(env, dict) else repr(env)
+            problem(("env",), f"refused: sets {names}; a config file found in the working directory (not named) may "
+                              f"set no environment variables, which can run code (PYTHONPATH, LD_PRELOAD); "
+                              f"{untrusted_fix}")
+            out.pop("env")
+        if "plugins" in out:
+            problem(("plugins",), f"refused: a config file found in the working directory (not named) may not load "
+                                  f"a plugins file ({out['plugins']!r} runs code); {untrusted_fix}")
+            out.pop("plugins")
     for key in _PATH_KEYS:
         if isinstance(out.get(key), str) and out[key]:
-            if key in _WRITTEN_PATH_KEYS:
-                escape_check((key,), out[key])
-            out[key] = str(base_dir / out[key])
+            value = resolved((key,), out[key], key in _WRITTEN_PATH_KEYS)
+            if value is None:
+                out.pop(key)
+            else:
+                out[key] = value
     reps = out.get("reporters")
     if isinstance(reps, dict):
         for rname, spec in reps.items():
             if isinstance(spec, dict) and isinstance(spec.get("output"), str) and spec["output"]:
-                escape_check(("reporters", str(rname), "output"), spec["output"])
-                spec["output"] = str(base_dir / spec["output"])
+                value = resolved(("reporters", str(rname), "output"), spec["output"], True)
+                if value is None:
+                    spec.pop("output")
+                else:
+                    spec["output"] = value
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from omniprof.config.layers import Layer, _parse_file, env_layer, read_layers, show_path
+from omniprof.config.layers import Layer, _parse_file, env_layer, read_config_text, read_layers, show_path
 from omniprof.config.model import TOP_KEYS, _TARGET_KEYS, ConfigData, ReporterSpec, RunConfig, TargetSpec
 from omniprof.core import validators as v
 from omniprof.core.options import ADVANCED_KEYS, ProfileOptions
@@ -398,7 +398,7 @@ def _structure(cls: type, data: Mapping[str, Any], path: tuple[str, ...], owner:
 # -- entry points -----------------------------------------------------------------------------------
 def load_config(path: str | os.PathLike[str] | None = None, profile: str | None = None, *,
                 text: str | None = None, environ: Mapping[str, str] | None = None,
-                cli: Layer | None = None, registry: Any = None) -> RunConfig:
+                cli: Layer | None = None, registry: Any = None, found: bool = False) -> RunConfig:
     """Read, layer and validate a configuration.
 
     Args:
@@ -409,12 +409,15 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         cli: a :func:`cli_layer` on top.
         registry: plugin registry, unless the configuration names its own ``plugins`` or
             ``no_plugin`` (default: the process-wide one).
+        found: ``path`` was found in the working directory, not named by the user: unless it is
+            trusted (``omniprof plugins --trust FILE``) its ``env``, ``plugins`` and paths outside
+            its directory are refused, each a problem naming the fix.
 
     Raises:
         ConfigError: with every problem found, each naming file:line (or env var / command line),
             key path and, for unknown keys, the nearest valid key.
     """
-    layers, early = read_layers(path, profile, text=text)
+    layers, early = read_layers(path, profile, text=text, found=found)
     layers.append(env_layer(environ))
     if cli is not None:
         layers.append(cli)
@@ -423,11 +426,15 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
 
 
 def check_config(path: str | os.PathLike[str], *, profile: str | None = None, registry: Any = None,
-                 environ: Mapping[str, str] | None = None) -> list[str]:
+                 environ: Mapping[str, str] | None = None, found: bool = False) -> list[str]:
     """Every problem of a config file: its base settings and each profile (or only ``profile``).
 
     Returns the problems (empty when the file is valid); unreadable files and invalid TOML are
-    problems too. Never runs the target.
+    problems too. Never runs the target. ``found`` as for :func:`load_config`.
+
+    Raises:
+        TraceReadError: ``path`` is no config file at all (a device, a named pipe, over the size
+            bound of ``omniprof.core.inputs.read_small_file``).
     """
     env = {} if environ is None else environ
     try:
@@ -444,7 +451,7 @@ def check_config(path: str | os.PathLike[str], *, profile: str | None = None, re
     seen: set[str] = set()
     for name in names:
         try:
-            load_config(path, name, environ=env, registry=registry)
+            load_config(path, name, environ=env, registry=registry, found=found)
         except ConfigError as e:
             for p in e.problems:
                 if p not in seen:
@@ -463,7 +470,7 @@ def check_plugins_file(path: str | os.PathLike[str], *, entry_points: Any = None
         pf = load_plugins_file(p)
     except ConfigError as e:
         return list(e.problems)
-    text = p.read_text(encoding="utf-8")
+    text = read_config_text(p, "plugins file")
     layer = Layer({}, str(p), key_lines(text), (), p.resolve().parent)
     origin: dict[tuple[str, ...], Layer] = {(): layer}
     for kind, name, _, _, _ in pf.plugins:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import attrs
 
 from omniprof.core.clock import DEFAULT_CLOCK, Clock
+from omniprof.core.collectives import Collectives
 from omniprof.core.options import ProfileOptions
 from omniprof.core.results import BackendResult
 
@@ -121,6 +122,14 @@ class Backend(abc.ABC):
         ``detail`` and ``hint`` (the fix) attributes (cupti: driver, GPUs, CUPTI). Like
         :meth:`capabilities`, should not raise for a machine that lacks something."""
         return []
+
+    @classmethod
+    def job_collectives(cls) -> Collectives | None:
+        """The communication layer of a multi-process job this backend's framework runs in this
+        process, for ``Profiler(distributed=True)`` (torch: the process group; xla: jax's
+        distributed runtime); None (the default) when it runs none. Must not import the
+        framework when the program has not."""
+        return None
 
     def __init__(self, options: Any = None, *, context: BackendContext | None = None) -> None:
         self.options = options if options is not None else self.Options()

@@ -10,6 +10,9 @@ one-line :class:`TraceReadError` that names the cause and the bound:
   a symlink loop, a dangling link are each refused with their own message.
 * **size**: at most ``OMNIPROF_MAX_INPUT_BYTES`` (default :data:`MAX_INPUT_BYTES`) are read or
   decompressed from one input.
+* **small text inputs** (config files, ``plugins.toml``): :func:`read_small_file` reads only a
+  regular file of at most :data:`MAX_TEXT_INPUT_BYTES`; anything else is refused before it is
+  read, and a named pipe cannot make it wait.
 * **decompression ratio**: gzip data may expand at most ``OMNIPROF_MAX_GZIP_RATIO`` times
   (default :data:`MAX_GZIP_RATIO`) once past :data:`RATIO_GRACE_BYTES`; a gzip bomb (1 MB that
   expands to GBs of one repeated byte) stops there, in constant memory.
@@ -32,13 +35,15 @@ from typing import IO
 
 from omniprof.errors import TraceReadError
 
-__all__ = ["MAX_INPUT_BYTES", "MAX_GZIP_RATIO", "STREAM_WAIT_S", "check_input", "read_input", "open_input",
-           "open_stream", "local_copy", "max_input_bytes"]
+__all__ = ["MAX_INPUT_BYTES", "MAX_GZIP_RATIO", "MAX_TEXT_INPUT_BYTES", "STREAM_WAIT_S", "check_input", "read_input",
+           "open_input", "open_stream", "local_copy", "max_input_bytes", "read_small_file"]
 
 MAX_INPUT_BYTES = 16 << 30
 MAX_GZIP_RATIO = 200
 RATIO_GRACE_BYTES = 64 << 20
 STREAM_WAIT_S = 10.0
+#: The most a config file or a plugins.toml may hold (a large pyproject.toml is ~100 KiB).
+MAX_TEXT_INPUT_BYTES = 4 << 20
 MAX_INPUT_ENV = "OMNIPROF_MAX_INPUT_BYTES"
 MAX_RATIO_ENV = "OMNIPROF_MAX_GZIP_RATIO"
 _CHUNK = 1 << 20
@@ -94,10 +99,62 @@ def check_input(path: os.PathLike[str] | str) -> os.stat_result:
     mode = st.st_mode
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISFIFO(mode):
         return st
-    what = ("a terminal or character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-    raise TraceReadError(f"{p!r} is {what}, not a trace file; give a file (or a pipe: `omniprof report <(zcat "
+    raise TraceReadError(f"{p!r} is {_kind(mode)}, not a trace file; give a file (or a pipe: `omniprof report <(zcat "
                          f"trace.json.gz)`)")
+
+
+def _kind(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
+            else "a terminal or character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def read_small_file(path: os.PathLike[str] | str, *, what: str, limit: int = MAX_TEXT_INPUT_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes: a config file, a ``plugins.toml``.
+
+    ``what`` names the input in messages ("config file"). ``/dev/zero``, a terminal, a named pipe
+    (which would wait for a writer forever), a directory or a socket is refused without being read;
+    so is a file longer than ``limit`` (checked on its size, then while reading: a file that grows
+    is cut off at ``limit + 1`` bytes, never read whole).
+
+    Raises:
+        TraceReadError: the input is not a regular file, or is over ``limit`` (the message names
+            what it is, or the bound).
+        OSError: the file cannot be opened (missing, no permission): the caller words it.
+    """
+    name = os.fspath(path)
+
+    def refuse(mode: int) -> TraceReadError:
+        return TraceReadError(f"{name!r} is {_kind(mode)}, not a {what}; give a regular file")
+
+    def too_big() -> TraceReadError:
+        return TraceReadError(f"{name!r} is over {_mib(limit)}, the bound on a {what}; give the {what} itself")
+
+    st = os.stat(name)
+    if not stat.S_ISREG(st.st_mode):
+        raise refuse(st.st_mode)
+    if st.st_size > limit:
+        raise too_big()
+    # O_NONBLOCK: a path swapped for a named pipe after the stat opens at once instead of waiting
+    # for a writer; fstat then refuses it.
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse(st.st_mode)
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, _CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    if left <= 0:
+        raise too_big()
+    return b"".join(chunks)
 
 
 def _wait_first_byte(fd: int, name: str) -> None:

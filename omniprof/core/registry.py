@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from omniprof.core import validators as v
+from omniprof.core.trust import is_trusted, trust_file, trust_store_path
 from omniprof.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -118,9 +119,11 @@ def load_plugins_file(path: os.PathLike[str] | str) -> PluginsFile:
     else:  # pragma: no cover
         import tomli as tomllib
 
+    from omniprof.core.inputs import read_small_file
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small_file(path, what="plugins file").decode("utf-8")
         data = tomllib.loads(text)
     except OSError as e:
         raise ConfigError([f"cannot read plugins file {str(path)!r}: {e.strerror or e}"], path=str(path)) from e
@@ -192,53 +195,13 @@ def _find_plugins_file(explicit: os.PathLike[str] | str | None) -> tuple[Path | 
     return (local, None) if is_trusted(local) else (None, local)
 
 
-# -- trusted plugins files --------------------------------------------------------------------------
-def trust_store_path() -> Path:
-    """``$XDG_CONFIG_HOME/omniprof/trusted-plugins.json`` (``~/.config/...`` by default)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "omniprof" / "trusted-plugins.json"
-
-
-def _digest(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _trusted() -> dict[str, str]:
-    import json
-
-    try:
-        data = json.loads(trust_store_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-def is_trusted(path: os.PathLike[str] | str) -> bool:
-    """True when ``path`` was trusted with :func:`trust_plugins_file` and has not changed since."""
-    p = Path(path).resolve()
-    want = _trusted().get(str(p))
-    try:
-        return want is not None and want == _digest(p)
-    except OSError:
-        return False
-
-
+# -- trusted plugins files (the store is omniprof.core.trust's, shared with config files) -------------
 def trust_plugins_file(path: os.PathLike[str] | str) -> Path:
     """Trust ``path`` (its current content: a change needs trusting again), so that it is loaded
     from the working directory without ``--plugins``. Checks its format first; returns the store."""
-    import json
-
-    from omniprof.core.fileio import atomic_write_text
-
     p = Path(path).resolve()
     load_plugins_file(p)  # a broken file is not trusted
-    store = trust_store_path()
-    data = _trusted()
-    data[str(p)] = _digest(p)
-    atomic_write_text(store, json.dumps(data, indent=1, sort_keys=True) + "\n")
-    return store
+    return trust_file(p)
 
 
 def _has_effect(path: Path, entries: Mapping[tuple[str, str], Any]) -> bool:
@@ -510,7 +473,7 @@ def _import_target(target: str) -> Any:
 
 def _validate(e: _Entry, cls: Any) -> None:
     from omniprof.core.backend import SUPPORTED_API_VERSIONS, Backend
-    from omniprof.core.readers import Reader
+    from omniprof.core.reader import Reader
     from omniprof.core.reporter import Reporter
 
     base = {"backend": Backend, "reporter": Reporter, "reader": Reader}[e.kind]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omniprof.core.readers import Reader
+from omniprof.core.reader import Reader
 from omniprof.core.results import ProfileResult
 
 __all__ = ["XPlaneReader", "KinetoReader"]
@@ -33,10 +33,12 @@ class KinetoReader(Reader):
     summary = "PyTorch Kineto trace JSON (.json, .json.gz), or a directory of per-rank traces"
 
     def read(self, path: Path) -> ProfileResult:
+        from omniprof.analysis.torch_ops import with_tables
+
         if Path(path).is_dir():
             from omniprof.analysis.crossrank import load_kineto_dir
 
-            return load_kineto_dir(path)
+            return with_tables(load_kineto_dir(path))
         from omniprof.formats.kineto import read_trace
 
-        return read_trace(path)
+        return with_tables(read_trace(path))

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 
 from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, kernel_stats_table
+from omniprof.analysis.nesting import XLA, self_times
 from omniprof.core import opstats
 from omniprof.core.results import (
     Artifact,
@@ -297,22 +298,9 @@ def _op_type(name: str) -> str:
 
 
 def _self_times(spans: Sequence[Span]) -> dict[int, int]:
-    """Self time of each span (by index): its duration minus the spans nested in it on its track."""
-    by_track: dict[str, list[int]] = {}
-    for i, s in enumerate(spans):
-        by_track.setdefault(s.track, []).append(i)
-    self_ns = {i: s.dur_ns for i, s in enumerate(spans)}
-    for idxs in by_track.values():
-        idxs.sort(key=lambda i: (spans[i].start_ns, -spans[i].dur_ns))
-        stack: list[int] = []
-        for i in idxs:
-            s = spans[i]
-            while stack and spans[stack[-1]].end_ns <= s.start_ns:
-                stack.pop()
-            if stack and s.end_ns <= spans[stack[-1]].end_ns:
-                self_ns[stack[-1]] -= s.dur_ns
-            stack.append(i)
-    return {i: max(v, 0) for i, v in self_ns.items()}
+    """Self time of each span (by index): by the one nesting rule (:data:`omniprof.analysis.nesting.XLA`),
+    floored at 0 (only sibling spans that overlap inside one parent go below)."""
+    return {i: max(v, 0) for i, v in self_times(spans, XLA).items()}
 
 
 def op_stats_rows(spans: Iterable[Span], costs: Mapping[str, Mapping[str, float]] | None = None) -> list[dict[str, Any]]:

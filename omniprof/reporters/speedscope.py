@@ -137,7 +137,7 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
                                  "startValue": events[0]["at"], "endValue": max(e["at"] for e in events),
                                  "events": events})
         if moved_total:
-            notes.append(f"{moved_total} overlapping spans moved to overlap lanes")
+            notes.append(f"{moved_total} spans moved to overlap lanes (overlapping spans and what nests in them)")
 
     if opts.include_allocations and any(p.allocations for p in result.parts):
         prof = stack_profile(result, "allocations")

@@ -4,9 +4,11 @@ A result holds three kinds of stack-shaped data, and each becomes a list of :cla
 (root-first frames, a thread or track label, a vector of values):
 
 * ``samples``: stack samples; values ``(1, weight_ns)`` (sample count, wall time).
-* ``spans``: timeline spans. Spans on one track nest into call stacks; each span contributes its
-  *self* time (its duration less its children's). Spans that overlap without nesting (real traces
-  have them) go to an extra lane of the track (:func:`span_lanes`), never dropped or cut.
+* ``spans``: timeline spans. Spans on one track nest into call stacks by the one nesting rule
+  (:mod:`omniprof.analysis.nesting`); each span contributes its *self* time (its duration less its
+  children's), the figure the op tables and ``diff`` give. Spans that overlap without nesting (real
+  traces have them) are drawn on an extra lane of the track (:func:`span_lanes`), never dropped
+  or cut.
 * ``allocations``: sampled allocations; values ``(count, bytes, count if alive at the end
   else 0, bytes if alive else 0)``, pprof's ``alloc_objects, alloc_space, inuse_objects,
   inuse_space``, where ``bytes = size_bytes * count``: a record is one allocation of
@@ -17,13 +19,15 @@ Everything here is plain data; the reporters only format it.
 
 from __future__ import annotations
 
+import heapq
 import warnings
 from collections.abc import Sequence
 
 import attrs
 
 from omniprof.analysis import calltree
-from omniprof.analysis.timeline import PlacedPart, nest_lanes, placed, time_axis
+from omniprof.analysis.nesting import SPANS, Nest, nest
+from omniprof.analysis.timeline import Nesting, PlacedPart, placed, time_axis
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Span
 from omniprof.errors import DataLossWarning, InvalidArgumentError
 
@@ -140,38 +144,86 @@ class Lane:
     parent: tuple[int, ...]
 
 
-def span_lanes(part: BackendResult) -> tuple[list[Lane], int]:
-    """Split each track's spans into properly nested lanes.
+def span_lanes(part: BackendResult, nested: Nest | None = None) -> tuple[list[Lane], int]:
+    """Split each track's spans into properly nested lanes, by the one nesting rule.
 
-    :func:`omniprof.analysis.timeline.nest_lanes` places the spans: by start (longest first on
-    ties), each in the first lane where it nests inside the open span or follows it. Returns the
-    lanes and how many spans went to an overlap lane.
+    :func:`omniprof.analysis.nesting.nest` decides each span's parent (``nested``: the caller's,
+    if it has one); a span is drawn in its parent's lane, under it. A top-level span goes to the
+    first lane free at its start, a new one if none is: a span that overlaps another without nesting
+    in it (B[5,15) beside A[0,10)) gets an overlap lane, and what nests in it is drawn there,
+    under it. Only a span whose siblings overlap it inside one parent cannot be drawn under that
+    parent; it is drawn at the top of another lane. Returns the lanes and how many spans went to an
+    overlap lane.
     """
+    lanes, moved, _ = _span_lanes(part, nested if nested is not None else nest(part.spans, SPANS))
+    return lanes, moved
+
+
+def _span_lanes(part: BackendResult, nested: Nest) -> tuple[list[Lane], int, dict[int, str]]:
+    """:func:`span_lanes`, and the name of each span's lane (by index in ``part.spans``)."""
     names = {t.id: t.name for t in part.tracks}
-    by_track: dict[str, list[tuple[int, Span]]] = {}
-    for i, s in enumerate(part.spans):
-        by_track.setdefault(s.track, []).append((i, s))
+    lane_of: dict[int, str] = {}
+    by_track: dict[str, list[int]] = {}
+    for i in nested.order:  # each track's spans in nesting order: a parent before its children
+        by_track.setdefault(part.spans[i].track, []).append(i)
     lanes: list[Lane] = []
     moved = 0
     order = {tid: i for i, tid in enumerate(names)}
     for track in sorted(by_track, key=lambda t: (order.get(t, len(order)), t)):
-        spans = sorted(by_track[track], key=lambda p: (p[1].start_ns, -p[1].dur_ns, p[0]))
-        placed = nest_lanes([(s.start_ns, s.end_ns) for _, s in spans])
-        lane_spans: list[list[Span]] = [[] for _ in range(max((lane for lane, _, _ in placed), default=-1) + 1)]
-        lane_depth: list[list[int]] = [[] for _ in lane_spans]
-        lane_parent: list[list[int]] = [[] for _ in lane_spans]
-        position: list[int] = []  # index of each span within its lane
-        for (_, s), (lane, depth, parent) in zip(spans, placed):
-            position.append(len(lane_spans[lane]))
+        placed_in = _place_lanes(part.spans, by_track[track], nested.parent)
+        n_lanes = max((lane for lane, _, _ in placed_in.values()), default=-1) + 1
+        lane_spans: list[list[Span]] = [[] for _ in range(n_lanes)]
+        lane_depth: list[list[int]] = [[] for _ in range(n_lanes)]
+        lane_parent: list[list[int]] = [[] for _ in range(n_lanes)]
+        position: dict[int, int] = {}  # index of each span within its lane
+        for i in by_track[track]:
+            lane, depth, parent = placed_in[i]
+            position[i] = len(lane_spans[lane])
             lane_parent[lane].append(position[parent] if parent >= 0 else -1)
             lane_depth[lane].append(depth)
-            lane_spans[lane].append(s)
+            lane_spans[lane].append(part.spans[i])
             moved += lane > 0
         base = names.get(track, track)
-        for k in range(len(lane_spans)):
+        for k in range(n_lanes):
             lanes.append(Lane(track, base if k == 0 else f"{base} (overlap {k})", k, tuple(lane_spans[k]),
                               tuple(lane_depth[k]), tuple(lane_parent[k])))
-    return lanes, moved
+        for i in by_track[track]:
+            k = placed_in[i][0]
+            lane_of[i] = base if k == 0 else f"{base} (overlap {k})"
+    return lanes, moved, lane_of
+
+
+def _place_lanes(spans: Sequence[Span], idx: list[int], parent: list[int]) -> dict[int, tuple[int, int, int]]:
+    """Per span of one track (``idx``, in nesting order): ``(lane, depth, parent drawn)``. A span
+    goes under its parent when it nests there; else to the lowest-numbered lane with nothing open
+    at its start (found in O(log lanes) with two heaps), or a new lane."""
+    lanes: list[Nesting] = []
+    bottom: list[tuple[int, int]] = []  # (end of the lane's outermost open span, lane): lanes in use
+    free: list[int] = []  # lanes with nothing open at the current start
+    out: dict[int, tuple[int, int, int]] = {}
+    for i in idx:
+        s = spans[i]
+        p = parent[i]
+        if p >= 0:
+            k = out[p][0]
+            lane = lanes[k]
+            while lane.ends and lane.ends[-1] <= s.start_ns:  # closed at this start (starts only grow)
+                lane.ends.pop()
+                lane.ids.pop()
+            if lane.ids and lane.ids[-1] == p and s.end_ns <= lane.ends[-1]:
+                out[i] = (k, lane.place(s.start_ns, s.end_ns, i), p)
+                continue
+        while bottom and bottom[0][0] <= s.start_ns:
+            heapq.heappush(free, heapq.heappop(bottom)[1])
+        if free:
+            k = heapq.heappop(free)
+        else:
+            k = len(lanes)
+            lanes.append(Nesting())
+        lanes[k].place(s.start_ns, s.end_ns, i)  # nothing is open there: it is the lane's top level
+        heapq.heappush(bottom, (s.end_ns, k))
+        out[i] = (k, 0, -1)
+    return out
 
 
 def _span_frame(s: Span) -> Frame:
@@ -179,27 +231,25 @@ def _span_frame(s: Span) -> Frame:
 
 
 def _span_records(pp: PlacedPart) -> tuple[list[StackRecord], int]:
-    lanes, moved = span_lanes(pp.part)
-    out = []
+    """One record per span: its stack (its ancestors by the one nesting rule, outermost first), its
+    lane's name, and its self time (:meth:`omniprof.analysis.nesting.Nest.self_ns`, the figure every
+    view gives)."""
+    spans = pp.part.spans
+    nested = nest(spans, SPANS)
+    lanes, moved, lane_of = _span_lanes(pp.part, nested)
     frame_cache: dict[tuple[str, str], Frame] = {}
-    for lane in lanes:
-        child_ns = [0] * len(lane.spans)
-        for s, p in zip(lane.spans, lane.parent):
-            if p >= 0:
-                child_ns[p] += s.dur_ns
-        chains: list[tuple[Frame, ...]] = []  # parents come before children: reuse their chain
-        for i, s in enumerate(lane.spans):
-            key = (s.name, s.category)
-            frame = frame_cache.get(key)
-            if frame is None:
-                frame = frame_cache[key] = _span_frame(s)
-            p = lane.parent[i]
-            chain = (chains[p] if p >= 0 else ()) + (frame,)
-            chains.append(chain)
-            # Children on one lane never overlap each other, so this is never negative for valid
-            # data; zero-length or malformed spans are floored at 0 rather than made negative.
-            self_ns = max(0, s.dur_ns - child_ns[i])
-            out.append(StackRecord(chain, lane.name, (1, self_ns), pp.at(s.start_ns)))
+    chains: dict[int, tuple[Frame, ...]] = {}
+    out = []
+    for i in nested.order:  # parents before their children: reuse their chain
+        s = spans[i]
+        key = (s.name, s.category)
+        frame = frame_cache.get(key)
+        if frame is None:
+            frame = frame_cache[key] = _span_frame(s)
+        p = nested.parent[i]
+        chain = chains[i] = (chains[p] if p >= 0 else ()) + (frame,)
+        # Floored at 0: only siblings that overlap inside one parent (torch subtracts both) go below.
+        out.append(StackRecord(chain, lane_of[i], (1, max(0, nested.self_ns(i))), pp.at(s.start_ns)))
     return out, moved
 
 

@@ -355,7 +355,7 @@ class TableReporter(Reporter):
             out.line(f"(op_stats of backend {part.backend} are not grouped: grouping by input shape or stack needs "
                      f"torch ops)")
             return table
-        from omniprof.formats.kineto import op_table
+        from omniprof.analysis.torch_ops import op_table
 
         grouped = op_table(part, group_by_input_shape=o.group_by_input_shape, group_by_stack_n=o.group_by_stack_n)
         if grouped is None:

@@ -25,7 +25,7 @@ from typing import TextIO
 from omniprof.errors import InvalidArgumentError, OmniprofError, OmniprofWarning
 
 __all__ = ["TraceFileServer", "perfetto_link", "PERFETTO_ORIGIN", "PERFETTO_PORT", "LOOPBACK", "check_bind_address",
-           "is_loopback", "serve_perfetto_link", "PerfettoLinkWarning"]
+           "is_loopback", "host_allowed", "serve_perfetto_link", "PerfettoLinkWarning"]
 
 #: The address every omniprof server binds unless the user names another one.
 LOOPBACK = "127.0.0.1"
@@ -41,6 +41,21 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def host_allowed(host_header: str | None, bound_host: str) -> bool:
+    """Whether a server bound to ``bound_host`` may answer a request carrying ``Host: host_header``.
+
+    DNS rebinding: a web page on evil.example that resolves its name to 127.0.0.1 makes the browser
+    send requests to a loopback server with ``Host: evil.example`` (and read the answers, same
+    origin). A server on a loopback address answers only loopback names (``localhost``,
+    ``127.x.y.z``, ``[::1]``, with any port); one the user bound elsewhere answers every name.
+    Every omniprof server calls this one check and answers 421 when it is False.
+    """
+    if host_header is None or not is_loopback(bound_host):
+        return True
+    name = host_header.rsplit(":", 1)[0] if not host_header.endswith("]") else host_header
+    return is_loopback(name.strip("[]"))
 
 
 def check_bind_address(host: object, what: str = "server") -> str:
@@ -137,13 +152,7 @@ class TraceFileServer:
                 self.send_header("Cache-Control", "no-cache")
 
             def _host_ok(self) -> bool:
-                # DNS rebinding: a web page on evil.example resolving its name to 127.0.0.1 still sends
-                # "Host: evil.example". Served on loopback, only loopback names are answered.
-                host = self.headers.get("Host")
-                if host is None or not is_loopback(server.host):
-                    return True
-                name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-                if is_loopback(name.strip("[]")):
+                if host_allowed(self.headers.get("Host"), server.host):
                     return True
                 self.send_response(421)
                 self.send_header("Content-Length", "0")

@@ -56,6 +56,71 @@ def _quiet_xprof(verbose: bool) -> Iterator[None]:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
+# -- what a request may ask of the viewer -------------------------------------------------------------
+#: XProf's routes that only read the viewed logdir (or serve the UI's own files). Every other route it
+#: has is refused: ``/capture_profile`` dials the ``service_addr`` a request names (any host:port; a
+#: plain ``<img src>`` on any web page sends it) and writes the capture into the logdir;
+#: ``/generate_cache`` writes tool caches under a ``session_path`` the request names. A route a later
+#: XProf adds is refused until it is known to only read.
+_READ_ONLY_ROUTES = frozenset({
+    "/", "/index.js", "/index.html", "/bundle.js", "/styles.css", "/materialicons.woff2",
+    "/material_symbols_outlined.woff2", "/trace_viewer_index.html", "/trace_viewer_index.js", "/trace_viewer_v2.js",
+    "/trace_viewer_v2.wasm", "/zone.js", "/runtime.js", "/data", "/data_csv", "/version", "/runs", "/run_tools",
+    "/hosts", "/module_list", "/local", "/config",
+})
+#: Query arguments that point XProf at a directory or URL of the request's choosing instead of the logdir.
+_PATH_ARGS = ("session_path", "run_path")
+_PREFIX = "/data/plugin/profile"
+
+
+def _route(path: str) -> str:
+    """The key XProf's dispatcher (``xprof.server.make_wsgi_app``) looks ``path`` up with."""
+    if path == _PREFIX or path.startswith(_PREFIX + "/"):
+        path = path[len(_PREFIX):]
+    if path != "/" and path.endswith("/"):
+        path = path[:-1]
+    return path
+
+
+def _refusal(environ: dict[str, Any], routes: set[str]) -> tuple[str, str] | None:
+    """(HTTP status, reason) when the request must not reach XProf, else None."""
+    from urllib.parse import parse_qsl
+
+    if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+        return "405 Method Not Allowed", "this viewer only reads: GET and HEAD"
+    route = _route(environ.get("PATH_INFO", ""))
+    if route in routes and route not in _READ_ONLY_ROUTES:
+        return "403 Forbidden", (f"{route} is switched off in omniprof's viewer: it would make the server contact "
+                                 f"other machines or write files. Capture with omniprof collect")
+    for key, value in parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True):
+        if key in _PATH_ARGS:
+            return "403 Forbidden", f"'{key}' is refused: this viewer serves only its logdir"
+        if key == "run" and (value.startswith(("/", "\\")) or "://" in value
+                             or ".." in value.replace("\\", "/").split("/")):
+            return "403 Forbidden", f"run {value!r} leads outside the logdir"
+    return None
+
+
+def _guarded(app: Any, bound_host: str, routes: set[str]) -> Any:
+    """XProf's WSGI ``app`` behind omniprof's checks: the loopback ``Host`` check every omniprof
+    server makes (421, DNS rebinding), and only the routes and arguments that read the logdir."""
+    from omniprof.viewers.serve import host_allowed
+
+    def guarded(environ: dict[str, Any], start_response: Any) -> Any:
+        if not host_allowed(environ.get("HTTP_HOST"), bound_host):
+            refused: tuple[str, str] | None = ("421 Misdirected Request", "")
+        else:
+            refused = _refusal(environ, routes)
+        if refused is None:
+            return app(environ, start_response)
+        status, reason = refused
+        body = reason.encode("utf-8")
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return guarded
+
+
 class XProfServer:
     """XProf's web UI over ``logdir``, bound to ``host`` (127.0.0.1 unless you name another address).
 
@@ -119,7 +184,7 @@ class XProfServer:
         if defaults is not None and len(defaults) == 2:
             wrapper.__defaults__ = (defaults[0], _DropRequestLog(self.verbose))  # type: ignore[union-attr]
         try:
-            return xprof_server.make_wsgi_app(plugin)
+            return _guarded(xprof_server.make_wsgi_app(plugin), self.host, set(plugin.get_plugin_apps()))
         finally:
             if defaults is not None and len(defaults) == 2:
                 wrapper.__defaults__ = defaults  # type: ignore[union-attr]

@@ -39,7 +39,7 @@ from typing import Any
 import attrs
 
 from omniprof.plugin import Backend, Capability
-from omniprof.backends.cpu import api
+from omniprof.backends.cpu import buffer as cpu_buffer
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import NO_CUT, WALK_MAX_DEPTH, StackCut, python_stacks, walks_truncated
 from omniprof.core import validators as v
@@ -96,9 +96,9 @@ class CpuOptions:
             so ``max_samples`` is this session's own budget.
     """
 
-    interval_s: float = attrs.field(factory=lambda: api.default_interval_s(),
+    interval_s: float = attrs.field(factory=lambda: cpu_buffer.default_interval_s(),
                                     validator=[v.number_in_range(0.0, 10.0, lo_open=True), _fast_enough])
-    max_samples: int = attrs.field(factory=lambda: api.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
+    max_samples: int = attrs.field(factory=lambda: cpu_buffer.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
     engine: str = attrs.field(default="auto", validator=v.one_of(*ENGINES))
     mode: str = attrs.field(default="wall", validator=v.one_of(*MODES))
     native: bool = attrs.field(default=False, validator=v.is_bool)
@@ -334,6 +334,7 @@ class CpuSamplerBackend(Backend):
         self._gc_cb: Any = None
         self._tracer: Any = None
         self._pyspy: Any = None
+        self._pyspy_since: tuple[int, int] = (0, 0)  # (clock ns when py-spy sampled, native id of the waiter)
         self._native: Any = None
         self.engine = ""
         self.sampling = False
@@ -390,7 +391,7 @@ class CpuSamplerBackend(Backend):
 
             find_pyspy()
         self.engine = engine
-        self.sampler = self._own_sampler if self._own_sampler is not None else api.buffer()
+        self.sampler = self._own_sampler if self._own_sampler is not None else cpu_buffer.buffer()
         self.sampler.max_samples = opts.max_samples
         if not opts.accumulate:
             self.sampler.clear()
@@ -430,6 +431,9 @@ class CpuSamplerBackend(Backend):
                 self._start_idx = s.begin(None, self.clock, self._cut)
                 self._pyspy = PySpyEngine(os.getpid(), round(1.0 / opts.interval_s), opts.native)
                 self._pyspy.start()
+                # py-spy samples from here on (start() waited for it); the thread that waited is the
+                # clock of its ticks (_add_pyspy)
+                self._pyspy_since = (self.clock.now_ns(), threading.get_native_id())
             if self._trigger is not None:
                 self._trigger.start()
         on_fork_child(self._forked)
@@ -559,6 +563,8 @@ class CpuSamplerBackend(Backend):
                                        unit="samples", detail=f"stacks deeper than {MAX_DEPTH} frames: the innermost "
                                                               f"{MAX_DEPTH} kept, the frames below them left out"))
             if pyspy_lines is not None:
+                window_s = max(end_ns - self._pyspy_since[0], 1) / 1e9
+                summary.update(achieved_rate_hz=ticks / window_s, sampled_window_s=window_s)
                 summary["sampler_time_note"] = ("py-spy runs in its own process; its CPU time is not charged here, "
                                                 "but it pauses this process briefly at each sample")
         if timer_taken:
@@ -655,29 +661,43 @@ class CpuSamplerBackend(Backend):
 
     # -- py-spy --------------------------------------------------------------------------------
     def _add_pyspy(self, lines: list[tuple[int | None, str, list[Frame], int]], end_ns: int) -> int:
-        """Store py-spy's aggregated stacks as samples (weight one interval each, time = session end);
-        returns the number of ticks (samples of the most-sampled thread)."""
-        per_thread: dict[int, int] = {}
+        """Store py-spy's aggregated stacks as samples (time = session end) and return the ticks.
+
+        py-spy's raw output has counts, no times. With ``--idle`` every tick samples every thread, so
+        the thread that waited for py-spy to attach counts the ticks: its samples outside omniprof's
+        own py-spy code are the ticks between the attach and the session's end, and each sample
+        weighs that window over those ticks, the interval py-spy achieved (often far below the one
+        requested: with ``--native`` it unwinds every thread at each tick)."""
         by_native = {t.native_id: t for t in threading.enumerate() if getattr(t, "native_id", None)}
-        interval_ns = round(self.options.interval_s * 1e9)
+        since_ns, waiter = self._pyspy_since
         s = self.sampler
         assert s is not None
         me = os.path.join("omniprof", "backends", "cpu", "pyspy.py")
+        kept: list[tuple[int, tuple[Any, ...], int]] = []
+        waiter_ticks = 0
+        per_thread: dict[int, int] = {}
         for native_tid, name, frames, count in lines:
             t = by_native.get(native_tid)
             if (t.name if t is not None else name).startswith("omniprof-"):
                 continue  # omniprof's own helper threads
             if any(fr.kind == "py" and fr.file.endswith(me) for fr in frames):
-                continue  # the main thread waiting for py-spy to attach: not the program's work
+                continue  # the thread waiting for py-spy to attach, or to stop: not the program's work
+            if native_tid == waiter:
+                waiter_ticks += count
             tid = t.ident if t is not None and t.ident is not None else (native_tid or 0)
             if tid not in s.threads:
                 s.threads[tid] = ThreadInfo(tid, t.name if t is not None else (name or f"thread {native_tid}"),
                                             native_tid)
-            raw: tuple[Any, ...] = tuple(x for fr in reversed(frames) for x in (fr, fr.line))
             per_thread[tid] = per_thread.get(tid, 0) + count
+            kept.append((tid, tuple(x for fr in reversed(frames) for x in (fr, fr.line)), count))
+        ticks = waiter_ticks or max(per_thread.values(), default=0)
+        interval_ns = round(self.options.interval_s * 1e9)
+        if ticks:
+            interval_ns = max((end_ns - since_ns) // ticks, 1)
+        for tid, raw, count in kept:
             for _ in range(count):
                 s.add(end_ns, tid, raw, interval_ns)
-        return max(per_thread.values(), default=0)
+        return ticks
 
     def _mark_gc(self, s: Sampler) -> None:
         """Native engine: samples taken while a collection ran on their thread get a ``<gc gen N>``

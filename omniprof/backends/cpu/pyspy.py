@@ -7,7 +7,9 @@ of numpy, math or the interpreter the time went to. It is started at ``start()``
 SIGINT at ``stop()``, when it writes its samples (``--format raw``: collapsed stacks with counts).
 
 Limits, all recorded in the result: py-spy's raw output has counts but no per-sample times, so
-every sample of a session carries the session's end time and a weight of one interval; thread
+every sample of a session carries the session's end time and the interval py-spy achieved (the
+window since it attached over its ticks, not the one requested); C frames py-spy cannot name
+(a stripped library) are folded into one ``[library]`` frame per run of them; thread
 ids are mapped back to Python thread idents through ``Thread.native_id``; file names are as
 py-spy prints them (relative to ``sys.path`` entries); py-spy needs up to about a second to
 attach (``ATTACH_WAIT_S``), and work done before it attached is not seen.
@@ -36,6 +38,7 @@ ATTACH_WAIT_S = 1.0
 
 _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?::\s*(?P<name>.*))?$")
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<where>[^()]*)\)$")
+_ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
 
 
 def which_pyspy() -> str | None:
@@ -113,7 +116,20 @@ def _frame(text: str) -> Frame:
         kind = "py" if file.endswith((".py", ".pyw")) or "<frozen" in file else "native"
         return Frame(name=name, file=file, line=int(line), module=None if kind == "py" else os.path.basename(file),
                      kind=kind)
-    return Frame(name=name, module=where, kind="native")  # "0x7f.. (libc.so.6)"
+    if _ADDRESS.match(name):  # "0x7f.. (libcrypto.so.3)": no symbol; the library is what is known
+        return Frame(name=where if where.startswith("[") else f"[{where}]", module=where, kind="native")
+    return Frame(name=name, module=where, kind="native")
+
+
+def _fold_libraries(frames: list[Frame]) -> list[Frame]:
+    """One ``[library]`` frame for each run of unnamed frames of one library (ten addresses inside
+    libcrypto are one libcrypto, not ten rows)."""
+    out: list[Frame] = []
+    for fr in frames:
+        if out and fr.kind == "native" and fr.name.startswith("[") and fr == out[-1]:
+            continue
+        out.append(fr)
+    return out
 
 
 def parse_raw(text: str) -> list[tuple[int | None, str, list[Frame], int]]:
@@ -135,7 +151,7 @@ def parse_raw(text: str) -> list[tuple[int | None, str, list[Frame], int]]:
             tid = int(raw_tid, 16) if raw_tid.startswith("0x") else int(raw_tid)
             name = m.group("name") or ""
             parts = parts[1:]
-        out.append((tid, name, [_frame(p) for p in parts], int(count)))
+        out.append((tid, name, _fold_libraries([_frame(p) for p in parts]), int(count)))
     return out
 
 

@@ -41,6 +41,7 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.core import validators as v
 from omniprof.core.annotations import user_args
+from omniprof.core.collectives import Collectives
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, CounterSeries, Loss, Track
 from omniprof.errors import BackendOptionWarning, BackendUnavailableError, DataLossWarning
 
@@ -254,6 +255,13 @@ class TorchBackend(Backend):
         return caps
 
     @classmethod
+    def job_collectives(cls) -> Collectives | None:
+        """The torch.distributed process group of this process, for ``Profiler(distributed=True)``; None without one."""
+        from omniprof.backends.torch.collectives import TorchCollectives, job_running
+
+        return TorchCollectives() if job_running() else None
+
+    @classmethod
     def probe(cls) -> None:
         if importlib.util.find_spec("torch") is None:
             raise BackendUnavailableError("PyTorch is not installed", "Install it with: pip install 'omniprof[torch]'",
@@ -437,6 +445,7 @@ class TorchBackend(Backend):
             _warn("backend 'torch': Kineto stopped collecting device activity early (buffer full); the "
                   "result says so in its losses", DataLossWarning)
         path, keep = self._trace_path()
+        from omniprof.analysis.torch_ops import with_tables
         from omniprof.formats import kineto
 
         try:
@@ -447,6 +456,7 @@ class TorchBackend(Backend):
             with open(path, encoding="utf-8") as fh:
                 part, top = kineto.parse_trace(fh, str(path), source=self.name, flops=flops, keep=self._keep,
                                                artifacts=artifacts)
+            part = with_tables(part)  # the op table, by the one nesting rule (analysis.nesting)
         finally:
             if not keep:
                 with contextlib.suppress(OSError):

@@ -36,6 +36,7 @@ from omniprof.formats.xplane import OMNIPROF_MARK, part_from_files, run_tool
 from omniprof.backends.xla.strip import strip_device_activity, strip_marks
 from omniprof.core import validators as v
 from omniprof.core.annotations import STEP_MARK, user_args
+from omniprof.core.collectives import Collectives
 from omniprof.core.fileio import atomic_write_bytes, hostname, process_temp_dir
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
 from omniprof.errors import (
@@ -190,6 +191,13 @@ class XlaBackend(Backend):
                                 "cannot be limited to 127.0.0.1: firewall the port, collect through "
                                 "ssh -L PORT:127.0.0.1:PORT"))
         return caps
+
+    @classmethod
+    def job_collectives(cls) -> Collectives | None:
+        """The jax.distributed runtime of this process, for ``Profiler(distributed=True)``; None without one."""
+        from omniprof.backends.xla.collectives import JaxCollectives, job_running
+
+        return JaxCollectives() if job_running() else None
 
     @classmethod
     def probe(cls) -> None:

@@ -292,3 +292,17 @@ def test_stack_cut_matches_out_of_process_frames_by_name_and_file():
     assert cut.hit(Frame("_launcher", rel, 1))
     assert not cut.hit(Frame("_launcher", "other/" + os.path.basename(code.co_filename), 1))
     assert not cut.hit(Frame("_target", code.co_filename, 1)) and not StackCut().hit(Frame("_launcher", rel, 1))
+
+
+def test_pyspy_unnamed_c_frames_fold_by_library():
+    """py-spy --native prints frames it cannot name as addresses inside a library; each run of them
+    is one ``[library]`` frame, named frames are kept as py-spy names them."""
+    from omniprof.backends.cpu.pyspy import parse_raw
+
+    raw = ("thread (0x1a2b): MainThread;<module> (app.py:3);digest (app.py:9);"
+           "EVP_hash (libcrypto.so.3);0x7f00000010 (libcrypto.so.3);0x7f00000020 (libcrypto.so.3);"
+           "0x7f00000030 (libcrypto.so.3);0x7f00000040 (libc.so.6);0x7f00000050 ([vdso]) 7\n")
+    [(tid, name, frames, count)] = parse_raw(raw)
+    assert (tid, name, count) == (0x1A2B, "MainThread", 7)
+    assert [f.name for f in frames] == ["<module>", "digest", "EVP_hash", "[libcrypto.so.3]", "[libc.so.6]", "[vdso]"]
+    assert [f.module for f in frames[3:]] == ["libcrypto.so.3", "libc.so.6", "[vdso]"]

@@ -42,6 +42,10 @@ def proj(tmp_path, monkeypatch):
         [profiles.fast.backends.cpu]
         interval_s = 0.002
         """)
+    # found in the working directory, its [env] applies only once trusted (docs/config.md); the
+    # trust store goes to the test's own config home
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))
+    assert main(["plugins", "--trust", "omniprof.toml"]) == 0
     return tmp_path
 
 

@@ -112,14 +112,15 @@ def test_spans_become_evented_profiles_per_track():
 
 
 def test_overlapping_spans_split_into_lanes_without_loss(speedscope_schema):
-    """Spans that overlap without nesting move to an overlap lane; every span keeps its times."""
+    """Spans that overlap without nesting move to an overlap lane, with what nests in them; every span
+    keeps its times."""
     spans = (Span("a", "t", 0, 100), Span("b", "t", 50, 100), Span("c", "t", 60, 10), Span("d", "t", 120, 50))
     part = BackendResult(backend="x", tracks=(Track("t", "stream"),), spans=spans)
     doc = _doc(ProfileResult(parts=(part,)))
     jsonschema.validate(doc, speedscope_schema)
     check_importable(doc)
     assert [p["name"] for p in doc["profiles"]] == ["stream", "stream (overlap 1)"]
-    assert "1 overlapping spans moved" in doc["name"]
+    assert "2 spans moved to overlap lanes" in doc["name"]  # b, and c which nests in b
     frames = doc["shared"]["frames"]
     seen = {}
     for p in doc["profiles"]:
