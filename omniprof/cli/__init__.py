@@ -31,7 +31,9 @@ __all__ = ["main"]
 PROG = "omniprof"
 
 #: Commands other than ``run``: each is ``omniprof.cli.<name>.<name>(ns) -> int``.
-COMMANDS = ("plugins", "report", "doctor", "config", "diff", "collect", "view", "assemble")
+COMMANDS = ("plugins", "report", "doctor", "config", "diff", "collect", "view", "assemble", "dump", "attach")
+#: Commands whose module owns its parser too (``add_parser(sub)``).
+OWN_PARSER = ("dump", "attach")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -193,6 +195,10 @@ def _parser() -> _Parser:
                                "PREFIX.nodes, .edges, .strings")
     assemble.add_argument("-o", "--output", default=None, metavar="FILE",
                           help="the .heapsnapshot to write (default: PREFIX); an existing file is never replaced")
+    import importlib
+
+    for name in OWN_PARSER:
+        importlib.import_module(f"omniprof.cli.{name}").add_parser(sub)
     return p
 
 

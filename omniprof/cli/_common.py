@@ -80,6 +80,16 @@ def csv(values: list[str], default: list[str]) -> list[str]:
     return out or default
 
 
+def chosen_reporters(ns: argparse.Namespace) -> tuple[Any, list[str], dict[str, dict[str, Any]]]:
+    """(registry, reporter names, their options) from ``-r``/``-R``/``--plugins``; unknown names fail here."""
+    reg = registry(ns)
+    reporters = csv(ns.reporter, ["table"])
+    ropts = reporter_options(ns.reporter_option, reporters)
+    for name in reporters:
+        reg.reporter(name)  # fail early on unknown names
+    return reg, reporters, ropts
+
+
 def reporter_options(items: list[str], reporters: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for item in items:
