@@ -152,7 +152,11 @@ def _parser() -> _Parser:
                       help="with repeated runs of torch profiles, each op call's self time counts at most FACTOR "
                            "times the median of the same call over all runs (time lost to other processes does "
                            "not move a run; default 1.1; 0: plain sums)")
-    diff.add_argument("--fail-on-regression", action="store_true", help="exit 1 when something regressed")
+    diff.add_argument("--time-noise-pct", type=_nonneg_float, default=25.0, metavar="PCT",
+                      help="one sampled run a side: the run-to-run spread of a run's time the total is judged "
+                           "against, widened on a loaded machine (default 25)")
+    diff.add_argument("--fail-on-regression", action="store_true",
+                      help="exit 1 when something regressed (2: an input could not be read)")
     diff.add_argument("--max-rows", type=_nonneg_int, default=20, help="rows shown per table (default 20)")
     diff.add_argument("--format", choices=("text", "json"), default="text")
     _plugin_args(diff)
