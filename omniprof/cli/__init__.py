@@ -78,7 +78,8 @@ def _parser() -> _Parser:
                      help="profile option (host_tracer_level=3, advanced_configuration.KEY=V, or BACKEND.KEY=V)")
     run.add_argument("-r", "--reporter", action="append", default=[],
                      help="reporter(s), comma-separated or repeated (default: table)")
-    run.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE")
+    run.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE",
+                     help="a reporter's option, e.g. -R table.width=100 (values parse as JSON, else as text)")
     run.add_argument("-o", "--outdir", default=None, help="directory for file reports (default: current directory)")
     run.add_argument("--logdir", default=None, help="save each session in the XProf layout under this directory")
     run.add_argument("--label", default="", help="free text stored in the result")
@@ -114,9 +115,12 @@ def _parser() -> _Parser:
                         help="a rank directory: read and reduce each rank on the Dask cluster at this scheduler "
                              "address, on a worker that sees its file (FILE as the workers see it); only the "
                              "cross-rank section is printed")
-    report.add_argument("-r", "--reporter", action="append", default=[])
-    report.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE")
-    report.add_argument("-o", "--outdir", default=None)
+    report.add_argument("-r", "--reporter", action="append", default=[],
+                        help="reporter(s), comma-separated or repeated (default: table)")
+    report.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE",
+                        help="a reporter's option, e.g. -R table.width=100 (values parse as JSON, else as text)")
+    report.add_argument("-o", "--outdir", default=None,
+                        help="directory for file reports (default: the current directory)")
     _plugin_args(report)
 
     config = sub.add_parser("config", help="check or show a configuration file")

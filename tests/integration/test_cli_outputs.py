@@ -64,3 +64,15 @@ def test_an_outdir_that_fails_only_later_still_prints_the_table_and_saves_the_re
                          f"(omniprof report {saved} -r NAME writes any report from it)"], lines
     data = json.loads(saved.read_text())
     assert sum(len(p["samples"]) for p in data["parts"]) > 0
+
+
+def test_every_reporter_flag_has_help():
+    """`run --help` and `report --help` explain -r, -R and -o (each line of the option has text)."""
+    for command, flags in (("run", ("-R REPORTER.KEY=VALUE",)), ("report", ("-r REPORTER", "-R REPORTER.KEY=VALUE",
+                                                                           "-o OUTDIR"))):
+        proc = omniprof(command, "--help")
+        assert proc.returncode == 0, proc.stderr
+        text = proc.stdout
+        for flag in flags:
+            after = text.split(flag, 1)[1].split("\n  -", 1)[0]
+            assert len(after.split()) > 3, (command, flag, after)
