@@ -42,10 +42,23 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--omniprof-fail-on-regression", None) is not None and not config.getoption(
             "--omniprof-baseline", None):
         raise pytest.UsageError("--omniprof-fail-on-regression needs --omniprof-baseline DIR")
-    if mode is None and config.getoption("--omniprof-baseline", None):
+    baseline = config.getoption("--omniprof-baseline", None)
+    if mode is None and baseline:
         raise pytest.UsageError("--omniprof-baseline needs --omniprof")
+    if baseline:
+        _check_baseline(Path(baseline))
     if mode is not None:
         config.pluginmanager.register(_Session(config, mode), "omniprof-session")
+
+
+def _check_baseline(path: Path) -> None:
+    """A baseline that is not there, or holds no result, would compare nothing and pass: an error."""
+    record = f"record one first with: pytest --omniprof --omniprof-dir {path}"
+    if not path.is_dir():
+        why = "is a file, not a directory" if path.exists() else "does not exist"
+        raise pytest.UsageError(f"--omniprof-baseline {path}: the directory {why}; {record}")
+    if not any(path.glob("*.json")):
+        raise pytest.UsageError(f"--omniprof-baseline {path}: the directory holds no results (*.json); {record}")
 
 
 def _file_name(nodeid: str) -> str:
@@ -60,6 +73,7 @@ class _Session:
         self.backends = [b.strip() for b in config.getoption("--omniprof-backend").split(",") if b.strip()]
         self.results: dict[str, Any] = {}
         self.regressions: list[tuple[str, str]] = []
+        self.compared = 0
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
@@ -91,7 +105,10 @@ class _Session:
         import omniprof
         from omniprof.analysis.diff import diff
 
+        # One run a side: functions judged by their share of the samples, the total against the
+        # noise model, as `omniprof diff A B` does (docs/diff.md).
         d = diff(omniprof.load(path), result, threshold_pct=pct if pct is not None else 10.0)
+        self.compared += 1
         if pct is not None:
             floor_ns = self.config.getoption("--omniprof-min-ms") * 1e6
             for table, row in d.regressions:
@@ -124,6 +141,10 @@ class _Session:
                     if r.self_ns:
                         tr.write_line(f"{'':>12}{format_ns(r.self_ns):>10} {100 * r.self_ns / total:5.1f}%  "
                                       f"{calltree.frame_label(r.frame, line=False)}")
+        base_dir = self.config.getoption("--omniprof-baseline")
+        if base_dir:
+            tr.write_line(f"omniprof: {self.compared} of {len(self.results)} profiled test(s) compared with the "
+                          f"baseline {base_dir} (the others have no result there)")
         if self.regressions:
             tr.write_sep("-", f"omniprof: {len(self.regressions)} regression(s) against the baseline")
             for nodeid, what in self.regressions:

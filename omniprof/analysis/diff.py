@@ -57,17 +57,16 @@ against: the threshold alone decides, and the result says so. With repeats, ``st
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
-import random
 import re
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
-from omniprof.analysis import calltree
+from omniprof.analysis import calltree, significance
 from omniprof.analysis.nesting import TORCH, nest
+from omniprof.analysis.significance import permutation_p, rank_p
 from omniprof.core import opstats
 from omniprof.core.results import BackendResult, ProfileResult, Table
 from omniprof.core.text import printable
@@ -78,10 +77,10 @@ __all__ = ["DiffRow", "TableDiff", "ResultDiff", "diff", "format_diff", "permuta
 
 TOTAL_KEY = "(total)"
 _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
-_EXACT_LIMIT = 20_000
-_DRAWS = 10_000
 #: Default cap of a call's self time, in medians of the same call over all runs (see diff()).
 CLIP_CALLS = 1.1
+#: Default run-to-run spread (percent) of a run's time, for one sampled run a side (see diff()).
+TIME_NOISE_PCT = 25.0
 _LAUNCH = ("runtime",)
 
 
@@ -96,8 +95,11 @@ class DiffRow:
         status: ``"changed"``, ``"same"``, ``"new"`` (only in B) or ``"vanished"`` (only in A).
         regressed: it grew past the threshold, significantly when tested (see the module docs).
         a_sd_ns, b_sd_ns: the run-to-run standard deviation on each side (None with one run).
-        p_value: the one-sided permutation test's p for a change in the observed direction (None
-            with fewer than two runs on a side, or no change).
+        p_value: the one-sided p for a change in the observed direction: the permutation test's
+            with repeated runs (None with fewer than two runs on a side, or no change); with one
+            sampled run a side, the share test's (functions, corrected for the number judged) or
+            the noise model's (the total); None where not tested.
+        a_samples, b_samples: with one sampled run a side, the samples (as the leaf) in A and B.
     """
 
     key: str
@@ -110,6 +112,8 @@ class DiffRow:
     a_sd_ns: float | None = None
     b_sd_ns: float | None = None
     p_value: float | None = None
+    a_samples: int | None = None
+    b_samples: int | None = None
 
     @property
     def delta_ns(self) -> int:
@@ -144,6 +148,9 @@ class TableDiff:
     runs_b: int = 1
     #: entries whose calls were capped at ``clip_calls`` medians (see :func:`diff`); 0: plain sums
     clipped: int = 0
+    #: one sampled run a side: the pair's dispersion and the number of functions judged by share
+    dispersion: float | None = None
+    judged: int = 0
 
     @property
     def total(self) -> DiffRow:
@@ -163,6 +170,7 @@ class ResultDiff:
     repeats: str = "runs"
     notes: tuple[str, ...] = ()
     clip_calls: float | None = None
+    time_noise_pct: float = 25.0
 
     @property
     def regressions(self) -> list[tuple[TableDiff, DiffRow]]:
@@ -171,86 +179,23 @@ class ResultDiff:
     def to_dict(self) -> dict[str, Any]:
         return {
             "threshold_pct": self.threshold_pct, "min_share_pct": self.min_share_pct, "alpha": self.alpha,
-            "repeats": self.repeats, "clip_calls": self.clip_calls,
-            "test": "one-sided exact permutation test on ranks (Wilcoxon-Mann-Whitney) of the runs",
+            "repeats": self.repeats, "clip_calls": self.clip_calls, "time_noise_pct": self.time_noise_pct,
+            "test": "repeated runs: one-sided exact permutation test on ranks (Wilcoxon-Mann-Whitney) of the runs; "
+                    "one sampled run a side: functions by the odds ratio of their share of the samples "
+                    "(dispersion-scaled, Bonferroni), the total against a log-normal noise of time_noise_pct",
             "skipped": list(self.skipped), "notes": list(self.notes),
             "regressions": len(self.regressions),
             "tables": [{
                 "name": t.name, "backend": t.backend, "time_column": t.time_column, "runs_a": t.runs_a,
-                "runs_b": t.runs_b, "clipped": t.clipped,
+                "runs_b": t.runs_b, "clipped": t.clipped, "dispersion": t.dispersion, "judged": t.judged,
                 "rows": [{**attrs.asdict(r), "delta_ns": r.delta_ns, "delta_pct": r.delta_pct,
                           "share_delta_pct": r.share_delta_pct, "confidence_pct": r.confidence_pct} for r in t.rows],
             } for t in self.tables],
         }
 
 
-# -- statistics ------------------------------------------------------------------------------------
-def permutation_p(a: Sequence[float], b: Sequence[float], *, max_splits: int = _EXACT_LIMIT,
-                  draws: int = _DRAWS, seed: int = 0) -> float:
-    """One-sided permutation test: p of ``mean(b) - mean(a)`` being this large by chance.
-
-    Every split of the pooled values into groups of ``len(a)`` and ``len(b)`` is enumerated when
-    there are at most ``max_splits``, else ``draws`` random splits are drawn (fixed ``seed``; then
-    ``p = (hits + 1) / (draws + 1)``).
-
-    >>> permutation_p([1, 2, 3], [4, 5, 6])  # the observed split is the most extreme of 20
-    0.05
-    >>> permutation_p([1, 2, 3], [1, 2, 3])  # 14 of the 20 splits are at least as far apart: no evidence
-    0.7
-    """
-    na, nb = len(a), len(b)
-    if na == 0 or nb == 0:
-        raise InvalidArgumentError("permutation_p needs at least one value on each side")
-    pooled = [float(x) for x in (*a, *b)]
-    total = sum(pooled)
-    n = na + nb
-    # mean(b) - mean(a) grows with sum(b) (the pooled total is fixed), so compare sums of the b group.
-    observed = sum(pooled[na:])
-    eps = 1e-9 * max(1.0, abs(total))
-    if math.comb(n, nb) <= max_splits:
-        hits = count = 0
-        for idx in itertools.combinations(range(n), nb):
-            count += 1
-            if sum(pooled[i] for i in idx) >= observed - eps:
-                hits += 1
-        return hits / count
-    rng = random.Random(seed)
-    hits = 0
-    for _ in range(draws):
-        if sum(rng.sample(pooled, nb)) >= observed - eps:
-            hits += 1
-    return (hits + 1) / (draws + 1)
-
-
-def _min_p(na: int, nb: int) -> float:
-    return 1.0 / math.comb(na + nb, na)
-
-
-def _ranks(values: Sequence[float]) -> list[float]:
-    """Ranks 1..n of ``values`` in their order, ties sharing their mean rank."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def rank_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """One-sided Wilcoxon-Mann-Whitney test, exact: :func:`permutation_p` on the pooled ranks.
-
-    >>> rank_p([10, 11, 12], [13, 14, 1000])   # as for any complete separation of 3 vs 3
-    0.05
-    """
-    r = _ranks([*a, *b])
-    return permutation_p(r[: len(a)], r[len(a):])
-
-
+# -- statistics (omniprof.analysis.significance) --------------------------------------------------
+_min_p = significance.min_p
 def _median(xs: Sequence[int]) -> float:
     v = sorted(xs)
     n = len(v)
@@ -269,16 +214,19 @@ def _sd(xs: Sequence[int]) -> float | None:
 
 
 # -- what is compared --------------------------------------------------------------------------------
-def _function_times(part: BackendResult) -> dict[str, int]:
+def _function_times(part: BackendResult) -> tuple[dict[str, int], dict[str, int]]:
+    """Each function's self time and its number of samples as the leaf (they add up to the samples)."""
     if not part.samples:
-        return {}
+        return {}, {}
     rows = calltree.flat_profile(part, key=lambda f: (f.name, f.file, f.module))
     out: dict[str, int] = {}
+    counts: dict[str, int] = {}
     for r in rows:
         where = _short_file(r.frame.file) or r.frame.module or ""
         label = f"{r.frame.name}  {where}" if where else r.frame.name
         out[label] = out.get(label, 0) + r.self_ns
-    return out
+        counts[label] = counts.get(label, 0) + r.self_count
+    return out, counts
 
 
 def _short_file(path: str) -> str:
@@ -382,19 +330,24 @@ class _Side:
         self.tables: dict[tuple[str, str], tuple[tuple[str, ...], str, list[dict[str, int]]]] = {}
         #: per table, each run's self time of every call per key (None for a run without them)
         self.calls: dict[tuple[str, str], list[dict[str, list[int]] | None]] = {}
+        #: per table, each run's number of samples per key (sampled tables; None for others)
+        self.counts: dict[tuple[str, str], list[dict[str, int] | None]] = {}
         self.backends: set[str] = set()
         self.incomparable: set[tuple[str, str]] = set()
 
     def add(self, backend: str, name: str, key: tuple[str, ...], time_col: str, samples: list[dict[str, int]],
-            calls: list[dict[str, list[int]]] | None = None) -> None:
+            calls: list[dict[str, list[int]]] | None = None, counts: list[dict[str, int]] | None = None) -> None:
         have = self.tables.get((backend, name))
         per_call = list(calls) if calls is not None and len(calls) == len(samples) else [None] * len(samples)
+        per_count = list(counts) if counts is not None and len(counts) == len(samples) else [None] * len(samples)
         if have is None:
             self.tables[(backend, name)] = (key, time_col, list(samples))
             self.calls[(backend, name)] = per_call
+            self.counts[(backend, name)] = per_count
         elif (have[0], have[1]) == (key, time_col):
             have[2].extend(samples)
             self.calls[(backend, name)].extend(per_call)
+            self.counts[(backend, name)].extend(per_count)
         else:
             self.incomparable.add((backend, name))
 
@@ -404,9 +357,9 @@ def _collect(results: Sequence[ProfileResult], repeats: str, want_calls: bool = 
     for result in results:
         for part in result.parts:
             side.backends.add(part.backend)
-            f = _function_times(part)
+            f, counts = _function_times(part)
             if f:
-                side.add(part.backend, "functions", ("function",), "self_ns", [f])
+                side.add(part.backend, "functions", ("function",), "self_ns", [f], counts=[counts])
             for table in part.tables:
                 key, time_col = _columns(table)
                 if key is None or time_col is None:
@@ -486,6 +439,51 @@ def _compare(a: list[dict[str, int]], b: list[dict[str, int]], threshold_pct: fl
     return (total, *rows)
 
 
+def _compare_sampled(a: dict[str, int], b: dict[str, int], ca: dict[str, int], cb: dict[str, int],
+                     threshold_pct: float, min_share_pct: float, alpha: float, noise_pct: float
+                     ) -> tuple[tuple[DiffRow, ...], float, int]:
+    """One sampled run a side (see :mod:`omniprof.analysis.significance`): each function judged by
+    its share of the samples (:func:`~omniprof.analysis.significance.share_tests`: a change past
+    ``1 + threshold_pct / 100`` against the typical function, one-sided, the pair's dispersion,
+    Bonferroni over the functions judged); the total time against the noise model, widened by the
+    square root of the dispersion (a pair whose samples show a loaded machine has stretched times
+    too). Returns the rows, the dispersion and the number of functions judged."""
+    na, nb = sum(ca.values()), sum(cb.values())
+    ta, tb = sum(a.values()), sum(b.values())
+    ratio = 1.0 + threshold_pct / 100.0
+    rows, judged = [], {}
+    for key in sorted(a.keys() | b.keys()):
+        sa = 100.0 * a.get(key, 0) / ta if ta else 0.0
+        sb = 100.0 * b.get(key, 0) / tb if tb else 0.0
+        status = "vanished" if key not in b else "new" if key not in a else "changed"
+        rows.append((key, sa, sb, status))
+        if na and nb and (sb if status == "new" else max(sa, sb)) >= min_share_pct:
+            judged[key] = (ca.get(key, 0), cb.get(key, 0))
+    m = len(judged)
+    tests, phi = significance.share_tests(judged, na, nb, min_ratio=ratio) if m else ({}, 1.0)
+    out = []
+    for key, sa, sb, status in rows:
+        p, regressed = None, False
+        if key in tests:
+            change, up, down = tests[key]
+            up, down = significance.bonferroni(up, m), significance.bonferroni(down, m)
+            p = up if change >= 1 else down
+            regressed = status != "vanished" and up <= alpha
+            if status == "changed" and min(up, down) > alpha:
+                status = "same"
+        elif status == "changed" and a.get(key) == b.get(key):
+            status = "same"
+        out.append(DiffRow(key, a.get(key, 0), b.get(key, 0), sa, sb, status, regressed, None, None, p,
+                           ca.get(key, 0), cb.get(key, 0)))
+    out.sort(key=lambda r: (not r.regressed, -abs(r.delta_ns), r.key))
+    noise = 100.0 * math.expm1(math.log1p(noise_pct / 100.0) * math.sqrt(phi))
+    up, down = significance.time_p(ta, tb, noise_pct=noise), significance.time_p(tb, ta, noise_pct=noise)
+    total = DiffRow(TOTAL_KEY, ta, tb, 100.0 if ta else 0.0, 100.0 if tb else 0.0,
+                    "changed" if min(up, down) <= alpha else "same", tb > ta * ratio and up <= alpha, None, None,
+                    up if tb >= ta else down, na, nb)
+    return (total, *out), phi, m
+
+
 def _clip_calls(sa: list[dict[str, int]], sb: list[dict[str, int]], ca: list[dict[str, list[int]] | None],
                 cb: list[dict[str, list[int]] | None], factor: float) -> tuple[list[dict[str, int]],
                                                                           list[dict[str, int]], int]:
@@ -523,7 +521,8 @@ def _as_list(x: ProfileResult | Sequence[ProfileResult], side: str) -> list[Prof
 
 def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence[ProfileResult], *,
          threshold_pct: float = 10.0, min_share_pct: float = 1.0, alpha: float = 0.01,
-         repeats: str = "runs", clip_calls: float | None = CLIP_CALLS) -> ResultDiff:
+         repeats: str = "runs", clip_calls: float | None = CLIP_CALLS,
+         time_noise_pct: float = TIME_NOISE_PCT) -> ResultDiff:
     """Compare ``b`` against the baseline ``a`` (see the module docs for what regressed means).
 
     Args:
@@ -537,11 +536,14 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
         clip_calls: with repeated runs and the op spans at hand (torch), each call's self time counts
             at most this many times the median of the same call over the runs of both sides (time
             a call lost to another process on its CPU does not move its run); None: plain sums.
+        time_noise_pct: with one sampled run a side, the run-to-run spread (percent, log-normal)
+            a table's total time is judged against.
 
     Parts are matched by backend name; within them, the sampled functions (flat profile by self
     time) and every derived table present in both with a name column and a time column.
     """
-    for name, val in (("threshold_pct", threshold_pct), ("min_share_pct", min_share_pct)):
+    for name, val in (("threshold_pct", threshold_pct), ("min_share_pct", min_share_pct),
+                      ("time_noise_pct", time_noise_pct)):
         if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0 or val != val:
             raise InvalidArgumentError(f"{name!r} must be a number >= 0 (got {val!r})")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
@@ -576,6 +578,15 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
             ja, jb, capped = _clip_calls(sa, sb, side_a.calls[(backend, name)], side_b.calls[(backend, name)],
                                          float(clip_calls))
             judged = (ja, jb) if capped else None
+        ca, cb = side_a.counts[(backend, name)], side_b.counts[(backend, name)]
+        if len(sa) == 1 and len(sb) == 1 and ca[0] is not None and cb[0] is not None:
+            rows, phi, m = _compare_sampled(sa[0], sb[0], ca[0], cb[0], threshold_pct, min_share_pct, alpha,
+                                            time_noise_pct)
+            tables.append(TableDiff(name, backend, time_col, rows, 1, 1, 0, phi, m))
+            notes.append(f"{backend}/{name}: one sampled run a side: each function judged by its share of the "
+                         f"samples against the rest of the run ({m} judged, p corrected for their number, "
+                         f"dispersion {phi:.2g}), the total time against a run-to-run noise of {time_noise_pct:g}%")
+            continue
         tables.append(TableDiff(name, backend, time_col,
                                 _compare(sa, sb, threshold_pct, min_share_pct, alpha, judged), len(sa), len(sb),
                                 capped))
@@ -597,7 +608,8 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
     skipped += [f"backend {n}: only in A" for n in sorted(side_a.backends - side_b.backends)]
     skipped += [f"backend {n}: only in B" for n in sorted(side_b.backends - side_a.backends)]
     return ResultDiff(tuple(tables), float(threshold_pct), float(min_share_pct), tuple(skipped), float(alpha),
-                      repeats, tuple(notes), None if clip_calls is None else float(clip_calls))
+                      repeats, tuple(notes), None if clip_calls is None else float(clip_calls),
+                      float(time_noise_pct))
 
 
 _ns = format_ns  # deltas keep their sign
@@ -605,8 +617,8 @@ _ns = format_ns  # deltas keep their sign
 
 def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
     """Plain text: per table, the total then the largest changes, regressions marked ``!``."""
-    tested = any(t.runs_a >= 2 and t.runs_b >= 2 for t in d.tables)
-    rule = (f"; with repeated runs a change counts when a one-sided rank test gives p <= {d.alpha:g} "
+    tested = any((t.runs_a >= 2 and t.runs_b >= 2) or t.dispersion is not None for t in d.tables)
+    rule = (f"; a change counts when its one-sided test gives p <= {d.alpha:g} "
             f"(confidence >= {100 * (1 - d.alpha):g}%)" if tested else "")
     out: list[str] = [f"== omniprof diff: {len(d.regressions)} regression(s) "
                       f"(threshold {d.threshold_pct:g}%, entries >= {d.min_share_pct:g}% share{rule})"]
@@ -621,8 +633,9 @@ def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
         out.append(printable(f"{t.name} ({t.backend}, by {t.time_column}{runs})")
                    + (f": {more} more rows not shown" if more else ""))
         with_sd = t.runs_a > 1 or t.runs_b > 1
+        sampled = t.dispersion is not None
         header = ["", "A", "B", "delta", "delta%"] + (["sd A", "sd B", "conf%"] if with_sd else []) + \
-            ["share A%", "share B%", "status", "name"]
+            (["samples A", "samples B", "conf%"] if sampled else []) + ["share A%", "share B%", "status", "name"]
         cells = []
         for r in shown:
             pct = "-" if r.delta_pct is None else f"{r.delta_pct:+.1f}"
@@ -630,6 +643,9 @@ def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
                    + _ns(r.delta_ns), pct]
             if with_sd:
                 row += ["-" if r.a_sd_ns is None else _ns(r.a_sd_ns), "-" if r.b_sd_ns is None else _ns(r.b_sd_ns),
+                        "-" if r.confidence_pct is None else f"{r.confidence_pct:.1f}"]
+            if sampled:
+                row += [str(r.a_samples), str(r.b_samples),
                         "-" if r.confidence_pct is None else f"{r.confidence_pct:.1f}"]
             row += [f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, printable(r.key)]  # names come from the files: never raw escape sequences
             cells.append(row)

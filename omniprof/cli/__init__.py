@@ -80,7 +80,8 @@ def _parser() -> _Parser:
                      help="profile option (host_tracer_level=3, advanced_configuration.KEY=V, or BACKEND.KEY=V)")
     run.add_argument("-r", "--reporter", action="append", default=[],
                      help="reporter(s), comma-separated or repeated (default: table)")
-    run.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE")
+    run.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE",
+                     help="a reporter's option, e.g. -R table.width=100 (values parse as JSON, else as text)")
     run.add_argument("-o", "--outdir", default=None, help="directory for file reports (default: current directory)")
     run.add_argument("--logdir", default=None, help="save each session in the XProf layout under this directory")
     run.add_argument("--label", default="", help="free text stored in the result")
@@ -117,9 +118,12 @@ def _parser() -> _Parser:
                         help="a rank directory: read and reduce each rank on the Dask cluster at this scheduler "
                              "address, on a worker that sees its file (FILE as the workers see it); only the "
                              "cross-rank section is printed")
-    report.add_argument("-r", "--reporter", action="append", default=[])
-    report.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE")
-    report.add_argument("-o", "--outdir", default=None)
+    report.add_argument("-r", "--reporter", action="append", default=[],
+                        help="reporter(s), comma-separated or repeated (default: table)")
+    report.add_argument("-R", "--reporter-option", action="append", default=[], metavar="REPORTER.KEY=VALUE",
+                        help="a reporter's option, e.g. -R table.width=100 (values parse as JSON, else as text)")
+    report.add_argument("-o", "--outdir", default=None,
+                        help="directory for file reports (default: the current directory)")
     _plugin_args(report)
 
     config = sub.add_parser("config", help="check or show a configuration file")
@@ -155,7 +159,11 @@ def _parser() -> _Parser:
                       help="with repeated runs of torch profiles, each op call's self time counts at most FACTOR "
                            "times the median of the same call over all runs (time lost to other processes does "
                            "not move a run; default 1.1; 0: plain sums)")
-    diff.add_argument("--fail-on-regression", action="store_true", help="exit 1 when something regressed")
+    diff.add_argument("--time-noise-pct", type=_nonneg_float, default=25.0, metavar="PCT",
+                      help="one sampled run a side: the run-to-run spread of a run's time the total is judged "
+                           "against, widened on a loaded machine (default 25)")
+    diff.add_argument("--fail-on-regression", action="store_true",
+                      help="exit 1 when something regressed (2: an input could not be read)")
     diff.add_argument("--max-rows", type=_nonneg_int, default=20, help="rows shown per table (default 20)")
     diff.add_argument("--format", choices=("text", "json"), default="text")
     _plugin_args(diff)

@@ -103,19 +103,31 @@ def reporter_options(items: list[str], reporters: list[str]) -> dict[str, dict[s
     return out
 
 
+def check_output_dir(path: str, flag: str) -> None:
+    """Before anything runs: the directory ``path`` (made when missing, as it would be later) takes
+    a new file. Otherwise a :class:`UsageError` naming the path, why, and that nothing was run, so a
+    long run is never thrown away for an output it could not have written."""
+    import tempfile
+
+    from omniprof.core.fileio import output_error
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".omniprof-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"{output_error(path, e, flag=flag)} (nothing was run)") from e
+
+
 def emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, Any]], outdir: str | None,
                   registry: Any) -> int:
+    """Write each report: text ones to standard output, file ones into ``outdir`` (made when
+    missing). A report that fails prints one error line and the others are still written; the
+    status is 1 when any failed."""
     from omniprof.core.reporting import make_reporter, report
 
     status = 0
-    if outdir is not None:  # -o names a directory: create it, so reports go inside, not over it
-        from omniprof.core.fileio import output_error
-
-        try:
-            Path(outdir).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            print(f"omniprof: error: {output_error(outdir, e)}", file=sys.stderr)
-            return 1
     for name in reporters:
         try:
             rep = make_reporter(name, ropts.get(name), registry)
@@ -124,6 +136,7 @@ def emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, A
 
                 report(result, name, report_stdout(started_stdout), options=ropts.get(name), registry=registry)
             else:
+                make_outdir(outdir)  # -o names a directory: create it, so reports go inside, not over it
                 from omniprof.cli.progress import progress
 
                 # A file report can take a while (the tensorboard reporter's XProf conversion of a

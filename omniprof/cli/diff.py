@@ -29,7 +29,7 @@ def diff(ns: argparse.Namespace) -> int:
             task(1)
     a, b = read[:len(a_files)], read[len(a_files):]
     d = diffmod.diff(a, b, threshold_pct=ns.threshold_pct, min_share_pct=ns.min_share_pct, alpha=ns.alpha,
-                     repeats=ns.repeats, clip_calls=ns.clip_calls or None)
+                     repeats=ns.repeats, clip_calls=ns.clip_calls or None, time_noise_pct=ns.time_noise_pct)
     if ns.format == "json":
         import json
 

@@ -363,7 +363,9 @@ def _unshare() -> list[str] | None:
 def test_output_disk_full_or_read_only(proj, tally, fault):
     """With the output directory on a full (tiny tmpfs) or read-only file system: the target's exit
     status is kept, the error is one line naming the path and the reason, the terminal report is
-    still printed, and no temporary or torn file is left behind."""
+    still printed, the result is saved in the working directory (one line says so), and no
+    temporary or torn file is left behind. A read-only one is found before the target runs: exit
+    2, one line, nothing run."""
     prefix = _unshare()
     if prefix is None:
         pytest.skip("needs `unshare -rm` (user and mount namespaces) to mount a small or read-only tmpfs")
@@ -385,12 +387,18 @@ def test_output_disk_full_or_read_only(proj, tally, fault):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     p = subprocess.run([*prefix, "sh", "-c", script], cwd=proj, env=env, capture_output=True, text=True, timeout=120)
     tally.fault(f"output {fault}")
+    if fault == "read-only":
+        assert p.returncode == 2 and p.stdout == "", p.stderr
+        assert p.stderr.splitlines() == [f"omniprof: error: cannot write '{out_dir}': the file system is read-only; "
+                                         f"write to another directory (-o DIR) (nothing was run)"]
+        return
     assert p.returncode == 4, p.stderr
-    reason = "the disk is full" if fault == "disk full" else "the file system is read-only"
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("omniprof: error:")]
-    assert errors and all(reason in ln and str(out_dir) in ln for ln in errors), p.stderr
+    assert errors and all("the disk is full" in ln and str(out_dir) in ln for ln in errors), p.stderr
     assert "Traceback" not in p.stderr
     assert "== omniprof cpu" in p.stdout
+    assert f"the result is saved in {proj / RESULT_FILENAME}" in p.stderr
+    assert omniprof.load(proj / RESULT_FILENAME).part("cpu").samples
     left = sorted(f.name for f in saved.iterdir())
     assert not [f for f in left if f.endswith(".tmp")], left
     for f in saved.iterdir():  # whatever was published is complete

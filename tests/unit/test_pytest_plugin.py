@@ -85,3 +85,16 @@ def test_regression_gate(pytester: pytest.Pytester):
     same = _run(pytester, "--omniprof", "--omniprof-dir", "again", "--omniprof-baseline", "base",
                 "--omniprof-fail-on-regression", "300", seconds=0.1)
     assert same.ret == 0, same.stdout.str()
+
+
+def test_a_missing_or_empty_baseline_is_an_error(pytester: pytest.Pytester):
+    """--omniprof-baseline naming a directory that is not there, or holds no result, would compare
+    nothing and pass: it is a usage error naming the directory and how to record one."""
+    missing = _run(pytester, "--omniprof", "--omniprof-baseline", "nosuchdir/", "--omniprof-fail-on-regression", "25")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--omniprof-baseline nosuchdir: the directory does not exist; record one first with: pytest --omniprof " \
+           "--omniprof-dir nosuchdir" in missing.stderr.str()
+    (pytester.path / "empty").mkdir()
+    empty = _run(pytester, "--omniprof", "--omniprof-baseline", "empty")
+    assert empty.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--omniprof-baseline empty: the directory holds no results (*.json)" in empty.stderr.str()

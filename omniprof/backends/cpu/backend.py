@@ -450,7 +450,8 @@ class CpuSamplerBackend(Backend):
 
             ignore = frozenset(c for c in (getattr(self._trigger, "handler", None),) if c is not None)
             self._tracer = PythonTracer(self.clock, opts.max_python_events,
-                                        frozenset(getattr(f, "__code__", None) for f in ignore) - {None})
+                                        frozenset(getattr(f, "__code__", None) for f in ignore) - {None},
+                                        frozenset(self.context.launcher_codes or ()))
             self._tracer.install()
 
     def snapshot(self) -> BackendResult | None:

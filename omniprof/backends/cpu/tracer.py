@@ -27,10 +27,14 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 class PythonTracer:
     """Records ``(thread, callee, start_ns, end_ns, depth)`` for every call while installed."""
 
-    def __init__(self, clock: Clock, max_events: int, ignore_codes: frozenset[CodeType] = frozenset()) -> None:
+    def __init__(self, clock: Clock, max_events: int, ignore_codes: frozenset[CodeType] = frozenset(),
+                 launcher_codes: frozenset[CodeType] = frozenset()) -> None:
         self.clock = clock
         self.max_events = max_events
         self.ignore = ignore_codes
+        #: the frames that hand over to the target (``omniprof run``'s runpy ``_run_code`` and
+        #: ``call_function``): what they call is the program's, though omniprof's own code called them
+        self.launchers = launcher_codes
         self.events: list[tuple[int, Any, int, int, int]] = []
         self.dropped = 0
         self._stacks: dict[int, list[tuple[Any, int]]] = {}
@@ -54,14 +58,16 @@ class PythonTracer:
         if stack is None:
             stack = self._stacks[tid] = []
         if event == "call" or event == "c_call":
-            if stack and stack[-1][0] is None:
-                stack.append((None, now))  # inside omniprof's own sampler: not the program's calls
+            if stack and stack[-1][0] is None and not (
+                    event == "call" and frame.f_back is not None and frame.f_back.f_code in self.launchers):
+                stack.append((None, now))  # inside omniprof's own code: not the program's calls
             elif event == "c_call":
                 stack.append((None if self._is_own(frame.f_code) else arg, now))
             else:
                 code = frame.f_code
                 back = frame.f_back
-                own = self._is_own(code) or (back is not None and self._is_own(back.f_code))
+                own = self._is_own(code) or (back is not None and self._is_own(back.f_code)
+                                             and back.f_code not in self.launchers)
                 stack.append((None if own else code, now))
         elif event in ("return", "c_return", "c_exception"):
             if not stack:
