@@ -3,15 +3,20 @@
 Layout rules, in this order, so a table reads right at any width:
 
 1. Columns whose every cell is empty (``None``, ``""``, ``"-"``) are dropped first.
-2. Number columns (``Column(kind="num")``) and short label columns (``kind="label"``) are never
+2. When the table does not fit, label and text columns holding the same cell in every row are
+   left out next (named under the table with their value: ``same in every row: runs_on = Device``),
+   before any name is cut.
+3. Number columns (``Column(kind="num")``) and short label columns (``kind="label"``) are never
    cut: they take their widest cell.
-3. Text columns (``kind="text"``: names, paths) get the remaining room. Only when they truly
-   cannot fit are they shortened, the widest first, by eliding the middle (``aten::res…conj``),
-   and never below ``min_width`` characters.
-4. If even that does not fit, optional columns (``drop > 0``, highest first) are left out and
+4. Text columns (``kind="text"``: names, paths) get the remaining room. Only when they truly
+   cannot fit are they shortened, the widest first, by eliding inside what the rows share
+   (``aten::res…conj``; paths, ``cut="start"``, keep their end), never below ``min_width``
+   characters and never so far that two different cells look the same. A :class:`Labeled`
+   cell (a name and where it is) has its two parts cut separately.
+5. If even that does not fit, optional columns (``drop > 0``, highest first) are left out and
    named under the table; if it still does not fit, the line is allowed to be longer than the
    width (the terminal wraps it) rather than cut a number.
-5. With ``width=None`` (piped output) nothing is ever cut.
+6. With ``width=None`` (piped output) nothing is ever cut.
 
 Column widths depend only on the cells, so the same data always gives the same layout.
 
@@ -32,7 +37,8 @@ from typing import IO, Any
 
 import attrs
 
-__all__ = ["Column", "Layout", "layout", "render_table", "print_table", "elide_middle", "Indented", "GAP"]
+__all__ = ["Column", "Layout", "layout", "render_table", "print_table", "elide_middle", "elide_start", "Indented",
+           "Labeled", "terminal_width", "GAP"]
 
 GAP = 2          # spaces between columns
 ELLIPSIS = "…"
@@ -44,36 +50,71 @@ class Column:
     """One column: ``header``; ``kind`` ``"text"`` (may be elided), ``"num"`` (right-aligned, never
     cut) or ``"label"`` (left-aligned, never cut); ``min_width``: a text column is never elided
     below this; ``drop``: 0 never left out, otherwise left out (highest first) when even elided
-    text does not fit."""
+    text does not fit; ``cut``: where a text cell is shortened, ``"middle"`` (names) or ``"start"``
+    (paths: their end, ``file.py:12``, tells them apart)."""
 
     header: str
     kind: str = attrs.field(default="text", validator=attrs.validators.in_(("text", "num", "label")))
     min_width: int = 24
     drop: int = 0
+    cut: str = attrs.field(default="middle", validator=attrs.validators.in_(("middle", "start")))
 
 
 @attrs.frozen
 class Indented:
-    """A text cell whose ``prefix`` (a tree's indentation) is never elided, only its ``text``."""
+    """A text cell whose ``prefix`` (a tree's indentation) is never elided, only its ``text``
+    (a string, or a :class:`Labeled` name and place)."""
 
     prefix: str
-    text: str
+    text: Any
 
     def __str__(self) -> str:
-        return self.prefix + self.text
+        return self.prefix + str(self.text)
 
     def __len__(self) -> int:
         return len(self.prefix) + len(self.text)
 
 
 @attrs.frozen
+class Labeled:
+    """A text cell naming something and where it is (``name  file.py:12``): when it must be cut,
+    ``name`` is cut in its middle and ``where`` at its start, each on its own side of the gap."""
+
+    name: str
+    where: str
+
+    def __str__(self) -> str:
+        return f"{self.name}  {self.where}" if self.where else self.name
+
+    def __len__(self) -> int:
+        return len(self.name) + (2 + len(self.where) if self.where else 0)
+
+
+@attrs.frozen
 class Layout:
-    """Which columns are shown (indices), their widths, and the columns left out."""
+    """Which columns are shown (indices), their widths, the columns left out, and the constant
+    columns left out (``header = value``). ``heads``: per shown column, how many leading
+    characters an elided cell keeps (None: the default middle cut)."""
 
     keep: tuple[int, ...]
     widths: tuple[int, ...]
     dropped: tuple[str, ...]
     empty: tuple[str, ...]
+    constant: tuple[str, ...] = ()
+    heads: tuple[int | None, ...] = ()
+
+
+def terminal_width(stream: Any) -> int | None:
+    """The width to fit ``stream``'s text to: the terminal's columns on a terminal, None (never
+    cut) on a pipe or file."""
+    import shutil
+
+    isatty = getattr(stream, "isatty", None)
+    try:
+        tty = bool(isatty()) if isatty is not None else False
+    except ValueError:  # a closed stream
+        tty = False
+    return shutil.get_terminal_size((120, 24)).columns if tty else None
 
 
 def elide_middle(text: str, width: int) -> str:
@@ -83,12 +124,27 @@ def elide_middle(text: str, width: int) -> str:
     >>> elide_middle("aten::resolve_conj", 12)
     'aten::r…conj'
     """
+    return _elide(text, width, None)
+
+
+def elide_start(text: str, width: int) -> str:
+    """``text`` within ``width`` characters, its start replaced by ``…`` when too long.
+
+    >>> elide_start("/tmp/project/src/app.py:12", 14)
+    '…src/app.py:12'
+    """
+    return _elide(text, width, 0)
+
+
+def _elide(text: str, width: int, head: int | None) -> str:
+    """``text`` in ``width`` characters keeping ``head`` leading ones (None: a bit over half)."""
     if len(text) <= width:
         return text
     if width <= 1:
         return text[:width]
-    head = (width - 1 + 1) // 2 + (1 if width > 8 else 0)
-    head = min(head, width - 1)
+    if head is None:
+        head = (width - 1 + 1) // 2 + (1 if width > 8 else 0)
+    head = max(0, min(head, width - 1))
     tail = width - 1 - head
     return text[:head] + ELLIPSIS + (text[len(text) - tail:] if tail else "")
 
@@ -96,7 +152,7 @@ def elide_middle(text: str, width: int) -> str:
 def _cell(value: Any) -> Any:
     if value is None:
         return "-"
-    return value if isinstance(value, Indented) else str(value)
+    return value if isinstance(value, (Indented, Labeled)) else str(value)
 
 
 def layout(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int | None) -> Layout:
@@ -105,9 +161,17 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int 
     empty = tuple(i for i in range(n) if rows and all(r[i] in EMPTY or str(r[i]) == "" for r in rows))
     keep = [i for i in range(n) if i not in empty]
     natural = {i: max([len(columns[i].header)] + [len(_cell(r[i])) for r in rows]) for i in range(n)}
+    constant: list[int] = []
+    if width is not None and sum(natural[i] for i in keep) + GAP * (len(keep) - 1) > width and len(rows) >= 2:
+        for i in keep:
+            if columns[i].kind != "num" and len({str(r[i]) for r in rows}) == 1 and len(keep) - len(constant) > 1:
+                constant.append(i)
+        keep = [i for i in keep if i not in constant]
+    floors = {i: _distinct_floor(columns[i], [_cell(r[i]) for r in rows], natural[i], width)
+              for i in keep if columns[i].kind == "text"} if width is not None else {}
     dropped: list[int] = []
     while True:
-        widths = _fit(columns, natural, keep, width)
+        widths = _fit(columns, natural, keep, width, floors)
         total = sum(widths.values()) + GAP * (len(keep) - 1)
         if width is None or total <= width:
             break
@@ -117,11 +181,64 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int 
         i = max(optional, key=lambda k: (columns[k].drop, k))
         keep.remove(i)
         dropped.append(i)
+    heads = tuple(_distinct_head(columns[i], [_cell(r[i]) for r in rows], widths[i]) if widths[i] < natural[i] else None
+                  for i in keep)
     return Layout(tuple(keep), tuple(widths[i] for i in keep), tuple(columns[i].header for i in dropped),
-                  tuple(columns[i].header for i in empty))
+                  tuple(columns[i].header for i in empty),
+                  tuple(f"{columns[i].header} = {_cell(rows[0][i])}" for i in constant), heads)
 
 
-def _fit(columns: Sequence[Column], natural: dict[int, int], keep: list[int], width: int | None) -> dict[int, int]:
+def _heads(width: int) -> list[int | None]:
+    """Where an elided cell may keep its cut: the default middle first, then from the start to the end."""
+    return [None] + [width * k // 8 for k in (7, 6, 5, 3, 2, 1)] + [width - 1, 2]
+
+
+def _distinct(column: Column, values: Sequence[Any], width: int, head: int | None) -> bool:
+    """Whether cells that differ still differ once cut to ``width`` keeping ``head`` leading characters."""
+    seen: dict[str, str] = {}
+    for v in values:
+        full = str(v)
+        cut = _fit_cell(v, width, head, column.cut)
+        if seen.setdefault(cut, full) != full:
+            return False
+    return True
+
+
+def _distinct_head(column: Column, values: Sequence[Any], width: int) -> int | None:
+    """The first cut (see :func:`_heads`) that keeps different cells apart at ``width``."""
+    distinct = list({str(v): v for v in values}.values())
+    if column.cut == "start":
+        return 0
+    for head in _heads(width):
+        if _distinct(column, distinct, width, head):
+            return head
+    return None
+
+
+def _distinct_floor(column: Column, values: Sequence[Any], natural: int, width: int | None) -> int:
+    """The narrowest width (at least the column's own floor) at which some cut keeps different
+    cells apart: names are never cut until two rows look the same."""
+    floor = min(natural, max(column.min_width, len(column.header)))
+    distinct = list({str(v): v for v in values}.values())
+    if len(distinct) < 2 or width is None:
+        return floor
+
+    def ok(w: int) -> bool:
+        heads = [0] if column.cut == "start" else _heads(w)
+        return any(_distinct(column, distinct, w, h) for h in heads)
+
+    lo, hi = floor, natural
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _fit(columns: Sequence[Column], natural: dict[int, int], keep: list[int], width: int | None,
+         floors: dict[int, int]) -> dict[int, int]:
     widths = {i: natural[i] for i in keep}
     if width is None:
         return widths
@@ -130,7 +247,6 @@ def _fit(columns: Sequence[Column], natural: dict[int, int], keep: list[int], wi
     room = width - fixed
     if sum(widths[i] for i in text) <= room:
         return widths
-    floors = {i: min(natural[i], max(columns[i].min_width, len(columns[i].header))) for i in text}
     # Water-filling: the widest text columns give way first, none below its floor.
     lo, hi = 0, max((natural[i] for i in text), default=0)
     while lo < hi:
@@ -144,12 +260,19 @@ def _fit(columns: Sequence[Column], natural: dict[int, int], keep: list[int], wi
     return widths
 
 
-def _fit_cell(value: Any, width: int) -> str:
+def _fit_cell(value: Any, width: int, head: int | None = None, cut: str = "middle") -> str:
+    """``value`` in ``width`` characters: a tree's indent kept, a name and its place cut apart."""
+    if len(value) <= width:
+        return str(value)
     if isinstance(value, Indented):
-        if len(value) <= width:
-            return str(value)
-        return value.prefix + elide_middle(value.text, max(width - len(value.prefix), 1))
-    return elide_middle(value, width)
+        return value.prefix + _fit_cell(value.text, max(width - len(value.prefix), 1), head, cut)
+    if isinstance(value, Labeled):
+        where_w = min(len(value.where), max(width - 2 - len(value.name), width // 3, min(len(value.where), 14)))
+        name_w = width - 2 - where_w
+        if name_w >= 1:
+            return _elide(value.name, name_w, head) + "  " + _elide(value.where, where_w, 0)
+        return _elide(str(value), width, head)
+    return _elide(value, width, 0 if cut == "start" else head)
 
 
 def render_table(columns: Sequence[Column], rows: Sequence[Sequence[Any]], *, width: int | None = None,
@@ -176,7 +299,7 @@ def print_table(dest: IO[str], columns: Sequence[Column], rows: Sequence[Sequenc
         c = columns[i]
         t.add_column(c.header, justify="right" if c.kind == "num" else "left", width=w, no_wrap=True)
     for ri, r in enumerate(rows):
-        t.add_row(*(Text(_fit_cell(r[i], w)) for i, w in zip(lay.keep, lay.widths)),
+        t.add_row(*(Text(_fit_cell(r[i], w, h, columns[i].cut)) for i, w, h in zip(lay.keep, lay.widths, lay.heads)),
                   style=(style or {}).get(ri))
     total = sum(lay.widths) + GAP * (len(lay.widths) - 1)
     out = io.StringIO() if not color else dest
@@ -188,6 +311,10 @@ def print_table(dest: IO[str], columns: Sequence[Column], rows: Sequence[Sequenc
     console.print(t)
     if not color:
         dest.write("\n".join(ln.rstrip() for ln in out.getvalue().splitlines()) + "\n")
+    if lay.constant:
+        note = f"  (same in every row: {', '.join(lay.constant)})"
+        lines = textwrap.wrap(note, width, subsequent_indent="   ", break_long_words=False) if width else [note]
+        dest.write("\n".join(lines) + "\n")
     if lay.dropped:
         note = f"  (not shown at this width: {', '.join(lay.dropped)}; a wider terminal or piped output shows them)"
         lines = textwrap.wrap(note, width, subsequent_indent="   ", break_long_words=False) if width else [note]

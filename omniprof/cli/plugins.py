@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from omniprof.analysis.render import Column, print_table, terminal_width
 from omniprof.cli import _common as c
 
 
@@ -14,12 +15,10 @@ def plugins(ns: argparse.Namespace) -> int:
         return _trust(ns.trust)
     reg = c.registry(ns)
     infos = reg.infos(probe=not ns.no_probe)
-    rows = [("name", "kind", "source", "status")]
-    for i in infos:
-        rows.append((i.name, i.kind, i.source, i.status + (f": {i.reason}" if i.reason else "")))
-    widths = [max(len(r[c]) for r in rows) for c in range(3)]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+    rows = [[i.name, i.kind, i.source, i.status + (f": {i.reason}" if i.reason else "")] for i in infos]
+    columns = [Column("name", kind="label"), Column("kind", kind="label"), Column("source", min_width=16),
+               Column("status", min_width=40)]
+    print_table(sys.stdout, columns, rows, width=terminal_width(sys.stdout))
     for problem in reg.problems:
         print(f"warning: {problem}", file=sys.stderr)
     return 0
