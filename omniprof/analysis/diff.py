@@ -68,7 +68,7 @@ from typing import Any
 import attrs
 
 from omniprof.analysis import calltree
-from omniprof.analysis.render import Column, render_table
+from omniprof.analysis.render import Column, Labeled, render_table
 from omniprof.core import opstats
 from omniprof.core.results import BackendResult, ProfileResult, Span, Table
 from omniprof.core.text import printable
@@ -646,7 +646,7 @@ def format_diff(d: ResultDiff, *, max_rows: int = 20, width: int | None = None) 
     return "\n".join(out) + "\n"
 
 
-def _diff_cells(t: TableDiff, shown: Sequence[DiffRow]) -> tuple[list[Column], list[list[str]]]:
+def _diff_cells(t: TableDiff, shown: Sequence[DiffRow]) -> tuple[list[Column], list[list[Any]]]:
     """One table's rows as the renderer's columns and cells (names escaped: they come from the files)."""
     with_sd = t.runs_a > 1 or t.runs_b > 1
     columns = [Column("", kind="label"), Column("A", kind="num"), Column("B", kind="num"),
@@ -664,7 +664,8 @@ def _diff_cells(t: TableDiff, shown: Sequence[DiffRow]) -> tuple[list[Column], l
         if with_sd:
             row += ["-" if r.a_sd_ns is None else _ns(r.a_sd_ns), "-" if r.b_sd_ns is None else _ns(r.b_sd_ns),
                     "-" if r.confidence_pct is None else f"{r.confidence_pct:.1f}"]
-        row += [f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, printable(r.key)]
+        name, _, where = printable(r.key).partition("  ")  # a function's key is ``name  file``
+        row += [f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, Labeled(name, where.strip())]
         cells.append(row)
     return columns, cells
 

@@ -267,7 +267,9 @@ def _fit_cell(value: Any, width: int, head: int | None = None, cut: str = "middl
     if isinstance(value, Indented):
         return value.prefix + _fit_cell(value.text, max(width - len(value.prefix), 1), head, cut)
     if isinstance(value, Labeled):
-        where_w = min(len(value.where), max(width - 2 - len(value.name), width // 3, min(len(value.where), 14)))
+        # The place keeps its file name (``…hot_loop.py:12``) where it can; the name gets the rest.
+        base = len(value.where.replace("\\", "/").rsplit("/", 1)[-1]) + (1 if "/" in value.where else 0)
+        where_w = min(len(value.where), max(width - 2 - len(value.name), min(base, width // 2)))
         name_w = width - 2 - where_w
         if name_w >= 1:
             return _elide(value.name, name_w, head) + "  " + _elide(value.where, where_w, 0)

@@ -410,7 +410,10 @@ class TableReporter(Reporter):
             elif i == first_text:
                 cols.append(Column(display_column(c), min_width=24, cut=_cut(c)))
             else:
-                cols.append(Column(display_column(c), min_width=12, drop=i, cut=_cut(c)))
+                # A text column that tells apart rows the names alone do not (an op in two XLA modules)
+                # always stays; other ones may be left out.
+                apart = len({(r[first_text], r[i]) for r in shown}) > len({r[first_text] for r in shown})
+                cols.append(Column(display_column(c), min_width=12, drop=0 if apart else i, cut=_cut(c)))
         out.table(cols, cells)
 
     # -- every other kind of data (kept apart from the call tree / flat code) ------------------------
