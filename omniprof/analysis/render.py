@@ -43,6 +43,7 @@ __all__ = ["Column", "Layout", "layout", "render_table", "print_table", "elide_m
 GAP = 2          # spaces between columns
 ELLIPSIS = "…"
 EMPTY = ("", "-", None)
+RELAXED_WIDTH = 10  # the narrowest a name is cut to when even the optional columns are gone
 
 
 @attrs.frozen
@@ -170,12 +171,19 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int 
     floors = {i: _distinct_floor(columns[i], [_cell(r[i]) for r in rows], natural[i], width)
               for i in keep if columns[i].kind == "text"} if width is not None else {}
     dropped: list[int] = []
+    relaxed = False
     while True:
         widths = _fit(columns, natural, keep, width, floors)
         total = sum(widths.values()) + GAP * (len(keep) - 1)
         if width is None or total <= width:
             break
         optional = [i for i in keep if columns[i].drop > 0]
+        if not optional and not relaxed:
+            # Last, names go below their preferred ``min_width`` - but never so far that two rows look the same.
+            relaxed = True
+            floors = {i: _distinct_floor(attrs.evolve(columns[i], min_width=min(columns[i].min_width, RELAXED_WIDTH)),
+                                         [_cell(r[i]) for r in rows], natural[i], width) for i in floors}
+            continue
         if not optional:
             break
         i = max(optional, key=lambda k: (columns[k].drop, k))
@@ -196,11 +204,18 @@ def _heads(width: int) -> list[int | None]:
 def _distinct(column: Column, values: Sequence[Any], width: int, head: int | None) -> bool:
     """Whether cells that differ still differ once cut to ``width`` keeping ``head`` leading characters."""
     seen: dict[str, str] = {}
+    names: dict[str, str] = {}
     for v in values:
         full = str(v)
         cut = _fit_cell(v, width, head, column.cut)
         if seen.setdefault(cut, full) != full:
             return False
+        label = v.text if isinstance(v, Indented) else v
+        if isinstance(label, Labeled) and len(v) > width:
+            # Names that differ stay apart by their own letters, not only by where they are.
+            shown = cut.rsplit("  ", 1)[0].lstrip() if label.where else cut.lstrip()
+            if names.setdefault(shown, label.name) != label.name:
+                return False
     return True
 
 
@@ -219,6 +234,8 @@ def _distinct_floor(column: Column, values: Sequence[Any], natural: int, width: 
     """The narrowest width (at least the column's own floor) at which some cut keeps different
     cells apart: names are never cut until two rows look the same."""
     floor = min(natural, max(column.min_width, len(column.header)))
+    if column.cut == "start":  # a path keeps its whole file name (``…alloc_sites.py:5``)
+        floor = min(natural, max([floor] + [len(_basename(str(v))) + 1 for v in values]))
     distinct = list({str(v): v for v in values}.values())
     if len(distinct) < 2 or width is None:
         return floor
@@ -260,6 +277,11 @@ def _fit(columns: Sequence[Column], natural: dict[int, int], keep: list[int], wi
     return widths
 
 
+def _basename(path: str) -> str:
+    """The last component of a path (``app.py:12`` of ``/src/app.py:12``)."""
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
 def _fit_cell(value: Any, width: int, head: int | None = None, cut: str = "middle") -> str:
     """``value`` in ``width`` characters: a tree's indent kept, a name and its place cut apart."""
     if len(value) <= width:
@@ -268,7 +290,7 @@ def _fit_cell(value: Any, width: int, head: int | None = None, cut: str = "middl
         return value.prefix + _fit_cell(value.text, max(width - len(value.prefix), 1), head, cut)
     if isinstance(value, Labeled):
         # The place keeps its file name (``…hot_loop.py:12``) where it can; the name gets the rest.
-        base = len(value.where.replace("\\", "/").rsplit("/", 1)[-1]) + (1 if "/" in value.where else 0)
+        base = len(_basename(value.where)) + (1 if "/" in value.where.replace("\\", "/") else 0)
         where_w = min(len(value.where), max(width - 2 - len(value.name), min(base, width // 2)))
         name_w = width - 2 - where_w
         if name_w >= 1:
