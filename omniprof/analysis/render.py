@@ -31,6 +31,7 @@ Column widths depend only on the cells, so the same data always gives the same l
 from __future__ import annotations
 
 import io
+import os
 import textwrap
 from collections.abc import Sequence
 from typing import IO, Any
@@ -102,7 +103,7 @@ class Layout:
     dropped: tuple[str, ...]
     empty: tuple[str, ...]
     constant: tuple[str, ...] = ()
-    heads: tuple[int | None, ...] = ()
+    heads: tuple[Any, ...] = ()
 
 
 def terminal_width(stream: Any) -> int | None:
@@ -137,17 +138,54 @@ def elide_start(text: str, width: int) -> str:
     return _elide(text, width, 0)
 
 
-def _elide(text: str, width: int, head: int | None) -> str:
-    """``text`` in ``width`` characters keeping ``head`` leading ones (None: a bit over half)."""
+def _elide(text: str, width: int, head: Any) -> str:
+    """``text`` in ``width`` characters keeping ``head`` leading ones (None: a bit over half), or,
+    with ``head = (prefix, suffix)``, keeping what lies between a shared prefix and suffix of that
+    many characters and cutting into those (``void cutl…128x64_16x3_nn_align4…Params)``)."""
     if len(text) <= width:
         return text
     if width <= 1:
         return text[:width]
+    if isinstance(head, tuple):
+        return _elide_shared(text, width, *head)
     if head is None:
         head = (width - 1 + 1) // 2 + (1 if width > 8 else 0)
     head = max(0, min(head, width - 1))
     tail = width - 1 - head
     return text[:head] + ELLIPSIS + (text[len(text) - tail:] if tail else "")
+
+
+def _elide_shared(text: str, width: int, prefix: int, suffix: int) -> str:
+    """``text`` cut inside its first ``prefix`` and last ``suffix`` characters (those every row
+    shares), the part that differs kept whole while it fits."""
+    prefix, suffix = min(prefix, len(text)), min(suffix, max(len(text) - prefix, 0))
+    left, core, right = text[:prefix], text[prefix:len(text) - suffix], text[len(text) - suffix:]
+    room = width - len(core)
+    if room < (1 if left else 0) + (1 if right else 0) + 2:
+        return _elide(text, width, None)
+    lw = min(len(left), max(room // 2, room - len(right)))
+    rw = room - lw
+    if len(right) > rw:
+        right = ELLIPSIS + right[len(right) - rw + 1:] if rw > 1 else ELLIPSIS
+    else:
+        lw = room - len(right)
+    if len(left) > lw:
+        left = left[:lw - 1] + ELLIPSIS if lw > 1 else ELLIPSIS
+    return left + core + right
+
+
+def _shared(values: Sequence[Any]) -> tuple[int, int]:
+    """How many leading and trailing characters every name in ``values`` shares."""
+    texts = []
+    for v in values:
+        v = v.text if isinstance(v, Indented) else v
+        texts.append(v.name if isinstance(v, Labeled) else str(v))
+    if len(texts) < 2:
+        return 0, 0
+    shortest = min(len(t) for t in texts)
+    prefix = len(os.path.commonprefix(texts))
+    suffix = len(os.path.commonprefix([t[::-1] for t in texts]))
+    return min(prefix, shortest), min(suffix, shortest - min(prefix, shortest))
 
 
 def _cell(value: Any) -> Any:
@@ -196,12 +234,13 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int 
                   tuple(f"{columns[i].header} = {_cell(rows[0][i])}" for i in constant), heads)
 
 
-def _heads(width: int) -> list[int | None]:
-    """Where an elided cell may keep its cut: the default middle first, then from the start to the end."""
-    return [None] + [width * k // 8 for k in (7, 6, 5, 3, 2, 1)] + [width - 1, 2]
+def _heads(width: int, shared: tuple[int, int] = (0, 0)) -> list[Any]:
+    """Where an elided cell may keep its cut: the default middle first, then around what the rows
+    do not share, then from the start to the end."""
+    return [None] + ([shared] if any(shared) else []) + [width * k // 8 for k in (7, 6, 5, 3, 2, 1)] + [width - 1, 2]
 
 
-def _distinct(column: Column, values: Sequence[Any], width: int, head: int | None) -> bool:
+def _distinct(column: Column, values: Sequence[Any], width: int, head: Any) -> bool:
     """Whether cells that differ still differ once cut to ``width`` keeping ``head`` leading characters."""
     seen: dict[str, str] = {}
     names: dict[str, str] = {}
@@ -219,12 +258,12 @@ def _distinct(column: Column, values: Sequence[Any], width: int, head: int | Non
     return True
 
 
-def _distinct_head(column: Column, values: Sequence[Any], width: int) -> int | None:
+def _distinct_head(column: Column, values: Sequence[Any], width: int) -> Any:
     """The first cut (see :func:`_heads`) that keeps different cells apart at ``width``."""
     distinct = list({str(v): v for v in values}.values())
     if column.cut == "start":
         return 0
-    for head in _heads(width):
+    for head in _heads(width, _shared(distinct)):
         if _distinct(column, distinct, width, head):
             return head
     return None
@@ -240,8 +279,10 @@ def _distinct_floor(column: Column, values: Sequence[Any], natural: int, width: 
     if len(distinct) < 2 or width is None:
         return floor
 
+    shared = _shared(distinct)
+
     def ok(w: int) -> bool:
-        heads = [0] if column.cut == "start" else _heads(w)
+        heads = [0] if column.cut == "start" else _heads(w, shared)
         return any(_distinct(column, distinct, w, h) for h in heads)
 
     lo, hi = floor, natural
@@ -282,7 +323,7 @@ def _basename(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def _fit_cell(value: Any, width: int, head: int | None = None, cut: str = "middle") -> str:
+def _fit_cell(value: Any, width: int, head: Any = None, cut: str = "middle") -> str:
     """``value`` in ``width`` characters: a tree's indent kept, a name and its place cut apart."""
     if len(value) <= width:
         return str(value)
