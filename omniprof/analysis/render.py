@@ -162,7 +162,12 @@ def _elide_shared(text: str, width: int, prefix: int, suffix: int) -> str:
     left, core, right = text[:prefix], text[prefix:len(text) - suffix], text[len(text) - suffix:]
     room = width - len(core)
     if room < (1 if left else 0) + (1 if right else 0) + 2:
-        return _elide(text, width, None)
+        # The differing part alone is too long: a little of the shared start, then the start of what differs.
+        lw = min(len(left), max(width // 3, 2))
+        if not left or width - lw < 4:
+            return _elide(text, width, None)
+        rest = width - lw
+        return left[:lw - 1] + ELLIPSIS + (core + right)[:rest - 1] + ELLIPSIS
     lw = min(len(left), max(room // 2, room - len(right)))
     rw = room - lw
     if len(right) > rw:
@@ -237,7 +242,10 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int 
 def _heads(width: int, shared: tuple[int, int] = (0, 0)) -> list[Any]:
     """Where an elided cell may keep its cut: the default middle first, then around what the rows
     do not share, then from the start to the end."""
-    return [None] + ([shared] if any(shared) else []) + [width * k // 8 for k in (7, 6, 5, 3, 2, 1)] + [width - 1, 2]
+    cuts: list[Any] = [None]
+    if any(shared):
+        cuts += [shared] + ([(shared[0], 0)] if shared[1] and shared[0] else [])
+    return cuts + [width * k // 8 for k in (7, 6, 5, 3, 2, 1)] + [width - 1, 2]
 
 
 def _distinct(column: Column, values: Sequence[Any], width: int, head: Any) -> bool:
@@ -340,6 +348,16 @@ def _fit_cell(value: Any, width: int, head: Any = None, cut: str = "middle") -> 
     return _elide(value, width, 0 if cut == "start" else head)
 
 
+def _note(text: str, width: int | None) -> list[str]:
+    """A note under a table wrapped at spaces within ``width``; a word longer than a line (a path)
+    keeps its end (``…/pkg/app.py:3``) rather than break."""
+    if width is None:
+        return [text]
+    words = [w if len(w) <= width - 4 else elide_start(w, width - 4) for w in text.split(" ")]
+    return textwrap.wrap(" ".join(words), width, initial_indent="", subsequent_indent="   ", break_long_words=False,
+                         break_on_hyphens=False, drop_whitespace=True) or [text]
+
+
 def render_table(columns: Sequence[Column], rows: Sequence[Sequence[Any]], *, width: int | None = None,
                  color: bool = False, title: str | None = None) -> str:
     """The table as text (``color``: with rich's styles, for a terminal)."""
@@ -377,11 +395,8 @@ def print_table(dest: IO[str], columns: Sequence[Column], rows: Sequence[Sequenc
     if not color:
         dest.write("\n".join(ln.rstrip() for ln in out.getvalue().splitlines()) + "\n")
     if lay.constant:
-        note = f"  (same in every row: {', '.join(lay.constant)})"
-        lines = textwrap.wrap(note, width, subsequent_indent="   ", break_long_words=False) if width else [note]
-        dest.write("\n".join(lines) + "\n")
+        dest.write("\n".join(_note(f"  (same in every row: {', '.join(lay.constant)})", width)) + "\n")
     if lay.dropped:
-        note = f"  (not shown at this width: {', '.join(lay.dropped)}; a wider terminal or piped output shows them)"
-        lines = textwrap.wrap(note, width, subsequent_indent="   ", break_long_words=False) if width else [note]
-        dest.write("\n".join(lines) + "\n")
+        dest.write("\n".join(_note(f"  (not shown at this width: {', '.join(lay.dropped)}; a wider terminal or "
+                                    "piped output shows them)", width)) + "\n")
     return lay
