@@ -44,7 +44,6 @@ __all__ = ["Column", "Layout", "layout", "render_table", "print_table", "elide_m
 GAP = 2          # spaces between columns
 ELLIPSIS = "…"
 EMPTY = ("", "-", None)
-RELAXED_WIDTH = 10  # the narrowest a name is cut to when even the optional columns are gone
 
 
 @attrs.frozen
@@ -214,19 +213,12 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int 
     floors = {i: _distinct_floor(columns[i], [_cell(r[i]) for r in rows], natural[i], width)
               for i in keep if columns[i].kind == "text"} if width is not None else {}
     dropped: list[int] = []
-    relaxed = False
     while True:
         widths = _fit(columns, natural, keep, width, floors)
         total = sum(widths.values()) + GAP * (len(keep) - 1)
         if width is None or total <= width:
             break
         optional = [i for i in keep if columns[i].drop > 0]
-        if not optional and not relaxed:
-            # Last, names go below their preferred ``min_width`` - but never so far that two rows look the same.
-            relaxed = True
-            floors = {i: _distinct_floor(attrs.evolve(columns[i], min_width=min(columns[i].min_width, RELAXED_WIDTH)),
-                                         [_cell(r[i]) for r in rows], natural[i], width) for i in floors}
-            continue
         if not optional:
             break
         i = max(optional, key=lambda k: (columns[k].drop, k))
