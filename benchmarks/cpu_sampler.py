@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import os
 import statistics
 import sys
 import time
@@ -118,14 +119,42 @@ def _run_engine(f: Callable[[], None], engine: str) -> tuple[float, float]:
 
     prof = omniprof.Profiler(backend="cpu", backend_options={"cpu": {"engine": engine}})
     out = _timed(f, prof.start, prof.stop)
-    ENGINE_CPU_S.setdefault(engine, []).append(
-        prof.result.part("cpu").summaries["overhead"].get("engine_cpu_ns", 0) / 1e9)
+    over = prof.result.part("cpu").summaries["overhead"]
+    ENGINE_CPU_S.setdefault(engine, []).append(over.get("engine_cpu_ns", 0) / 1e9)
+    if engine == "native":
+        PARTS.setdefault(CURRENT[0], []).append(
+            (over.get("ticks", 0), over.get("handler_cpu_ns", 0), over.get("drain_cpu_ns", 0),
+             over.get("engine_cpu_ns", 0), out[2]))
     omniprof.cpu.clear()
     return out
 
 
 #: CPU seconds of the native engine's own thread per run (reported apart: it is not the workload's thread)
 ENGINE_CPU_S: dict[str, list[float]] = {}
+#: workload -> per native run (ticks, handler CPU ns, drain CPU ns, engine thread CPU ns, workload thread CPU s)
+PARTS: dict[str, list[tuple[int, int, int, int, float]]] = {}
+CURRENT = [""]
+
+
+def print_parts() -> None:
+    """What each part of the native engine cost, per workload, measured by the engine in each run:
+    the program thread's CPU time in the snapshot signal handler (the stack copy, done by the
+    running thread itself), the drain thread's CPU time (under the GIL: records to samples, code
+    resolution), and the engine thread's own (ticks, reads of the threads that are not running,
+    the signal's sending and waiting); medians over the runs, and per tick."""
+    if not PARTS:
+        return
+    print("== 1d. Native engine's cost by part (median per run; what the workload's thread pays is the handler "
+          "and the drain)")
+    print(f"{'workload':<22}{'ticks':>7}{'handler ms':>12}{'us/tick':>9}{'drain ms':>10}{'us/tick':>9}"
+          f"{'engine ms':>11}{'us/tick':>9}{'(handler+drain)/thread CPU':>28}")
+    for wname, runs in PARTS.items():
+        med = [statistics.median(r[i] for r in runs) for i in range(5)]
+        ticks = max(med[0], 1)
+        share = (med[1] + med[2]) / 1e9 / med[4] if med[4] else 0.0
+        print(f"{wname:<22}{med[0]:>7.0f}{med[1] / 1e6:>12.2f}{med[1] / ticks / 1e3:>9.2f}{med[2] / 1e6:>10.2f}"
+              f"{med[2] / ticks / 1e3:>9.2f}{med[3] / 1e6:>11.2f}{med[3] / ticks / 1e3:>9.2f}{100 * share:>27.2f}%")
+    print()
 
 
 def run_omniprof(f: Callable[[], None]) -> tuple[float, float]:
@@ -162,6 +191,7 @@ def overhead(repeats: int, only: list[str] | None = None) -> None:
     names = ["none", *[n for n in PROFILERS if n != "none" and (not only or n in only)]]
     best: dict[str, dict[str, list[float]]] = {}
     for wname, f in WORKLOADS.items():
+        CURRENT[0] = wname
         f()  # warm up
         b = {n: [float("inf")] * 3 for n in names}
         for _ in range(repeats):
@@ -172,7 +202,7 @@ def overhead(repeats: int, only: list[str] | None = None) -> None:
         best[wname] = b
     for kind, idx in (("wall time", 0), ("CPU time of the process", 1), ("CPU time of the workload's thread", 2)):
         print(f"== 1{'abc'[idx]}. Overhead at 1 kHz by {kind} (best of {repeats} alternating runs; "
-              f"ratio = profiled / unprofiled)")
+              f"ratio = profiled / unprofiled; load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
         print(f"{'workload':<22}" + "".join(f"{n:>14}" for n in names[1:]) + f"{'base s':>10}")
         ratios: dict[str, list[float]] = {n: [] for n in names[1:]}
         for wname, b in best.items():
@@ -184,6 +214,7 @@ def overhead(repeats: int, only: list[str] | None = None) -> None:
             print(row + f"{b['none'][idx]:>10.3f}")
         print(f"{'median':<22}" + "".join(f"{statistics.median(ratios[n]):>14.3f}" for n in names[1:]))
         print()
+    print_parts()
     eng = ENGINE_CPU_S.get("native", [])
     if eng:
         print(f"native engine's own thread: {statistics.median(eng) * 1e3:.1f} ms CPU per run (median), included in "

@@ -27,7 +27,7 @@ from pathlib import Path
 
 def offline(repeats: int) -> None:
     from omniprof.backends.cupti.activity import ActivityCollector, build_timeline
-    from omniprof.analysis.kernels import kernel_stats
+    from omniprof.formats.kernels import kernel_stats
     from omniprof.testing.gpu_fakes import records_from_kineto
 
     root = Path(__file__).resolve().parents[1]

@@ -4,8 +4,8 @@ Generates a synthetic GPU-training-like trace (CPU ops with shapes, CUDA launche
 parameters, memcpys, launch flows, memory events, step annotations) of ``--events`` events, then reads it
 in fresh subprocesses:
 
-* ``omniprof``: ``omniprof.formats.kineto.read_trace`` (streaming; builds the full ProfileResult,
-  op and kernel tables included);
+* ``omniprof``: ``omniprof.formats.kineto.read_trace`` (streaming; builds the ProfileResult: spans, flows, counters;
+  the op and kernel tables are analysis, built after it);
 * ``json.load``: the whole file parsed into Python objects, nothing else done (the floor of a naive
   reader, before it builds anything).
 

@@ -106,6 +106,8 @@ def __getattr__(name: str) -> object:
     # Public names whose modules are imported on first use, so `import omniprof` stays light.
     if name in _LAZY:
         value = globals()[name] = _resolve(*_LAZY[name])
+        if name == "Profiler":  # the library's front door hands the kernel its viewer (core never imports viewers)
+            _resolve("omniprof.core.views", "set_default_viewer")(_resolve("omniprof.viewers", "open_views"))
         return value
     if name in _SUBMODULES:
         return _resolve(f"omniprof.{name}", None)

@@ -23,6 +23,7 @@ __all__ = [
     "UsageError",
     "TargetImportError",
     "OutputError",
+    "LiveTargetError",
     "OmniprofWarning",
     "DataLossWarning",
     "BackendOptionWarning",
@@ -133,6 +134,16 @@ class OutputError(OmniprofError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else super().__str__()
+
+
+class LiveTargetError(OmniprofError):
+    """A running process named by pid cannot be read from outside: it is gone, is not CPython 3.10+,
+    or this user may not read its memory. ``cause`` is ``"gone"``, ``"not_python"`` or ``"permission"``;
+    the message names the cause and the fix in one line."""
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class UsageError(OmniprofError):

@@ -20,7 +20,6 @@ import runpy
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import attrs
 
 from omniprof.config import RunConfig, TargetSpec
+from omniprof.core.clock import monotonic
 from omniprof.core.profiler import Profiler
 from omniprof.core.registry import get_registry
 from omniprof.errors import InvalidArgumentError, OmniprofError
@@ -240,7 +240,7 @@ def execute(cfg: RunConfig, *, registry: Any = None, clock: Any = None) -> RunOu
                         launcher_codes=launcher_codes())
         call = make_call(cfg.target)
         count = cfg.repeat_count()
-        deadline = time.monotonic() + cfg.duration_s if cfg.duration_s is not None else None
+        deadline = monotonic() + cfg.duration_s if cfg.duration_s is not None else None
         try:
             with prof:
                 while True:
@@ -255,7 +255,7 @@ def execute(cfg: RunConfig, *, registry: Any = None, clock: Any = None) -> RunOu
                     out.runs += 1
                     if count is not None and out.runs >= count:
                         break
-                    if deadline is not None and time.monotonic() >= deadline:
+                    if deadline is not None and monotonic() >= deadline:
                         break
                     prof.step()
         except SystemExit:

@@ -118,7 +118,11 @@ def short_path(path: str) -> str:
     """
     if not path or not os.path.isabs(path):
         return path
-    return _short_path(path, os.getcwd())
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the program deleted its working directory: paths are shown as they are
+        cwd = ""
+    return _short_path(path, cwd)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -130,6 +134,8 @@ def _short_path(path: str, cwd: str) -> str:
     for prefix in _prefixes():
         if norm.startswith(prefix):
             return norm[len(prefix):]
+    if not cwd:
+        return path
     try:
         rel = os.path.relpath(path, cwd)
     except ValueError:
@@ -272,7 +278,12 @@ def _is_own(frame: Frame) -> bool:
         return True
     if os.path.basename(f) == "omniprof" and frame.name == "<module>":
         return True  # the ``omniprof`` console script
-    return os.path.abspath(f).startswith(_own_dirs())
+    if not os.path.isabs(f):
+        try:
+            f = os.path.abspath(f)
+        except OSError:  # a relative name, and the program deleted its working directory: not ours
+            return False
+    return f.startswith(_own_dirs())
 
 
 _LAUNCHERS = frozenset({"_run_code", "call_function"})  # where omniprof's runner hands over to the user's code

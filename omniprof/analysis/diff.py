@@ -68,9 +68,10 @@ from typing import Any
 import attrs
 
 from omniprof.analysis import calltree
+from omniprof.analysis.nesting import TORCH, nest
 from omniprof.analysis.render import Column, Labeled, render_table
 from omniprof.core import opstats
-from omniprof.core.results import BackendResult, ProfileResult, Span, Table
+from omniprof.core.results import BackendResult, ProfileResult, Table
 from omniprof.core.text import printable
 from omniprof.core.units import format_ns
 from omniprof.errors import InvalidArgumentError
@@ -81,7 +82,6 @@ TOTAL_KEY = "(total)"
 _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 _EXACT_LIMIT = 20_000
 _DRAWS = 10_000
-_NESTED = ("cpu_op", "annotation", "step", "python")  # as the torch op table nests (formats.kineto)
 #: Default cap of a call's self time, in medians of the same call over all runs (see diff()).
 CLIP_CALLS = 1.1
 _LAUNCH = ("runtime",)
@@ -321,9 +321,9 @@ def _table_times(table: Table, key: tuple[str, ...], time_col: str) -> dict[str,
 def _op_self_by_step(part: BackendResult) -> list[dict[str, int]]:
     """Self time per op/annotation name in each recorded step (``step`` spans), from the spans.
 
-    Self time is the span's time minus its direct children's on the same track (the op table's
-    definition: a child is held whole by its parent, as in torch; folding a same-name only child
-    into its parent, as the table does for calls, leaves self time unchanged). A span belongs to the step its start falls in. Steps in which nothing
+    Self time and calls are the op table's: :func:`omniprof.analysis.nesting.nest` by the torch
+    rule (runtime calls are children of their op and names of their own; a same-name only child is
+    folded into its parent). A span belongs to the step its start falls in. Steps in which nothing
     but the step range itself was recorded (the one a last ``step()`` opens just before ``stop()``)
     are left out.
     """
@@ -339,31 +339,17 @@ def _op_self_calls(part: BackendResult, *, by_step: bool) -> list[dict[str, list
         return []
     starts = [s.start_ns for s in steps]
     calls: list[tuple[int, int, int, str, int]] = []  # (step, start, track order, key, self ns)
-    per_track: dict[str, list[Span]] = {}
-    for s in part.spans:
-        if s.category in _NESTED:
-            per_track.setdefault(s.track, []).append(s)
-    for order, spans in enumerate(per_track.values()):
-        spans.sort(key=lambda s: (s.start_ns, -s.dur_ns))
-        stack: list[list[Any]] = []  # [end_ns, span, child_ns]
-
-        def close(item: list[Any]) -> None:
-            span = item[1]
-            if by_step:
-                i = bisect.bisect_right(starts, span.start_ns) - 1
-                if i >= 0 and span.start_ns < steps[i].end_ns:
-                    calls.append((i, span.start_ns, order, _norm_key(span.name), span.dur_ns - item[2]))
-            else:
-                calls.append((0, span.start_ns, order, _norm_key(span.name), span.dur_ns - item[2]))
-            if stack:
-                stack[-1][2] += span.dur_ns
-
-        for s in spans:
-            while stack and (stack[-1][0] <= s.start_ns or s.end_ns > stack[-1][0]):
-                close(stack.pop())
-            stack.append([s.end_ns, s, 0])
-        while stack:
-            close(stack.pop())
+    nested = nest(part.spans, TORCH)  # the op table's nesting and self time (analysis.nesting)
+    track_order: dict[str, int] = {}
+    for i in nested.counted():
+        span = part.spans[i]
+        order = track_order.setdefault(span.track, len(track_order))
+        if by_step:
+            k = bisect.bisect_right(starts, span.start_ns) - 1
+            if k >= 0 and span.start_ns < steps[k].end_ns:
+                calls.append((k, span.start_ns, order, _norm_key(span.name), nested.self_ns(i)))
+        else:
+            calls.append((0, span.start_ns, order, _norm_key(span.name), nested.self_ns(i)))
     calls.sort(key=lambda c: c[:3])
     out: list[dict[str, list[int]]] = [{} for _ in (steps if by_step else [None])]
     for i, _, _, key, self_ns in calls:

@@ -38,11 +38,14 @@ from typing import IO, Any
 
 import attrs
 
+from omniprof.core.text import UNICODE_RULES, can_encode
+
 __all__ = ["Column", "Layout", "layout", "render_table", "print_table", "elide_middle", "elide_start", "Indented",
            "Labeled", "terminal_width", "GAP"]
 
 GAP = 2          # spaces between columns
 ELLIPSIS = "…"
+ASCII_ELLIPSIS = "~"  # one character, like ELLIPSIS, so a column keeps its width
 EMPTY = ("", "-", None)
 
 
@@ -118,14 +121,23 @@ def terminal_width(stream: Any) -> int | None:
     return shutil.get_terminal_size((120, 24)).columns if tty else None
 
 
-def elide_middle(text: str, width: int) -> str:
+def elide_middle(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
     """``text`` within ``width`` characters, its middle replaced by ``…`` when too long
     (the start keeps a bit more than the end).
 
     >>> elide_middle("aten::resolve_conj", 12)
     'aten::r…conj'
     """
-    return _elide(text, width, None)
+    if ellipsis == ELLIPSIS:
+        return _elide(text, width, None)
+    if len(text) <= width:
+        return text
+    mark = len(ellipsis)
+    if width <= mark:
+        return text[:width]
+    head = min((width - mark + 1) // 2 + (1 if width > 8 else 0), width - mark)
+    tail = width - mark - head
+    return text[:head] + ellipsis + (text[len(text) - tail:] if tail else "")
 
 
 def elide_start(text: str, width: int) -> str:
@@ -350,6 +362,25 @@ def _note(text: str, width: int | None) -> list[str]:
                          break_on_hyphens=False, drop_whitespace=True) or [text]
 
 
+def _spelled(value: Any, encoding: str) -> Any:
+    """A cell with the characters ``encoding`` cannot hold spelled out (``\\xe9``) before the
+    layout, so the columns line up as written."""
+    def spell(text: str) -> str:
+        return text.encode(encoding, "backslashreplace").decode(encoding)
+    if isinstance(value, Indented):
+        return Indented(spell(value.prefix), _spelled(value.text, encoding))
+    if isinstance(value, Labeled):
+        return Labeled(spell(value.name), spell(value.where))
+    return spell(value)
+
+
+def _ascii_rules() -> Any:
+    """rich's ``SIMPLE_HEAD`` box (one rule under the header) drawn with ``-``."""
+    from rich.box import Box
+
+    return Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
+
+
 def render_table(columns: Sequence[Column], rows: Sequence[Sequence[Any]], *, width: int | None = None,
                  color: bool = False, title: str | None = None) -> str:
     """The table as text (``color``: with rich's styles, for a terminal)."""
@@ -367,14 +398,22 @@ def print_table(dest: IO[str], columns: Sequence[Column], rows: Sequence[Sequenc
     from rich.text import Text
 
     rows = [[_cell(c) for c in r] for r in rows]
+    plain = not can_encode(dest, UNICODE_RULES)  # PYTHONIOENCODING=ascii, LC_ALL=C: ASCII rules
+    if plain:
+        encoding = dest.encoding
+        rows = [[_spelled(c, encoding) for c in r] for r in rows]
+        columns = [attrs.evolve(c, header=_spelled(c.header, encoding)) for c in columns]
     lay = layout(columns, rows, width)
-    t = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+    t = RichTable(box=_ascii_rules() if plain else box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  padding=(0, 1, 0, 0),
                   header_style="bold" if color else "", show_header=True, title=None)
     for i, w in zip(lay.keep, lay.widths):
         c = columns[i]
         t.add_column(c.header, justify="right" if c.kind == "num" else "left", width=w, no_wrap=True)
     for ri, r in enumerate(rows):
-        t.add_row(*(Text(_fit_cell(r[i], w, h, columns[i].cut)) for i, w, h in zip(lay.keep, lay.widths, lay.heads)),
+        # Spelled cells hold no "…" of their own: every one left is a cut, drawn as "~" in ASCII.
+        cells = (_fit_cell(r[i], w, h, columns[i].cut) for i, w, h in zip(lay.keep, lay.widths, lay.heads))
+        t.add_row(*(Text(c.replace(ELLIPSIS, ASCII_ELLIPSIS) if plain else c) for c in cells),
                   style=(style or {}).get(ri))
     total = sum(lay.widths) + GAP * (len(lay.widths) - 1)
     out = io.StringIO() if not color else dest

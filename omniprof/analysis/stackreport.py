@@ -19,7 +19,7 @@ import functools
 import gc
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -292,6 +292,20 @@ def group_title(g: GroupReport, grand_samples: int) -> list[str]:
     return lines
 
 
+def _native_cost_lines(over: Mapping[str, Any]) -> list[str]:
+    """The native engine's cost, measured: its own thread's CPU time, and what the program's threads
+    paid (CPU time in the snapshot signal handler, the drain thread's CPU time under the GIL) as a
+    share of the CPU time the program's threads used."""
+    engine, handler, drain = (int(over.get(k, 0)) for k in ("sampler_time_ns", "handler_cpu_ns", "drain_cpu_ns"))
+    program = int(over.get("process_cpu_ns", 0)) - engine - drain
+    line = (f"sampler cost, measured: engine thread {_fmt_ns(engine)} CPU (its own thread, beside the program); "
+            f"the program's threads {_fmt_ns(handler)} CPU in its signal handler + {_fmt_ns(drain)} drain under "
+            f"the GIL")
+    if program > 0:
+        line += f" = {100.0 * (handler + drain) / program:.2f}% of their {_fmt_ns(program)} CPU"
+    return [line]
+
+
 def overhead_lines(part: BackendResult) -> list[str]:
     """The sampler's honest-overhead lines, from the part's ``overhead`` summary."""
     over = part.summaries.get("overhead")
@@ -301,10 +315,13 @@ def overhead_lines(part: BackendResult) -> list[str]:
     if "requested_rate_hz" in over:
         lines[0] += (f": {over.get('achieved_rate_hz', 0):.0f} Hz achieved of "
                      f"{over.get('requested_rate_hz', 0):.0f} Hz requested")
-    line = f"sampler self-time {_fmt_ns(over.get('sampler_time_ns', 0))}"
-    if "sampler_overhead_pct" in over:
-        line += f" = {over.get('sampler_overhead_pct', 0):.2f}% of the session"
-    lines.append(line)
+    if "handler_cpu_ns" in over:  # the native engine: each part measured where it runs
+        lines += _native_cost_lines(over)
+    else:
+        line = f"sampler self-time {_fmt_ns(over.get('sampler_time_ns', 0))}"
+        if "sampler_overhead_pct" in over:
+            line += f" = {over.get('sampler_overhead_pct', 0):.2f}% of the session"
+        lines.append(line)
     if "gc_time_ns" in over:
         n = over.get("gc_collections", 0)
         gc_line = (f"garbage collection {_fmt_ns(over['gc_time_ns'])} in {n} collection{'s' if n != 1 else ''} "

@@ -31,7 +31,9 @@ __all__ = ["main"]
 PROG = "omniprof"
 
 #: Commands other than ``run``: each is ``omniprof.cli.<name>.<name>(ns) -> int``.
-COMMANDS = ("plugins", "report", "doctor", "config", "diff", "collect", "view", "assemble")
+COMMANDS = ("plugins", "report", "doctor", "config", "diff", "collect", "view", "assemble", "dump", "attach")
+#: Commands whose module owns its parser too (``add_parser(sub)``).
+OWN_PARSER = ("dump", "attach")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -193,6 +195,10 @@ def _parser() -> _Parser:
                                "PREFIX.nodes, .edges, .strings")
     assemble.add_argument("-o", "--output", default=None, metavar="FILE",
                           help="the .heapsnapshot to write (default: PREFIX); an existing file is never replaced")
+    import importlib
+
+    for name in OWN_PARSER:
+        importlib.import_module(f"omniprof.cli.{name}").add_parser(sub)
     return p
 
 
@@ -229,16 +235,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     saves its partial profile and then dies of SIGTERM, so the caller sees the usual status.
     """
     from omniprof.cli import _common
+    from omniprof.core.views import set_default_viewer
+    from omniprof.viewers import open_views
 
+    set_default_viewer(open_views)  # what a backend asks to show (create_perfetto_link), once saved
     real_process = argv is None
     _common.terminated_by = None
     _common.pipe_closed = False
+    _common.started_stdout = sys.stdout
     saved_showwarning = warnings.showwarning
     if real_process:  # as a program; a caller of main() (tests, embedding) keeps its own warning handling
         warnings.showwarning = _show_warning
     try:
         code = _main(list(sys.argv[1:] if argv is None else argv))
-        sys.stdout.flush()
+        _flush_stdout()
     except BrokenPipeError:
         _common.pipe_closed = True
     finally:
@@ -255,11 +265,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                     os.close(devnull)
         return _common.PIPE_CLOSED_STATUS
     if real_process and _common.terminated_by is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _flush_stdout()
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
         signal.signal(_common.terminated_by, signal.SIG_DFL)
         os.kill(os.getpid(), _common.terminated_by)
     return code
+
+
+def _flush_stdout() -> None:
+    """Flush the stdout the command began with (the program may have set ``sys.stdout`` to None,
+    or closed it); a closed pipe still raises BrokenPipeError."""
+    from omniprof.cli import _common
+    from omniprof.core.text import report_stdout
+
+    with contextlib.suppress(ValueError, AttributeError):
+        report_stdout(_common.started_stdout).flush()
 
 
 _PKG_DIR = str(Path(__file__).resolve().parent.parent) + os.sep

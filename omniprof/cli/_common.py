@@ -17,6 +17,10 @@ terminated_by: int | None = None
 #: status 141 once everything else (file reports) is written.
 pipe_closed: bool = False
 
+#: ``sys.stdout`` when the command began, before any program ran: text reports go there even when
+#: the program replaced ``sys.stdout`` (:func:`omniprof.core.text.report_stdout`).
+started_stdout: Any = None
+
 #: The exit status of a command whose reader went away: 128 + SIGPIPE, what a shell reports for
 #: git, cat or seq cut short by ``| head``.
 PIPE_CLOSED_STATUS = 141
@@ -76,6 +80,16 @@ def csv(values: list[str], default: list[str]) -> list[str]:
     return out or default
 
 
+def chosen_reporters(ns: argparse.Namespace) -> tuple[Any, list[str], dict[str, dict[str, Any]]]:
+    """(registry, reporter names, their options) from ``-r``/``-R``/``--plugins``; unknown names fail here."""
+    reg = registry(ns)
+    reporters = csv(ns.reporter, ["table"])
+    ropts = reporter_options(ns.reporter_option, reporters)
+    for name in reporters:
+        reg.reporter(name)  # fail early on unknown names
+    return reg, reporters, ropts
+
+
 def reporter_options(items: list[str], reporters: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for item in items:
@@ -106,7 +120,9 @@ def emit_reports(result: Any, reporters: list[str], ropts: dict[str, dict[str, A
         try:
             rep = make_reporter(name, ropts.get(name), registry)
             if rep.output == "stream":  # text reports go to the terminal; files to the output directory
-                report(result, name, sys.stdout, options=ropts.get(name), registry=registry)
+                from omniprof.core.text import report_stdout
+
+                report(result, name, report_stdout(started_stdout), options=ropts.get(name), registry=registry)
             else:
                 from omniprof.cli.progress import progress
 

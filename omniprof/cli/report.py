@@ -10,11 +10,7 @@ from omniprof.cli import _common as c
 def report(ns: argparse.Namespace) -> int:
     from omniprof.core.readers import read_any
 
-    reg = c.registry(ns)
-    reporters = c.csv(ns.reporter, ["table"])
-    ropts = c.reporter_options(ns.reporter_option, reporters)
-    for name in reporters:
-        reg.reporter(name)  # fail early on unknown names
+    reg, reporters, ropts = c.chosen_reporters(ns)
     executor = getattr(ns, "executor", None)
     if executor is not None:
         from omniprof.analysis import crossrank

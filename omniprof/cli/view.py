@@ -55,6 +55,7 @@ def _view_perfetto(ns: argparse.Namespace) -> int:
     """Serve one trace file on 127.0.0.1 for ui.perfetto.dev and print the link that opens it."""
     import time
 
+    from omniprof.core.clock import monotonic
     from omniprof.viewers.serve import TraceFileServer
 
     path = Path(ns.path)
@@ -70,10 +71,10 @@ def _view_perfetto(ns: argparse.Namespace) -> int:
             print("omniprof: note: ui.perfetto.dev fetches traces only from 127.0.0.1:9001; another address or "
                   "port works for other viewers, or open the file with Perfetto's 'Open trace file'", file=sys.stderr)
         print("omniprof: press Ctrl-C to stop" + (" (stops after the first fetch)" if ns.once else ""), file=sys.stderr)
-        deadline = None if ns.timeout_s is None else time.monotonic() + ns.timeout_s
+        deadline = None if ns.timeout_s is None else monotonic() + ns.timeout_s
         try:
             while True:
-                left = None if deadline is None else deadline - time.monotonic()
+                left = None if deadline is None else deadline - monotonic()
                 if left is not None and left <= 0:
                     break
                 step = 0.25 if left is None else min(0.25, left)

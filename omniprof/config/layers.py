@@ -21,10 +21,15 @@ from omniprof.core.inputs import read_small_file
 from omniprof.core.tomlpos import key_lines, line_of
 from omniprof.errors import ConfigError, InvalidArgumentError, TraceReadError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+
+
+def _toml() -> Any:
+    """The TOML parser, imported when a file is read (``omniprof run`` without a config file reads none)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    return tomllib
 
 
 # -- layers -----------------------------------------------------------------------------------------
@@ -64,6 +69,7 @@ def find_config(directory: str | os.PathLike[str] | None = None) -> Path | None:
         return own
     py = d / "pyproject.toml"
     if py.is_file():
+        tomllib = _toml()
         try:
             data = tomllib.loads(read_config_text(py))
         except (ConfigError, TraceReadError, tomllib.TOMLDecodeError):
@@ -96,6 +102,7 @@ def _parse_file(path: Path, text: str | None = None) -> tuple[dict[str, Any], di
     name = str(path)
     if text is None:
         text = read_config_text(path)
+    tomllib = _toml()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import attrs
 
 from omniprof.core.clock import DEFAULT_CLOCK, Clock
+from omniprof.core.collectives import Collectives
 from omniprof.core.options import ProfileOptions
 from omniprof.core.results import BackendResult
 
@@ -116,11 +117,27 @@ class Backend(abc.ABC):
         return []
 
     @classmethod
+    def environment(cls, *, frameworks: bool = True) -> list[tuple[str, str]]:
+        """``(key, value)`` facts about what this backend uses here (its library's version, the devices
+        it sees), for ``omniprof doctor``'s environment section. ``frameworks=False``: without importing
+        heavy libraries (their installed versions only). Should not raise for a broken install: report
+        it as a fact."""
+        return []
+
+    @classmethod
     def checks(cls) -> list[Any]:
         """Checks of this machine for ``omniprof doctor``, in order, each with ``name``, ``ok``,
         ``detail`` and ``hint`` (the fix) attributes (cupti: driver, GPUs, CUPTI). Like
         :meth:`capabilities`, should not raise for a machine that lacks something."""
         return []
+
+    @classmethod
+    def job_collectives(cls) -> Collectives | None:
+        """The communication layer of a multi-process job this backend's framework runs in this
+        process, for ``Profiler(distributed=True)`` (torch: the process group; xla: jax's
+        distributed runtime); None (the default) when it runs none. Must not import the
+        framework when the program has not."""
+        return None
 
     def __init__(self, options: Any = None, *, context: BackendContext | None = None) -> None:
         self.options = options if options is not None else self.Options()

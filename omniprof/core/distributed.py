@@ -5,7 +5,8 @@
 ``torch.distributed.init_process_group``), or a JAX job once every process called
 ``jax.distributed.initialize``, coordinates the ranks through the job's own communication layer
 (:func:`job_collectives`: the torch process group, else the key-value store of jax's distributed
-runtime, :class:`JaxCollectives`), so no shared filesystem is needed:
+runtime; the adapters, behind :class:`omniprof.core.collectives.Collectives`, live with the torch
+and xla backends), so no shared filesystem is needed:
 
 * **One schedule.** At ``start()`` the ranks compare their schedule and backends (an all-gather
   of JSON bytes, :meth:`Collectives.all_gather_object`); a mismatch raises
@@ -38,21 +39,24 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from omniprof.core.collectives import Collectives
 from omniprof.core.results import BackendResult, ClockInfo, ErrorRecord, ProfileResult, RunMetadata
+from omniprof.core.rundir import PARTIAL_FILENAME, RANK_DIR_PREFIX, RESULT_FILENAME, rank_dir
 from omniprof.errors import DistributedError, InvalidArgumentError
 
+if TYPE_CHECKING:
+    from omniprof.core.registry import Registry
+
 __all__ = [
-    "RankInfo", "ClockSync", "Collectives", "TorchCollectives", "detect_environment", "estimate_offset",
+    "RankInfo", "ClockSync", "Collectives", "detect_environment", "estimate_offset",
     "sync_clock", "merge_ranks", "rank_dir", "RANK_DIR_PREFIX", "CLOCK_ROUNDS", "load_run", "find_rank_results",
-    "JaxCollectives", "job_collectives", "xplane_host_name", "place_xplanes", "XPLANE_SUFFIX",
+    "job_collectives", "COLLECTIVES_BACKENDS", "xplane_host_name", "place_xplanes", "XPLANE_SUFFIX",
 ]
 
-#: rank N's part of a run lives in ``<run>/rank<N>/``.
-RANK_DIR_PREFIX = "rank"
 #: timestamp exchanges per rank with rank 0; the least-delayed one is kept.
 CLOCK_ROUNDS = 8
 
@@ -162,21 +166,6 @@ def estimate_offset(samples: Sequence[tuple[int, int, int, int]]) -> ClockSync:
     return ClockSync(offset_ns=offset, uncertainty_ns=(delay + 1) // 2, delay_ns=delay, rounds=len(samples))
 
 
-class Collectives(Protocol):
-    """What the coordination needs from a job's communication layer (torch.distributed here)."""
-
-    rank: int
-    world_size: int
-
-    def all_gather_object(self, obj: Any) -> list[Any]: ...
-
-    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None: ...
-
-    def send_ints(self, values: Sequence[int], peer: int) -> None: ...
-
-    def recv_ints(self, count: int, peer: int) -> list[int]: ...
-
-
 def sync_clock(coll: Collectives, now_ns: Callable[[], int], rounds: int = CLOCK_ROUNDS) -> ClockSync:
     """Estimate this rank's clock offset to rank 0 (every rank calls it together; rank 0 gets 0).
 
@@ -203,297 +192,28 @@ def sync_clock(coll: Collectives, now_ns: Callable[[], int], rounds: int = CLOCK
     return estimate_offset(samples)
 
 
-#: After a collective that gloo runs on its worker threads (all-gather, gather), how long the caller
-#: waits for the worker to let go of the tensors it was given (normally microseconds). Tensors still
-#: held after that stay referenced by this module until the process exits (see :class:`TorchCollectives`).
-GLOO_RELEASE_WAIT_S = 2.0
-#: Tensors handed to such a collective that a worker thread of the process group may still hold.
-_gloo_held: list[Any] = []
+#: The backends whose frameworks can carry a distributed session's coordination, in the order asked
+#: (torch wins when both run a job): each hands out its adapter through ``Backend.job_collectives()``.
+COLLECTIVES_BACKENDS = ("torch", "xla")
 
 
-def _keep_until_released(tensors: Sequence[Any], wait_s: float = GLOO_RELEASE_WAIT_S) -> None:
-    """Drop our references to ``tensors`` only once no gloo worker thread holds them any more.
-
-    ``ProcessGroupGloo`` runs an all-gather or a gather on one of its worker threads, which marks
-    the work complete (waking the caller) and only then drops its own references to the work's
-    tensors. If the caller has let go of a tensor first, the worker's release is the last one and
-    must take the GIL to free the tensor's Python object. When the interpreter starts finalizing
-    while the worker waits for the GIL, Python ends that thread with ``pthread_exit``, whose forced
-    unwind meets the tensor's ``noexcept`` destructor: ``std::terminate``, "terminate called without
-    an active exception", SIGABRT. A rank whose last collective is ours and that exits right after
-    (``Profiler.stop()`` then the end of the script) hits that now and then on a loaded machine;
-    torch does not guard against it (pytorch/pytorch#190489). Holding a reference until the worker
-    has let go (``Tensor._use_count() == 1``) means the worker never frees a Python object: the main
-    thread does. Tensors still held after ``wait_s`` (or on a torch without ``_use_count``) are kept
-    here until the process exits, which is safe too: the interpreter frees them only once it is
-    finalizing, when torch no longer takes the GIL to free them.
-    """
-    import time
-
-    _gloo_held.extend(tensors)
-    deadline = time.monotonic() + wait_s
-    while True:
-        _gloo_held[:] = [t for t in _gloo_held if getattr(t, "_use_count", lambda: 2)() > 1]
-        if not _gloo_held or time.monotonic() >= deadline:
-            return
-        time.sleep(0.0002)  # sleep, not spin: on a busy CPU the worker thread needs it to run
-
-
-class TorchCollectives:
-    """:class:`Collectives` over ``torch.distributed`` (an initialised default process group).
-
-    Object collectives and the clock exchange run on a gloo group: the default one when its backend
-    includes gloo, else one created here with ``new_group(backend="gloo")`` (every rank must
-    construct this object at the same point, as ``Profiler.start()`` does).
-
-    Objects travel as :func:`encode_object` bytes (JSON, as over jax's key-value store; never
-    pickle) in uint8 tensors this class creates and holds until gloo's worker thread has let go of
-    them (:func:`_keep_until_released`), rather than through ``torch.distributed.all_gather_object``,
-    whose internal tensors a worker thread may free as the process exits (a SIGABRT at exit).
-    """
-
-    def __init__(self) -> None:
-        try:
-            import torch.distributed as dist
-        except ImportError as e:
-            raise DistributedError("distributed=True needs torch.distributed (pip install 'omniprof[torch]'); "
-                                   f"it cannot be imported: {e}") from e
-        if not dist.is_available() or not dist.is_initialized():
-            env = detect_environment()
-            where = (f" The environment says this is rank {env.rank} of {env.world_size} ({env.launcher})."
-                     if env else "")
-            raise DistributedError(
-                "distributed=True needs an initialised torch.distributed process group, and there is none." + where +
-                " Call torch.distributed.init_process_group(...) (e.g. backend='gloo' or 'nccl', init_method='env://' "
-                "under torchrun) before starting the Profiler, or leave distributed=False to profile this process alone")
-        self._dist = dist
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
-        backend = str(dist.get_backend())
-        self.group = None if "gloo" in backend else dist.new_group(backend="gloo")
-        self.backend = backend
-
-    def _exchange(self, obj: Any, dst: int | None) -> list[Any] | None:
-        """Every rank's ``obj``: on every rank (``dst`` None) or on rank ``dst`` only."""
-        import torch
-
-        data = encode_object(obj)
-        size = torch.tensor([len(data)], dtype=torch.int64)
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
-        self._dist.all_gather(sizes, size, group=self.group)
-        _keep_until_released([size, *sizes])
-        lengths = [int(s.item()) for s in sizes]
-        padded = torch.zeros(max(lengths), dtype=torch.uint8)
-        padded[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        outs: list[Any] | None = None
-        if dst is None or self.rank == dst:
-            outs = [torch.empty(max(lengths), dtype=torch.uint8) for _ in range(self.world_size)]
-        if dst is None:
-            self._dist.all_gather(outs, padded, group=self.group)
-        else:
-            self._dist.gather(padded, outs, dst=dst, group=self.group)
-        _keep_until_released([padded, *(outs or ())])
-        if outs is None:
-            return None
-        return [decode_object(o[:n].numpy().tobytes()) for o, n in zip(outs, lengths)]
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        out = self._exchange(obj, None)
-        assert out is not None  # every rank receives
-        return out
-
-    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
-        return self._exchange(obj, dst)
-
-    def send_ints(self, values: Sequence[int], peer: int) -> None:
-        import torch
-
-        # gloo's send and recv run on the caller's thread and let go of the tensor before returning.
-        self._dist.send(torch.tensor(list(values), dtype=torch.int64), peer, group=self.group)
-
-    def recv_ints(self, count: int, peer: int) -> list[int]:
-        import torch
-
-        buf = torch.zeros(count, dtype=torch.int64)
-        self._dist.recv(buf, peer, group=self.group)
-        return [int(x) for x in buf.tolist()]
-
-
-#: how long a rank waits for the others in one coordination step over jax's key-value store.
-JAX_TIMEOUT_S = 600
-#: payloads over jax's key-value store go in pieces of at most this many bytes.
-JAX_CHUNK_BYTES = 4 << 20
-_jax_instances = 0
-
-
-class JaxCollectives:
-    """:class:`Collectives` over the key-value store of jax's distributed runtime: the coordination
-    service ``jax.distributed.initialize`` started (on the coordinator, rank 0's process). No device
-    computation runs, so nothing of the coordination lands in a trace, and no CPU collectives
-    implementation is needed for it.
-
-    Keys live under ``omniprof/<n>/`` (``n`` counts the instances made in this process; every rank
-    makes its instances in the same order, as ``Profiler.start()`` does) and are deleted once read.
-    A rank that does not arrive within :data:`JAX_TIMEOUT_S` fails the waiting ranks with a
-    :class:`~omniprof.errors.DistributedError` naming it.
-    """
-
-    def __init__(self, timeout_s: float = JAX_TIMEOUT_S) -> None:
-        global _jax_instances
-        import sys
-
-        jax = sys.modules.get("jax")
-        if jax is None or not jax.distributed.is_initialized():
-            raise DistributedError("distributed=True over jax needs jax.distributed.initialize(...) called first")
-        try:
-            from jax._src import distributed as jd
-
-            client = jd.global_state.client
-            self.rank, self.world_size = int(jd.global_state.process_id), int(jd.global_state.num_processes)
-        except (ImportError, AttributeError) as e:  # a jax whose runtime moved: say what is missing
-            raise DistributedError(f"this jax ({getattr(jax, '__version__', '?')}) does not expose its distributed "
-                                   f"runtime's key-value store (jax._src.distributed.global_state.client): {e}") from e
-        if client is None:
-            raise DistributedError("jax.distributed is initialised but has no coordination client")
-        self._client = client
-        self._timeout_ms = int(timeout_s * 1000)
-        self._prefix = f"omniprof/{_jax_instances}"
-        _jax_instances += 1
-        self._seq = 0
-        self._sent: dict[int, int] = {}
-        self._received: dict[int, int] = {}
-        self.backend = "jax.distributed"
-
-    def _call(self, what: str, peer: int | None, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as e:  # jax raises its runtime errors (DEADLINE_EXCEPTED, UNAVAILABLE) as one type
-            who = "" if peer is None else f" {'to' if what == 'sending' else 'for'} rank {peer}"
-            raise DistributedError(
-                f"rank {self.rank}: {what}{who} over jax's key-value store failed: {type(e).__name__}: "
-                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}. Every rank must start, step and stop "
-                f"its Profiler alike; a rank that died or lags more than {self._timeout_ms // 1000} s leaves the "
-                f"others here") from e
-
-    def _put(self, key: str, data: bytes) -> None:
-        chunks = [data[i:i + JAX_CHUNK_BYTES] for i in range(0, len(data), JAX_CHUNK_BYTES)] or [b""]
-        for i, c in enumerate(chunks):
-            self._call("sending", None, self._client.key_value_set_bytes, f"{key}/{i}", c)
-        self._call("sending", None, self._client.key_value_set, f"{key}/n", str(len(chunks)))
-
-    def _get(self, key: str, peer: int) -> bytes:
-        n = int(self._call("waiting", peer, self._client.blocking_key_value_get, f"{key}/n", self._timeout_ms))
-        return b"".join(self._call("waiting", peer, self._client.blocking_key_value_get_bytes, f"{key}/{i}",
-                                   self._timeout_ms) for i in range(n))
-
-    def _exchange(self, obj: Any, readers: Sequence[int]) -> list[Any] | None:
-        self._seq += 1
-        base = f"{self._prefix}/{self._seq}"
-        self._put(f"{base}/{self.rank}", encode_object(obj))
-        if self.rank not in readers:
-            return None
-        out = [decode_object(self._get(f"{base}/{r}", r)) for r in range(self.world_size)]
-        # The last reader removes the exchange's keys (the coordinator keeps them otherwise).
-        if self._call("counting", None, self._client.key_value_increment, f"{base}/read", 1) == len(readers):
-            self._call("cleaning up", None, self._client.key_value_delete, base)
-        return out
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        out = self._exchange(obj, range(self.world_size))
-        assert out is not None  # every rank reads
-        return out
-
-    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
-        return self._exchange(obj, (dst,))
-
-    def send_ints(self, values: Sequence[int], peer: int) -> None:
-        n = self._sent.get(peer, 0)
-        self._sent[peer] = n + 1
-        self._call("sending", peer, self._client.key_value_set, f"{self._prefix}/p2p/{self.rank}-{peer}/{n}",
-                   ",".join(str(int(v)) for v in values))
-
-    def recv_ints(self, count: int, peer: int) -> list[int]:
-        n = self._received.get(peer, 0)
-        self._received[peer] = n + 1
-        key = f"{self._prefix}/p2p/{peer}-{self.rank}/{n}"
-        raw = self._call("waiting", peer, self._client.blocking_key_value_get, key, self._timeout_ms)
-        self._call("cleaning up", None, self._client.key_value_delete, key)
-        values = [int(x) for x in raw.split(",")]
-        if len(values) != count:
-            raise DistributedError(f"rank {self.rank}: expected {count} integers from rank {peer}, got {len(values)}")
-        return values
-
-
-_BYTES_KEY, _ITEMS_KEY = "__omniprof_bytes__", "__omniprof_items__"
-
-
-def _to_json(obj: Any) -> Any:
-    if isinstance(obj, (bytes, bytearray)):
-        import base64
-
-        return {_BYTES_KEY: base64.b64encode(obj).decode("ascii")}
-    if isinstance(obj, dict):
-        if all(isinstance(k, str) for k in obj) and not {_BYTES_KEY, _ITEMS_KEY} & set(obj):
-            return {k: _to_json(v) for k, v in obj.items()}
-        return {_ITEMS_KEY: [[_to_json(k), _to_json(v)] for k, v in obj.items()]}
-    if isinstance(obj, (list, tuple)):
-        return [_to_json(v) for v in obj]
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    raise InvalidArgumentError(f"cannot send a {type(obj).__name__} between ranks (JSON data, bytes and "
-                               f"dicts with any keys only)")
-
-
-def _from_json(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        if set(obj) == {_BYTES_KEY}:
-            import base64
-
-            return base64.b64decode(obj[_BYTES_KEY])
-        if set(obj) == {_ITEMS_KEY}:
-            return {_hashable(_from_json(k)): _from_json(v) for k, v in obj[_ITEMS_KEY]}
-        return {k: _from_json(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_from_json(v) for v in obj]
-    return obj
-
-
-def _hashable(key: Any) -> Any:
-    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
-
-
-def encode_object(obj: Any) -> bytes:
-    """What the ranks exchange over jax's key-value store, as JSON (never pickle: a peer's bytes are
-    data, not code). Bytes travel as base64, dicts with non-string keys as key/value pairs; tuples
-    come back as lists.
-
-    >>> decode_object(encode_object({"a": (1, None), 3: b"\\x00\\xff"}))
-    {'a': [1, None], 3: b'\\x00\\xff'}
-    """
-    import json
-
-    return json.dumps(_to_json(obj), separators=(",", ":")).encode()
-
-
-def decode_object(data: bytes) -> Any:
-    """The inverse of :func:`encode_object`."""
-    import json
-
-    return _from_json(json.loads(data))
-
-
-def job_collectives() -> Collectives:
+def job_collectives(registry: Registry | None = None) -> Collectives:
     """The job's communication layer: ``torch.distributed`` when a process group is initialised
     here, else jax's distributed runtime when ``jax.distributed.initialize`` was called (torch wins
-    when both are; neither module is imported by this check)."""
-    import sys
+    when both are; neither framework is imported by this check). Each adapter comes from its
+    backend class (:data:`COLLECTIVES_BACKENDS`, through ``registry``)."""
+    from omniprof.core.registry import get_registry
+    from omniprof.errors import OmniprofError
 
-    tdist = sys.modules.get("torch.distributed")
-    if tdist is not None and tdist.is_available() and tdist.is_initialized():
-        return TorchCollectives()
-    jax = sys.modules.get("jax")
-    if jax is not None and jax.distributed.is_initialized():
-        return JaxCollectives()
+    registry = registry or get_registry()
+    for name in COLLECTIVES_BACKENDS:
+        try:
+            cls = registry.backend(name)
+        except OmniprofError:  # not installed, switched off, or broken: that framework cannot carry it
+            continue
+        coll = cls.job_collectives()
+        if coll is not None:
+            return coll
     env = detect_environment()
     where = f" The environment says this is rank {env.rank} of {env.world_size} ({env.launcher})." if env else ""
     raise DistributedError(
@@ -503,11 +223,6 @@ def job_collectives() -> Collectives:
 
 
 # -- the run directory and the merged result -------------------------------------------------------
-def rank_dir(run_dir: str | os.PathLike[str], rank: int) -> Path:
-    """``<run>/rank<N>``: where rank ``N``'s part of a distributed run lives."""
-    return Path(run_dir) / f"{RANK_DIR_PREFIX}{rank}"
-
-
 #: XProf reads ``<run>/<host>.xplane.pb`` as one host of a multi-host run.
 XPLANE_SUFFIX = ".xplane.pb"
 
@@ -635,7 +350,6 @@ def merge_ranks(results: Sequence[ProfileResult]) -> ProfileResult:
 
 def find_rank_results(run_dir: str | os.PathLike[str]) -> dict[int, Path]:
     """``rank -> <run>/rank<N>/omniprof.result.json`` for every rank part in a run directory."""
-    from omniprof.core.profiler import PARTIAL_FILENAME, RESULT_FILENAME
 
     out: dict[int, Path] = {}
     for d in Path(run_dir).iterdir():

@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from omniprof.core.clock import localtime, strftime, wall_time
 from omniprof.errors import OmniprofError, OutputError
 
 __all__ = ["OutputError", "AtomicFile", "atomic_write_bytes", "atomic_write_text", "atomic_open", "unique_path", "process_temp_dir",
@@ -260,8 +260,8 @@ def unique_run_dir(base: os.PathLike[str] | str, prefix: str | None = None, *, f
 
     Unlike jax (named to the second), two runs in the same second never share a directory.
     """
-    stamp = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime())
-    ms = int(time.time() * 1000) % 1000
+    stamp = strftime("%Y_%m_%d_%H_%M_%S", localtime())
+    ms = int(wall_time() * 1000) % 1000
     return new_dir(Path(base) / f"{prefix + '_' if prefix else ''}{stamp}_{ms:03d}", flag=flag)
 
 

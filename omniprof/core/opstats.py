@@ -1,6 +1,6 @@
 """The one column vocabulary of op-statistics tables (``op_stats`` and its grouped forms).
 
-Every backend that builds an op table (torch/Kineto in :mod:`omniprof.formats.kineto`, XLA in
+Every backend that builds an op table (torch/Kineto in :mod:`omniprof.analysis.torch_ops`, XLA in
 :mod:`omniprof.formats.xplane`) names its columns from :data:`COLUMNS`, each with its unit in the
 name; a backend fills the columns it has data for, in :data:`COLUMNS` order, and leaves the others
 out. ``omniprof diff`` compares op tables by :data:`KEY_COLUMNS` and :data:`TIME_COLUMN` alone.

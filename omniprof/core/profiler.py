@@ -10,22 +10,28 @@ import functools
 import os
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
-from omniprof.core.backend import Backend, BackendContext
+import attrs
+
+from omniprof._version import __version__
 from omniprof.core import annotations
-from omniprof.core.clock import DEFAULT_CLOCK, Clock
-from omniprof.core.fileio import atomic_write_bytes, unique_run_dir
+from omniprof.core.backend import Backend, BackendContext
+from omniprof.core.checkpoints import Checkpointer, checkpoint_interval_s
+from omniprof.core.clock import DEFAULT_CLOCK, Clock, perf_counter_ns, time_ns
+from omniprof.core.collectives import Collectives
+from omniprof.core.fileio import atomic_write_bytes
 from omniprof.core.forks import deferred_signals, on_fork_child
 from omniprof.core.options import ProfileOptions
 from omniprof.core.registry import Registry, get_registry, options_for
 from omniprof.core.results import BackendResult, ErrorRecord, ProfileResult, RunMetadata
+from omniprof.core.rundir import PARTIAL_FILENAME, RESULT_FILENAME, name_job_run, new_session_dir
 from omniprof.core.schedule import TRANSITIONS, Action, Schedule
+from omniprof.core.views import Viewer, default_viewer, set_default_viewer
 from omniprof.errors import (
     BackendError,
     BackendOptionError,
@@ -36,22 +42,11 @@ from omniprof.errors import (
     ProfilerStateError,
 )
 
-__all__ = ["Profiler", "RESULT_FILENAME", "PARTIAL_FILENAME"]
+__all__ = ["Profiler", "RESULT_FILENAME", "PARTIAL_FILENAME", "Viewer", "set_default_viewer"]
 
-RESULT_FILENAME = "omniprof.result.json"
-#: Written in the session directory while recording and replaced by RESULT_FILENAME at the end;
-#: a run killed without warning (SIGKILL, OOM killer, power) leaves this readable partial result.
-PARTIAL_FILENAME = "omniprof.partial.json"
 #: The Profiler's start, stop and step paths: whatever runs under them (the standard library's
 #: signal, threading, json) is omniprof's time, and the cpu engines leave it out of the profile.
 LIFECYCLE_METHODS = ("start", "stop", "step", "__enter__", "__exit__")
-#: Seconds between checkpoints; ``OMNIPROF_CHECKPOINT_S=0`` switches them off.
-CHECKPOINT_INTERVAL_S = 5.0
-CHECKPOINT_ENV = "OMNIPROF_CHECKPOINT_S"
-# A checkpoint may cost at most this share of the run: the next one waits 1/share times as long as
-# the last one took (a 1 s checkpoint of a huge profile is followed by >= 20 s of recording).
-_CHECKPOINT_MAX_SHARE = 0.05
-_FIRST_CHECKPOINT_TRIES = 400  # 5 ms apart: the first checkpoint waits up to 2 s for a busy profiler
 
 # Backends (by name) with a session running in this process, for single-session backends.
 _active: dict[str, Profiler] = {}
@@ -68,6 +63,24 @@ def _reset_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+@attrs.define
+class _Window:
+    """A recording window that stopped: what :meth:`Profiler._publish` makes its result from.
+
+    A window that ended inside ``step()`` waits in ``Profiler._pending`` with ``builders`` (the
+    backends that stopped and build their part later, by name); the others' parts are in ``parts``.
+    ``failures`` are the backends that failed to stop, ``views`` what backends asked to show.
+    """
+
+    metadata: RunMetadata
+    parts: list[BackendResult]
+    errors: list[ErrorRecord]
+    session_dir: Path | None
+    failures: list[tuple[str, BaseException]]
+    views: list[dict[str, Any]]
+    builders: list[tuple[str, Callable[[], BackendResult]]] = attrs.field(factory=list)
 
 
 class Profiler:
@@ -98,6 +111,10 @@ class Profiler:
             backends that record stacks (cpu, memory) leave these frames and their callers out,
             so stacks start at the target. Given to every backend as
             ``BackendContext.launcher_codes``; this Profiler's alone (default: cut nothing).
+        viewer: opens what a backend asks to show once the result is saved (the xla backend's
+            ``create_perfetto_link``), such as ``omniprof.viewers.open_views``: the front end
+            passes it (default: the one ``core.views.set_default_viewer`` installed; with none, a
+            warning names the saved trace).
 
     Use as a context manager, a decorator, or with start()/stop():
 
@@ -115,7 +132,8 @@ class Profiler:
                  schedule: Schedule | Callable[[int], Action] | None = None,
                  on_result: Callable[[ProfileResult], None] | None = None, clock: Clock | None = None,
                  registry: Registry | None = None, label: str = "", verbose: bool = False,
-                 distributed: bool = False, launcher_codes: Sequence[CodeType] = ()) -> None:
+                 distributed: bool = False, launcher_codes: Sequence[CodeType] = (),
+                 viewer: Viewer | None = None) -> None:
         names = [backend] if isinstance(backend, str) else list(backend)
         if not names:
             raise InvalidArgumentError("'backend' must name at least one backend")
@@ -156,19 +174,20 @@ class Profiler:
             raise InvalidArgumentError(f"'launcher_codes' must be code objects (a function's __code__; got "
                                        f"{[type(c).__name__ for c in codes if not isinstance(c, CodeType)]})")
         self.launcher_codes = codes
+        if viewer is not None and not callable(viewer):
+            raise InvalidArgumentError(f"'viewer' must be callable, such as omniprof.viewers.open_views "
+                                       f"(got {type(viewer).__name__})")
+        self.viewer = viewer
         #: the job's communication layer (set at the first start() of a distributed profiler).
-        self._coll: Any = None
+        self._coll: Collectives | None = None
         self._rank: dict[str, Any] = {}
         #: ``<logdir>/plugins/profile/<run>`` of the latest distributed session (rank dirs inside).
         self.run_dir: Path | None = None
         #: rank 0 of a distributed run: every rank's parts on rank 0's clock (None elsewhere).
         self.merged_result: ProfileResult | None = None
         self._results: list[ProfileResult] = []
-        # Windows that ended inside step(): (metadata, parts, [(backend, build)], errors, session_dir, failures,
-        # viewer requests).
-        self._pending: list[tuple[RunMetadata, list[BackendResult], list[tuple[str, Callable[[], BackendResult]]],
-                                  list[ErrorRecord], Path | None, list[tuple[str, BaseException]],
-                                  list[dict[str, Any]]]] = []
+        # Windows that ended inside step(), their results built when first asked for.
+        self._pending: list[_Window] = []
         self.session_dir: Path | None = None
         #: inside stop(): viewer requests and saved files, opened once stop() lets signals through.
         self._views_after_stop: tuple[list[dict[str, Any]], list[str]] | None = None
@@ -183,7 +202,7 @@ class Profiler:
         self._t0_unix_ns = 0
         self._lock = threading.RLock()
         self._pid = os.getpid()
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: Checkpointer | None = None
         #: checkpoints written in this session, and the longest one's cost in ns.
         self.checkpoints = 0
         self.checkpoint_max_ns = 0
@@ -264,7 +283,7 @@ class Profiler:
             # saved and outside the block that holds Ctrl-C back, so Ctrl-C can end that wait.
             (views, saved), self._views_after_stop = self._views_after_stop, None
             if views:
-                _open_views(views, saved)
+                self._open_views(views, saved)
         return self._results[-1] if self._results else None
 
     def _forked(self) -> None:
@@ -345,9 +364,9 @@ class Profiler:
         from omniprof.core import distributed as dist
 
         if self._coll is None:
-            self._coll = dist.job_collectives()
+            self._coll = dist.job_collectives(self._registry)
             env = dist.detect_environment()
-            layer = "jax.distributed" if isinstance(self._coll, dist.JaxCollectives) else "torch.distributed"
+            layer = self._coll.layer
             self._rank = {"rank": self._coll.rank, "world_size": self._coll.world_size,
                           "local_rank": env.local_rank if env is not None else None,
                           "launcher": env.launcher if env is not None else layer,
@@ -394,7 +413,7 @@ class Profiler:
         if self.distributed:
             self._name_run()
         elif self.logdir is not None:
-            self.session_dir = unique_run_dir(self.logdir / "plugins" / "profile", flag="--logdir DIR")
+            self.session_dir = new_session_dir(self.logdir)
         _pay_one_time_costs(with_files=self.session_dir is not None)
         ctx = self._context()
         failures: list[tuple[str, BaseException, str]] = []
@@ -432,21 +451,15 @@ class Profiler:
         """Rank 0 names the run directory once for the whole job; rank N works in ``<run>/rank<N>``."""
         from omniprof.core import distributed as dist
 
-        base = self.logdir / "plugins" / "profile" if self.logdir is not None else None
-        mine = unique_run_dir(base).name if base is not None and self._coll.rank == 0 else None
-        name = dist.agree_session(self._coll, self._step_num, mine)
+        coll = self._coll
+        name, self.run_dir, self.session_dir = name_job_run(
+            self.logdir, coll.rank, lambda mine: dist.agree_session(coll, self._step_num, mine))
         self._rank["run"] = name or ""
-        if base is None or name is None:
-            self.run_dir = self.session_dir = None
-            return
-        self.run_dir = base / name
-        self.session_dir = dist.rank_dir(self.run_dir, self._coll.rank)
-        self.session_dir.mkdir(parents=True, exist_ok=True)
 
     def _start_all(self) -> None:
         if not self._backends:
             self._prepare_all()
-        self._t0_unix_ns = time.time_ns()
+        self._t0_unix_ns = time_ns()
         self._t0_ns = self.clock.now_ns()
         # The checkpoint thread is started first and waits: a sampler started below finds it
         # among omniprof's own threads (``omniprof-*``) and never samples it. Started after the
@@ -476,14 +489,14 @@ class Profiler:
             self._checkpointer.go()
 
     def _start_checkpoints(self) -> None:
-        interval = _checkpoint_interval_s()
+        interval = checkpoint_interval_s()
         if self.session_dir is None or interval <= 0:
             return
         self.checkpoints = 0
         self.checkpoint_max_ns = 0
         # The checkpoint thread writes the first one at once (even a run killed in its first second
         # leaves a readable file), off the step that started recording: that step is the user's.
-        self._checkpointer = _Checkpointer(self, interval)
+        self._checkpointer = Checkpointer(self, interval)
         self._checkpointer.start()
 
     def _stop_checkpoints(self) -> None:
@@ -503,7 +516,7 @@ class Profiler:
         try:
             if self.session_dir is None or not self._recording:
                 return None
-            t0 = time.perf_counter_ns()
+            t0 = perf_counter_ns()
             parts = []
             for name in self._recording:
                 try:
@@ -525,7 +538,7 @@ class Profiler:
         except OSError:
             return None
         self.checkpoints += 1
-        self.checkpoint_max_ns = max(self.checkpoint_max_ns, time.perf_counter_ns() - t0)
+        self.checkpoint_max_ns = max(self.checkpoint_max_ns, perf_counter_ns() - t0)
         return path
 
     def _save(self, *, deferred: bool = False) -> None:
@@ -569,10 +582,11 @@ class Profiler:
             self._rank.update({f"clock_{k}": v for k, v in sync.to_dict().items()})
         metadata = self._metadata(end_ns)
         errors, self._errors = self._errors, []
+        window = _Window(metadata, parts, errors, self.session_dir, failures, views, builders)
         if builders:
-            self._pending.append((metadata, parts, builders, errors, self.session_dir, failures, views))
+            self._pending.append(window)
             return
-        self._publish(metadata, parts, errors, self.session_dir, failures, views)
+        self._publish(window)
 
     def _finish_pending(self) -> None:
         """Build the results of windows that ended inside ``step()`` (oldest first)."""
@@ -580,25 +594,23 @@ class Profiler:
             return
         with self._lock:
             while self._pending:
-                self._finish_one(*self._pending.pop(0))
+                self._finish_one(self._pending.pop(0))
 
-    def _finish_one(self, metadata: RunMetadata, parts: list[BackendResult],
-                    builders: list[tuple[str, Callable[[], BackendResult]]], errors: list[ErrorRecord],
-                    session_dir: Path | None, failures: list[tuple[str, BaseException]],
-                    views: list[dict[str, Any]]) -> None:
-        for name, build in builders:
+    def _finish_one(self, w: _Window) -> None:
+        for name, build in w.builders:
             try:
-                parts.append(build())
+                w.parts.append(build())
             except Exception as e:
-                failures.append((name, e))
-                errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
+                w.failures.append((name, e))
+                w.errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
+        w.builders = []
         order = {n: i for i, n in enumerate(self.backend_names)}
-        parts.sort(key=lambda p: order.get(p.backend, len(order)))
-        self._publish(metadata, parts, errors, session_dir, failures, views)
+        w.parts.sort(key=lambda p: order.get(p.backend, len(order)))
+        self._publish(w)
 
-    def _publish(self, metadata: RunMetadata, parts: list[BackendResult], errors: list[ErrorRecord],
-                 session_dir: Path | None, failures: list[tuple[str, BaseException]],
-                 views: list[dict[str, Any]]) -> None:
+    def _publish(self, w: _Window) -> None:
+        metadata, session_dir, failures, views = w.metadata, w.session_dir, w.failures, w.views
+        parts = w.parts
         run_dir = session_dir.parent if self.distributed and session_dir is not None else None
         if run_dir is not None:
             from omniprof.core.distributed import place_xplanes
@@ -607,8 +619,8 @@ class Profiler:
         result = ProfileResult(
             metadata=metadata,
             parts=tuple(parts),
-            partial=bool(errors),
-            errors=tuple(errors),
+            partial=bool(w.errors),
+            errors=tuple(w.errors),
         )
         save_error: OSError | None = None
         if session_dir is not None:
@@ -630,7 +642,7 @@ class Profiler:
                 self._views_after_stop[0].extend(views)
                 self._views_after_stop[1].extend(saved)
             else:
-                _open_views(views, saved)
+                self._open_views(views, saved)
         if failures:
             if len(failures) == 1:
                 name, e = failures[0]
@@ -695,15 +707,28 @@ class Profiler:
         self._started = False
         self._release()
 
+    def _open_views(self, requests: list[dict[str, Any]], saved: list[str]) -> None:
+        """Open what backends asked to show once the result was saved (``create_perfetto_link``),
+        through this Profiler's viewer; never raises."""
+        viewer = self.viewer or default_viewer()
+        if viewer is not None:
+            viewer(requests, saved)
+            return
+        for req in requests:
+            warnings.warn(f"{req.get('viewer', 'a viewer')} was asked for, but this Profiler has no viewer "
+                          f"(Profiler(viewer=omniprof.viewers.open_views)). Nothing is lost: open "
+                          f"{req.get('path', 'the trace')} with omniprof view --perfetto", OmniprofWarning,
+                          stacklevel=_user_stacklevel())
+
     def _metadata(self, end_ns: int) -> RunMetadata:
         import platform
         import socket
 
-        from omniprof import __version__
+        from omniprof.core.host import platform_string
 
         return RunMetadata(
             host=socket.gethostname(), pid=os.getpid(), argv=tuple(sys.argv), python=platform.python_version(),
-            platform=platform.platform(), versions={"omniprof": __version__},
+            platform=platform_string(), versions={"omniprof": __version__},
             backends=self.backend_names, options=self.options.to_dict(),
             backend_options={n: _opts_dict(o) for n, o in self._backend_opts.items()},
             start_unix_ns=self._t0_unix_ns, start_ns=self._t0_ns, end_ns=end_ns, label=self.label,
@@ -711,90 +736,16 @@ class Profiler:
         )
 
 
-#: The viewer layer (the Perfetto link server), loaded by name when a backend asked for a view: the
-#: core never imports the layer above it (as with backends and reporters, found through the registry).
-VIEWER_MODULE = "omniprof.viewers.serve"
-
-
-def _open_views(requests: list[dict[str, Any]], saved: list[str]) -> None:
-    """Open what backends asked for once the result was saved (``create_perfetto_link``). Never
-    raises: a port that cannot be bound, a timeout or Ctrl-C are said and lose nothing."""
-    import importlib
-
-    viewer = importlib.import_module(VIEWER_MODULE)
-    for req in requests:
-        if req.get("viewer") != "perfetto_link":
-            continue
-        viewer.serve_perfetto_link(req["path"], port=req["port"], wait=req["wait"], timeout_s=req["timeout_s"],
-                                   saved=[*req.get("saved", ()), *saved])
-
-
-def _checkpoint_interval_s() -> float:
-    raw = os.environ.get(CHECKPOINT_ENV)
-    if raw is None or not raw.strip():
-        return CHECKPOINT_INTERVAL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"{CHECKPOINT_ENV} must be a number of seconds, 0 to switch checkpoints off "
-                                   f"(got {raw!r})") from None
-    return value if value == value and value > 0 else 0.0
-
-
-class _Checkpointer:
-    """A daemon thread calling ``Profiler.checkpoint()`` every ``interval_s`` (longer after a slow one)."""
-
-    def __init__(self, profiler: Profiler, interval_s: float) -> None:
-        self.profiler = profiler
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._go = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="omniprof-checkpoint", daemon=True)
-
-    def _run(self) -> None:
-        self._go.wait()  # recording has started (or stop() came first)
-        wait = 0.0  # the first at once
-        first_tries = _FIRST_CHECKPOINT_TRIES
-        while not self._stop.wait(wait):
-            t0 = time.perf_counter_ns()
-            written = self.profiler.checkpoint(blocking=False)
-            if written is None and self.profiler.checkpoints == 0 and first_tries > 0:
-                # Busy (the step() that started recording still holds the profiler): the first
-                # checkpoint is retried soon rather than a whole interval later.
-                first_tries -= 1
-                wait = 0.005
-                continue
-            cost_s = (time.perf_counter_ns() - t0) / 1e9
-            # The first one, of an almost empty recording, pays one-time costs (a first fsync, a
-            # sampler's first drain): it does not stretch the interval.
-            wait = self.interval_s if first_tries else max(self.interval_s, cost_s / _CHECKPOINT_MAX_SHARE)
-            first_tries = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def go(self) -> None:
-        """Recording has started: write the first checkpoint now."""
-        self._go.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._go.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-
-
 def _pay_one_time_costs(*, with_files: bool) -> None:
     """Costs paid once per process, at prepare (a schedule's wait/warm-up), so that none of them
     lands in the first recorded step, where it would be read as the user's time.
 
-    ``platform.platform()`` spawns ``uname -p`` on its first call (and a Popen finalised while a
-    stack sampler runs can re-enter it); writing a result first imports cattrs and compiles the
-    schema's hooks (30-50 ms on a loaded machine, measured inside a 4-rank DDP job's step).
+    The platform string is found once (``host.platform_string()``); writing a result first imports
+    cattrs and compiles the schema's hooks (30-50 ms loaded, measured in a 4-rank DDP job's step).
     """
-    import platform  # here, not at import: `import omniprof` stays light
+    from omniprof.core.host import platform_string  # here, not at import: `import omniprof` stays light
 
-    platform.platform()
+    platform_string()
     if with_files:
         from omniprof.core.results import warm_converter
 

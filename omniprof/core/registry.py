@@ -36,6 +36,24 @@ __all__ = ["PluginInfo", "Registry", "get_registry", "reset_registry", "KINDS", 
 
 
 
+_INSTALLED: list[Any] | None = None
+_DISTS: dict[int, tuple[Any, str, str]] = {}
+
+
+def _installed_entry_points() -> list[Any]:
+    """The installed plugins' entry points, read once per process (a command that makes two
+    registries, ``omniprof run`` among them, scans the installed distributions once)."""
+    global _INSTALLED
+    if _INSTALLED is None:
+        import importlib.metadata as md
+
+        # one scan of every installed distribution for all three groups (not one per group:
+        # entry_points() reads every distribution's entry_points.txt each time it is called)
+        installed = md.entry_points()
+        _INSTALLED = [ep for group in KINDS.values() for ep in installed.select(group=group)]
+    return _INSTALLED
+
+
 def _log() -> Any:
     import logging  # on first use: `import omniprof` stays light
 
@@ -235,15 +253,10 @@ class Registry:
         if autoload is None:
             autoload = os.environ.get(AUTOLOAD_ENV, "") in ("", "0", "false", "False")
         if entry_points is None:
-            import importlib.metadata as md  # the installed plugins: read when a registry is first made
-
-            # one scan of every installed distribution for all three groups (not one per group:
-            # entry_points() reads every distribution's entry_points.txt each time it is called)
-            installed = md.entry_points()
-            entry_points = [ep for group in KINDS.values() for ep in installed.select(group=group)]
+            entry_points = _installed_entry_points()
         self._entries: dict[tuple[str, str], _Entry] = {}
         self.problems: list[str] = []
-        dists: dict[int, tuple[Any, str, str]] = {}  # id(dist) -> (dist, name, version): METADATA parsed once
+        dists = _DISTS  # id(dist) -> (dist, name, version): METADATA parsed once per process
         for kind, group in KINDS.items():
             eps = [ep for ep in entry_points if ep.group == group]
             for ep in eps:
@@ -473,7 +486,7 @@ def _import_target(target: str) -> Any:
 
 def _validate(e: _Entry, cls: Any) -> None:
     from omniprof.core.backend import SUPPORTED_API_VERSIONS, Backend
-    from omniprof.core.readers import Reader
+    from omniprof.core.reader import Reader
     from omniprof.core.reporter import Reporter
 
     base = {"backend": Backend, "reporter": Reporter, "reader": Reader}[e.kind]

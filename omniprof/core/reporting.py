@@ -12,7 +12,7 @@ from typing import IO, Any
 from omniprof.core.fileio import AtomicFile, output_error
 from omniprof.core.registry import Registry, get_registry, options_for
 from omniprof.core.results import ProfileResult
-from omniprof.core.text import utf8_safe_result
+from omniprof.core.text import UNICODE_RULES, EncodedText, can_encode, report_stdout, utf8_safe_result
 from omniprof.errors import OmniprofError, ReporterError
 
 __all__ = ["report", "make_reporter"]
@@ -105,6 +105,10 @@ def _target(rep: Any, dest: Any) -> Path:
 
 
 def _to_stream(rep: Any, result: ProfileResult, stream: IO[Any]) -> None:
+    if not getattr(rep, "exact_text", False) and not can_encode(stream, UNICODE_RULES):
+        # A terminal that cannot take UTF-8 (PYTHONIOENCODING=ascii, LC_ALL=C): the renderer draws
+        # ASCII rules for it, and any other character is spelled out rather than failing the report.
+        stream = EncodedText(stream)  # type: ignore[assignment]
     rep.report(result, stream)
     # Surface a full disk or closed pipe here, as our one-line error, not at interpreter exit.
     flush = getattr(stream, "flush", None)
@@ -122,7 +126,7 @@ def _write(rep: Any, result: ProfileResult, dest: Any, overwrite: bool) -> Path 
         _to_stream(rep, result, dest)
         return None
     if rep.output == "stream" and dest is None:
-        _to_stream(rep, result, sys.stdout)
+        _to_stream(rep, result, report_stdout(sys.stdout))  # sys.stdout, unless the program set it to None or closed it
         return None
     path = _target(rep, dest)
     if rep.output == "dir":

@@ -8,17 +8,28 @@
   that clear the screen, set the title, move the cursor, fake table rows) shown escaped.
 * :func:`utf8_safe_result`: the same result with every string made UTF-8-safe (the same object
   when nothing needed it, which is the rule).
+* :func:`report_stdout`: the stdout text reports go to, even when the program replaced
+  ``sys.stdout`` (a ``StringIO``, ``None``, a closed file).
+* :class:`EncodedText`: a text stream that writes only what the terminal's encoding holds
+  (``PYTHONIOENCODING=ascii``, ``LC_ALL=C``), other characters spelled out.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import IO, Any
 
 import attrs
 
-__all__ = ["utf8_safe", "printable", "utf8_safe_result"]
+__all__ = ["utf8_safe", "printable", "utf8_safe_result", "can_encode", "EncodedText", "report_stdout",
+           "UNICODE_RULES"]
+
+#: the characters text reports draw with (rules, the elision mark); a stream that cannot encode them
+#: gets ASCII ones (:func:`omniprof.analysis.render.print_table`)
+UNICODE_RULES = "\u2500\u2026"
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 and C1 controls (ESC, BEL, CR, backspace, CSI ...), DEL, and the Unicode line/paragraph
@@ -94,3 +105,69 @@ def _fix(value: Any) -> Any:
 def utf8_safe_result(result: Any) -> Any:
     """``result`` with every string a UTF-8 file can hold (see :func:`utf8_safe`)."""
     return _fix(result)
+
+
+# -- streams --------------------------------------------------------------------------------------
+def can_encode(stream: Any, text: str) -> bool:
+    """Whether ``stream`` (a text stream) can write ``text``: its ``encoding`` holds every
+    character. A stream without an encoding (``io.StringIO``) holds any text."""
+    encoding = getattr(stream, "encoding", None)
+    if not isinstance(encoding, str) or not encoding:
+        return True
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+class EncodedText:
+    """Writes to ``stream`` only characters its encoding holds; any other is spelled out
+    (``\\u2500``, ``\\xe9``) instead of failing the whole report with ``UnicodeEncodeError``.
+    ``encoding`` and ``isatty`` are the stream's, so the renderer picks ASCII rules and the table
+    reporter its colours as for the stream itself."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.encoding: str = stream.encoding
+
+    def write(self, text: str) -> int:
+        self.stream.write(text.encode(self.encoding, "backslashreplace").decode(self.encoding))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return bool(getattr(self.stream, "isatty", lambda: False)())
+
+    @property
+    def name(self) -> Any:
+        return getattr(self.stream, "name", "<stdout>")
+
+
+def _writable(stream: Any) -> bool:
+    if stream is None or not callable(getattr(stream, "write", None)):
+        return False
+    try:
+        return not stream.closed
+    except (AttributeError, ValueError):
+        return True
+
+
+_fd1_stream: IO[str] | None = None
+
+
+def report_stdout(started: Any = None) -> IO[str]:
+    """The stream a text report goes to: ``started`` (the stdout a command began with, before the
+    program ran) while it can still be written, else ``sys.__stdout__``, else a new stream on file
+    descriptor 1. A program that set ``sys.stdout`` to a ``StringIO``, to ``None`` or to a closed
+    file still gets its report on the terminal. (``sys.stdout`` itself keeps ``closefd=False``: its
+    ``close()`` leaves descriptor 1 open.)"""
+    global _fd1_stream
+    for stream in (started, sys.__stdout__, _fd1_stream):
+        if _writable(stream):
+            return stream  # type: ignore[no-any-return]
+    encoding = getattr(sys.__stdout__, "encoding", None) or "utf-8"
+    _fd1_stream = open(os.dup(1), "w", encoding=encoding, errors="backslashreplace", closefd=True)  # noqa: SIM115
+    return _fd1_stream

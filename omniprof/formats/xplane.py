@@ -20,13 +20,13 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, kernel_stats_table
+from omniprof.formats.kernels import KERNEL_STATS_COLUMNS, kernel_stats_table
 from omniprof.core import opstats
 from omniprof.core.results import (
     Artifact,
@@ -43,8 +43,11 @@ from omniprof.core.results import (
 )
 from omniprof.errors import DataLossWarning, OmniprofWarning, TraceReadError
 
-__all__ = ["OMNIPROF_MARK", "XPlaneContent", "read_xspace", "op_stats_table", "tool_tables", "read_xplane",
+__all__ = ["OMNIPROF_MARK", "XPlaneContent", "read_xspace", "tool_tables", "read_xplane",
            "xplane_files", "OP_STATS_COLUMNS"]
+
+#: Builds the op table from ``xla_op`` spans and per-op costs (:func:`omniprof.analysis.xla_ops.op_stats_table`).
+OpTable = Callable[[Sequence[Span], "Mapping[str, Mapping[str, float]] | None"], Table]
 
 #: Stat key put on every annotation omniprof emits, so readers tell user ranges from XLA's own.
 OMNIPROF_MARK = "_omniprof"
@@ -291,77 +294,6 @@ def _derived_modules(spans: Sequence[Span]) -> list[Span]:
 
 
 # -- op statistics ---------------------------------------------------------------------------
-def _op_type(name: str) -> str:
-    base = re.sub(r"[.\d_]+$", "", name) or name
-    return "fusion" if base.endswith("fusion") else base
-
-
-def _self_times(spans: Sequence[Span]) -> dict[int, int]:
-    """Self time of each span (by index): its duration minus the spans nested in it on its track."""
-    by_track: dict[str, list[int]] = {}
-    for i, s in enumerate(spans):
-        by_track.setdefault(s.track, []).append(i)
-    self_ns = {i: s.dur_ns for i, s in enumerate(spans)}
-    for idxs in by_track.values():
-        idxs.sort(key=lambda i: (spans[i].start_ns, -spans[i].dur_ns))
-        stack: list[int] = []
-        for i in idxs:
-            s = spans[i]
-            while stack and spans[stack[-1]].end_ns <= s.start_ns:
-                stack.pop()
-            if stack and s.end_ns <= spans[stack[-1]].end_ns:
-                self_ns[stack[-1]] -= s.dur_ns
-            stack.append(i)
-    return {i: max(v, 0) for i, v in self_ns.items()}
-
-
-def op_stats_rows(spans: Iterable[Span], costs: Mapping[str, Mapping[str, float]] | None = None) -> list[dict[str, Any]]:
-    """Framework/XLA op statistics from ``xla_op`` spans: one row per (module, op), by self time.
-
-    ``costs`` maps an op name to ``{"flops": .., "bytes_accessed": ..}`` per execution, when known
-    (for rates and the bound-by column); without it those columns are None (unknown).
-    """
-    ops = [s for s in spans if s.category == "xla_op"]
-    self_ns = _self_times(ops)
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
-    for i, s in enumerate(ops):
-        op = str(s.args.get("hlo_op", s.name))
-        module = str(s.args.get("hlo_module", ""))
-        g = groups.get((module, op))
-        if g is None:
-            g = groups[(module, op)] = {"name": op, "op_type": _op_type(op), "runs_on": "Device",
-                                        "calls": 0, "total_ns": 0, "self_ns": 0, "hlo_module": module}
-        g["calls"] += 1
-        g["total_ns"] += s.dur_ns
-        g["self_ns"] += self_ns[i]
-    all_self = sum(g["self_ns"] for g in groups.values()) or 1
-    rows = []
-    for g in groups.values():
-        g["avg_self_ns"] = g["self_ns"] // g["calls"]
-        g["self_share_pct"] = round(100.0 * g["self_ns"] / all_self, 2)
-        cost = (costs or {}).get(g["name"])
-        bw = rate = None
-        bound = None
-        if cost and g["self_ns"] > 0:
-            secs = g["self_ns"] / 1e9
-            if cost.get("bytes_accessed") is not None:
-                bw = cost["bytes_accessed"] * g["calls"] / secs
-            if cost.get("flops") is not None:
-                rate = cost["flops"] * g["calls"] / secs
-        g["memory_bandwidth_bytes_per_s"] = bw
-        g["flops_per_s"] = rate
-        g["bound_by"] = bound
-        rows.append({c: g[c] for c in OP_STATS_COLUMNS})
-    rows.sort(key=lambda r: (-r["self_ns"], r["name"]))
-    return rows
-
-
-def op_stats_table(spans: Iterable[Span], costs: Mapping[str, Mapping[str, float]] | None = None) -> Table:
-    rows = op_stats_rows(spans, costs)
-    return Table("op_stats", OP_STATS_COLUMNS, [tuple(r[c] for c in OP_STATS_COLUMNS) for r in rows],
-                 title="Framework op statistics")
-
-
 # -- xprof tools -----------------------------------------------------------------------------
 def _gviz_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Rows of a Google-visualization DataTable (xprof's JSON) as dicts keyed by column id."""
@@ -463,8 +395,13 @@ def op_rows_from_tool(data: Any) -> list[dict[str, Any]]:
 
 
 def tool_tables(paths: Sequence[Path], spans: Sequence[Span], *, verbose: bool = False,
-                costs: Mapping[str, Mapping[str, float]] | None = None) -> tuple[list[Table], dict[str, dict[str, Any]], list[Loss]]:
-    """Derived tables and summaries for a trace: xprof's where it has data, ours otherwise."""
+                costs: Mapping[str, Mapping[str, float]] | None = None,
+                op_table: OpTable | None = None) -> tuple[list[Table], dict[str, dict[str, Any]], list[Loss]]:
+    """Derived tables and summaries for a trace: xprof's where it has data, ours otherwise.
+
+    ``op_table`` builds the op table from the ``xla_op`` spans where xprof has no rows (a reader
+    never computes an analysis itself: the caller passes :func:`omniprof.analysis.xla_ops.op_stats_table`);
+    without it no such table is added."""
     tables: list[Table] = []
     summaries: dict[str, dict[str, Any]] = {}
     losses: list[Loss] = []
@@ -489,8 +426,8 @@ def tool_tables(paths: Sequence[Path], spans: Sequence[Span], *, verbose: bool =
     if orows:
         tables.append(Table("op_stats", OP_STATS_COLUMNS, [tuple(r[c] for c in OP_STATS_COLUMNS) for r in orows],
                             title="Framework op statistics (xprof)"))
-    elif any(s.category == "xla_op" for s in spans):
-        tables.append(op_stats_table(spans, costs))
+    elif op_table is not None and any(s.category == "xla_op" for s in spans):
+        tables.append(op_table(spans, costs))
     if paths:
         ov = _tables_of(tool("overview_page"))
         env: dict[str, Any] = {}
@@ -628,7 +565,8 @@ def load_profile_data(path: Path) -> Any:
 def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbose: bool = False,
                     time_base_unix_ns: int | None = None, ref_offset_ns: int = 0,
                     costs: Mapping[str, Mapping[str, float]] | None = None,
-                    with_tools: bool = True, annotation_names: Iterable[str] = ()) -> tuple[BackendResult, int]:
+                    with_tools: bool = True, annotation_names: Iterable[str] = (),
+                    op_table: OpTable | None = None) -> tuple[BackendResult, int]:
     """One BackendResult from one or several hosts' xplanes, on one timeline.
 
     Times are ns since ``time_base_unix_ns`` (default: the earliest profile start) plus
@@ -673,7 +611,8 @@ def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbo
     tables: list[Table] = []
     summaries: dict[str, dict[str, Any]] = {}
     if with_tools:
-        tables, summaries, tool_losses = tool_tables(list(paths), spans, verbose=verbose, costs=costs)
+        tables, summaries, tool_losses = tool_tables(list(paths), spans, verbose=verbose, costs=costs,
+                                                     op_table=op_table)
         losses += tool_losses
     spans.sort(key=lambda s: (s.start_ns, -s.dur_ns))
     for loss in losses:
@@ -690,10 +629,11 @@ def part_from_files(paths: Sequence[Path], *, include_device: bool = True, verbo
     return part, base
 
 
-def read_xplane(path: Path) -> ProfileResult:
-    """``omniprof report``'s reader for ``.xplane.pb`` files, run directories and XProf logdirs."""
+def read_xplane(path: Path, *, op_table: OpTable | None = None) -> ProfileResult:
+    """``omniprof report``'s reader for ``.xplane.pb`` files, run directories and XProf logdirs
+    (``op_table``: as :func:`tool_tables`)."""
     files = xplane_files(path)
-    part, base = part_from_files(files)
+    part, base = part_from_files(files, op_table=op_table)
     pids = list((part.metadata.get("pids") or {}).values())
     md = RunMetadata(host=",".join(host_of(p) for p in files), pid=pids[0] if len(pids) == 1 else 0, backends=("xla",),
                      versions=dict(part.metadata.get("versions") or {}), start_unix_ns=base, start_ns=0,

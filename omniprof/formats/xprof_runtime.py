@@ -177,12 +177,13 @@ class StderrFilter:
 
     def _pump(self) -> None:
         import select
-        import time
+
+        from omniprof.core.clock import monotonic
 
         pending = b""
         since = 0.0
         while True:
-            wait = max(0.0, since + 0.05 - time.monotonic()) if pending else None
+            wait = max(0.0, since + 0.05 - monotonic()) if pending else None
             ready, _, _ = select.select([self._read], [], [], wait)
             if not ready:
                 self._pass(pending)  # a partial line (a progress bar, a prompt) waits at most 50 ms
@@ -197,14 +198,14 @@ class StderrFilter:
                     self._pass(pending)
                 return
             if not pending:
-                since = time.monotonic()
+                since = monotonic()
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 self._pass(line + b"\n")
             if pending and not lines:
                 continue
-            since = time.monotonic()
+            since = monotonic()
 
     def close(self) -> None:
         saved, self._saved_closed = self._saved, getattr(self, "_saved_closed", False)

@@ -146,7 +146,8 @@ class PlaneBuilder:
         self._stats: dict[str, int] = {m.name: i for i, m in plane.stat_metadata.items()}
         self._next_event_id = max(plane.event_metadata.keys(), default=0) + 1
         self._next_stat_id = max(plane.stat_metadata.keys(), default=0) + 1
-        self._next_line_id = max((ln.id for ln in plane.lines), default=0) + 1
+        self._line_ids = {ln.id for ln in plane.lines}  # checked per new line: a scan was quadratic in threads
+        self._next_line_id = max(self._line_ids, default=0) + 1
 
     def event_metadata_id(self, name: str, display_name: str = "") -> int:
         mid = self._events.get(name)
@@ -174,9 +175,10 @@ class PlaneBuilder:
 
     def add_line(self, name: str, timestamp_ns: int, *, display_name: str = "", line_id: int | None = None) -> Any:
         """A new line starting at ``timestamp_ns`` (wall clock); ids are unique within the plane."""
-        if line_id is None or any(ln.id == line_id for ln in self.plane.lines):
+        if line_id is None or line_id in self._line_ids:
             line_id = self._next_line_id
         self._next_line_id = max(self._next_line_id, line_id + 1)
+        self._line_ids.add(line_id)
         line = self.plane.lines.add(id=line_id, display_id=line_id, name=name, timestamp_ns=timestamp_ns)
         if display_name:
             line.display_name = display_name

@@ -13,10 +13,10 @@ from typing import IO
 
 import attrs
 
+from omniprof.analysis.stackdata import SOURCES, StackNode, StackProfile, frame_label, stack_profile
 from omniprof.core import validators as v
 from omniprof.core.results import ProfileResult
 from omniprof.plugin import Reporter
-from omniprof.reporters.stackdata import SOURCES, StackProfile, frame_label, stack_profile
 
 __all__ = ["CollapsedReporter", "CollapsedOptions", "collapsed_lines"]
 
@@ -62,18 +62,26 @@ def collapsed_lines(profile: StackProfile, opts: CollapsedOptions = CollapsedOpt
         index = (2 if opts.weight == "count" else 3) if opts.in_use else (0 if opts.weight == "count" else 1)
     else:
         index = 0 if opts.weight == "count" else 1
+    # Sum per stack node (and thread) first: a folded line is written only for a stack that has
+    # weight, once, however many records share it (nested spans 10,000 deep: one line, not 10,000).
+    by_node: dict[tuple[StackNode, str], int] = {}
+    for rec in profile.records:
+        key = (rec.node, rec.thread if opts.thread_prefix else "")
+        by_node[key] = by_node.get(key, 0) + rec.values[index]
     totals: Counter[str] = Counter()
     labels: dict[object, str] = {}
-    for rec in profile.records:
-        parts = [_clean(rec.thread)] if opts.thread_prefix else []
-        for f in rec.frames:
+    for (node, thread), weight in by_node.items():
+        if weight == 0:
+            continue
+        parts = []
+        for f in node.frames():
             lab = labels.get(f)
             if lab is None:
                 lab = labels[f] = _clean(frame_label(f, opts.frame_format))
             parts.append(lab)
-        if not parts:
-            parts = ["[no frames]"]
-        totals[";".join(parts)] += rec.values[index]
+        if opts.thread_prefix:
+            parts.insert(0, _clean(thread))
+        totals[";".join(parts or ["[no frames]"])] += weight
     return sorted((k, w) for k, w in totals.items() if w > 0)
 
 

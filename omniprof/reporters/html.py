@@ -28,7 +28,7 @@ from omniprof.core.units import format_ns
 from omniprof.plugin import Reporter
 from omniprof.reporters.table import display_column, format_cell, span_rows
 
-__all__ = ["HtmlReporter", "HtmlOptions", "flame_tree"]
+__all__ = ["HtmlReporter", "HtmlOptions", "flame_tree", "tree_json"]
 
 
 @attrs.frozen(kw_only=True)
@@ -54,10 +54,19 @@ def flame_tree(part: BackendResult, *, min_share: float = 0.001, idle: str = "hi
     stacks, _ = calltree.report_stacks(part, idle=idle)
     groups = calltree.by_thread(part, stacks)
 
-    def conv(node: calltree.Node, name: str, floor: float) -> dict[str, Any]:
-        kids = [conv(c, calltree.frame_label(c.frame, line=False), floor)  # type: ignore[arg-type]
-                for c in sorted(node.children.values(), key=lambda c: -c.total) if c.total >= floor]
-        return {"n": name, "v": node.total, "s": node.self, "c": kids}
+    def conv(top: calltree.Node, name: str, floor: float) -> dict[str, Any]:
+        # Iterative: a stack is as deep as the program's recursion (thousands of frames).
+        out: dict[str, Any] = {"n": name, "v": top.total, "s": top.self, "c": []}
+        todo = [(top, out)]
+        while todo:
+            node, entry = todo.pop()
+            for c in sorted(node.children.values(), key=lambda c: -c.total):
+                if c.total >= floor:
+                    kid = {"n": calltree.frame_label(c.frame, line=False), "v": c.total, "s": c.self,  # type: ignore[arg-type]
+                           "c": []}
+                    entry["c"].append(kid)
+                    todo.append((c, kid))
+        return out
 
     total = sum(s.weight for s in stacks)
     floor = min_share * total
@@ -67,6 +76,28 @@ def flame_tree(part: BackendResult, *, min_share: float = 0.001, idle: str = "hi
     for g in groups:
         root["c"].append(conv(calltree.build_tree(g.stacks), f"thread {g.name}", floor))
     return root
+
+
+def tree_json(root: dict[str, Any]) -> str:
+    """The flame graph's data as JSON, written without recursion (``json.dumps`` stops at about a
+    thousand levels: a 1,000-frame stack was a RecursionError)."""
+    out: list[str] = []
+    todo: list[Any] = [root]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        # the text json.dumps(root, ensure_ascii=True) gives
+        out.append(f'{{"n": {json.dumps(item["n"], ensure_ascii=True)}, "v": {json.dumps(item["v"])}, '
+                   f'"s": {json.dumps(item["s"])}, "c": [')
+        todo.append("]}")
+        kids = item["c"]
+        for i in range(len(kids) - 1, -1, -1):
+            todo.append(kids[i])
+            if i:
+                todo.append(", ")
+    return "".join(out)
 
 
 _CSS = """
@@ -91,20 +122,22 @@ _JS = r"""
   var H = 18;
   function fmt(ns){ if(ns>=1e9) return (ns/1e9).toFixed(3)+' s'; if(ns>=1e6) return (ns/1e6).toFixed(2)+' ms';
     if(ns>=1e3) return (ns/1e3).toFixed(2)+' us'; return ns+' ns'; }
-  function depth(n){ var d=0; (n.c||[]).forEach(function(k){ d=Math.max(d, depth(k)); }); return d+1; }
+  // No recursion: stacks are as deep as the program's (thousands of frames).
+  function depth(n){ var d=0, todo=[[n,1]]; while(todo.length){ var t=todo.pop(); d=Math.max(d,t[1]);
+    (t[0].c||[]).forEach(function(k){ todo.push([k,t[1]+1]); }); } return d; }
+  function zoom(n, root){ return function(){ draw(n===root && n.parent ? n.parent : n); }; }
   function draw(root){
     box.innerHTML=''; box.style.height=(depth(root)*H+2)+'px';
-    var total=root.v||1, q=(search.value||'').toLowerCase();
-    function put(n, x, d){
-      var w=n.v/total; if(w<=0) return;
+    var total=root.v||1, q=(search.value||'').toLowerCase(), todo=[[root,0,0]];
+    while(todo.length){
+      var t=todo.pop(), n=t[0], x=t[1], d=t[2], w=n.v/total; if(w<=0) continue;
       var el=document.createElement('div'); el.className='fg-node'+(q && n.n.toLowerCase().indexOf(q)>=0?' hit':'');
       el.style.left=(x*100)+'%'; el.style.width=(w*100)+'%'; el.style.top=(d*H)+'px';
       el.textContent=n.n; el.title=n.n+'\n'+fmt(n.v)+' ('+(100*n.v/data.v).toFixed(1)+'% of all), self '+fmt(n.s);
-      el.onclick=function(){ draw(n===root && n.parent ? n.parent : n); };
+      el.onclick=zoom(n, root);
       box.appendChild(el);
-      var cx=x; (n.c||[]).forEach(function(k){ k.parent=n; put(k, cx, d+1); cx+=k.v/total; });
+      var cx=x; (n.c||[]).forEach(function(k){ k.parent=n; todo.push([k, cx, d+1]); cx+=k.v/total; });
     }
-    put(root, 0, 0);
     info.textContent = root===data ? 'click a box to zoom in' : 'zoomed into '+root.n+' ('+fmt(root.v)+'); click the top bar to zoom out';
   }
   search.oninput=function(){ draw(data); };
@@ -162,7 +195,7 @@ class HtmlReporter(Reporter):
             body += self._spans(part)
             for table in part.tables:
                 body += self._table(table)
-        data = json.dumps(flame or {"n": "all", "v": 0, "s": 0, "c": []}, ensure_ascii=True).replace("</", "<\\/")
+        data = tree_json(flame or {"n": "all", "v": 0, "s": 0, "c": []}).replace("</", "<\\/")
         script = (f"<script type='application/json' id='fg-data'>{data}</script><script>{_JS}</script>"
                   if flame is not None else "")
         return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"

@@ -23,12 +23,12 @@ from typing import IO
 
 import attrs
 
+from omniprof.analysis.stackdata import SOURCES, StackNode, StackProfile, stack_profile
 from omniprof.core import validators as v
 from omniprof.core.reporter import check_times
 from omniprof.core.results import Frame, ProfileResult
-from omniprof.formats.protowire import f_bytes, f_packed, f_uint
+from omniprof.formats.protowire import f_bytes, f_packed, f_uint, varint
 from omniprof.plugin import Reporter
-from omniprof.reporters.stackdata import SOURCES, StackProfile, stack_profile
 
 __all__ = ["PprofReporter", "PprofOptions", "encode_profile"]
 
@@ -123,20 +123,36 @@ def encode_profile(profile: StackProfile, result: ProfileResult, opts: PprofOpti
             location_msgs.append(bytes(msg))
         return lid
 
-    # Aggregate identical (stack, labels): pprof sums them anyway; the file gets smaller.
-    merged: dict[tuple[tuple[int, ...], tuple[tuple[str, str], ...]], list[int]] = {}
     frame_ids: dict[Frame, int] = {}
+    # Each stack node's location ids (pprof: leaf first) as packed varints: the node's own id, then
+    # its parent's list, made once per node of the profile's prefix tree. Deep nesting then costs
+    # one copy of bytes per record, never a Python step per frame (which was quadratic).
+    packed: dict[StackNode, bytes] = {}
+
+    def location_ids(node: StackNode) -> bytes:
+        ids = packed.get(node)
+        if ids is not None:
+            return ids
+        chain = []  # the nodes not done yet, leaf first: ids are given in that order, as pprof reads them
+        top: StackNode | None = node
+        while top is not None and top.frame is not None and top not in packed:
+            f = top.frame
+            if f not in frame_ids:
+                frame_ids[f] = location_id(f)
+            chain.append(top)
+            top = top.parent
+        ids = packed.get(top, b"") if top is not None else b""
+        for n in reversed(chain):
+            ids = packed[n] = varint(frame_ids[n.frame]) + ids  # type: ignore[index]
+        return ids
+
+    # Aggregate identical (stack, labels): pprof sums them anyway; the file gets smaller.
+    merged: dict[tuple[bytes, tuple[tuple[str, str], ...]], list[int]] = {}
     for rec in profile.records:
-        ids = []
-        for f in reversed(rec.frames):  # pprof: leaf first
-            lid = frame_ids.get(f)
-            if lid is None:
-                lid = frame_ids[f] = location_id(f)
-            ids.append(lid)
-        labels = ((("thread", rec.thread),) if opts.thread_labels else ()) + rec.labels
-        acc = merged.get((tuple(ids), labels))
+        key = (location_ids(rec.node), ((("thread", rec.thread),) if opts.thread_labels else ()) + rec.labels)
+        acc = merged.get(key)
         if acc is None:
-            merged[(tuple(ids), labels)] = list(rec.values)
+            merged[key] = list(rec.values)
         else:
             for i, val in enumerate(rec.values):
                 acc[i] += val
@@ -149,7 +165,8 @@ def encode_profile(profile: StackProfile, result: ProfileResult, opts: PprofOpti
         _bytes(1, msg, out)
     for (ids, labels), values in merged.items():
         msg = bytearray()
-        _packed(1, list(ids), msg)
+        if ids:
+            _bytes(1, ids, msg)  # the packed location ids
         _packed(2, values, msg)
         for k, val in labels:
             lab = bytearray()

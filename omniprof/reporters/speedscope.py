@@ -23,11 +23,11 @@ from typing import IO, Any
 
 import attrs
 
+from omniprof.analysis.stackdata import StackNode, span_lanes, stack_profile
 from omniprof.analysis.timeline import placed, time_axis
 from omniprof.core import validators as v
 from omniprof.core.results import Frame, ProfileResult
 from omniprof.plugin import Reporter
-from omniprof.reporters.stackdata import span_lanes, stack_profile
 
 __all__ = ["SpeedscopeReporter", "SpeedscopeOptions", "speedscope_document", "SCHEMA_URL"]
 
@@ -93,22 +93,23 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
         prof = stack_profile(result, "samples")
         notes += [f"{k.replace('_', ' ')}: {n}" for k, n in prof.adjustments.items()]
         by_thread: dict[str, tuple[list[list[int]], list[int], list[int]]] = {}
-        indices: dict[int, tuple[tuple[Frame, ...], list[int]]] = {}  # id(frames tuple) -> indices
+        indices: dict[StackNode, list[int]] = {}  # stack node -> frame indices
         for rec in prof.records:
             stacks, weights, starts = by_thread.setdefault(rec.thread, ([], [], []))
-            # records of one stack share one frames tuple: map it to frame indices once
-            hit = indices.get(id(rec.frames))
+            # records of one stack share one node: map it to frame indices once
+            hit = indices.get(rec.node)
             if hit is None:
-                hit = indices[id(rec.frames)] = (rec.frames, [frames(f) for f in rec.frames])
-            if stacks and stacks[-1] is hit[1]:
+                hit = indices[rec.node] = [frames(f) for f in rec.frames]
+            if stacks and stacks[-1] is hit:
                 weights[-1] += rec.values[1]  # same stack again: one longer sample, same picture
                 continue
-            stacks.append(hit[1])
+            stacks.append(hit)
             weights.append(rec.values[1])
             starts.append((rec.t_ns or 0) - rec.values[1])
         for thread, (stacks, weights, starts) in by_thread.items():
             profiles.append(_sampled(thread, "nanoseconds", stacks, weights, min(starts)))
 
+    negative = 0  # spans and allocations with a negative amount: left out (speedscope refuses the file)
     if opts.include_spans:
         moved_total = 0
         multi = len(result.parts) > 1
@@ -117,11 +118,15 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
             lanes, moved = span_lanes(part)
             moved_total += moved
             for lane in lanes:
-                if not lane.spans:
+                if not any(s.dur_ns >= 0 for s in lane.spans):
+                    negative += len(lane.spans)
                     continue
                 events: list[dict[str, Any]] = []
                 open_: list[int] = []  # indices into lane.spans
                 for i, s in enumerate(lane.spans):
+                    if s.dur_ns < 0:
+                        negative += 1
+                        continue
                     while open_ and lane.spans[open_[-1]].end_ns <= s.start_ns:
                         j = open_.pop()
                         events.append({"type": "C", "at": pp.at(lane.spans[j].end_ns),
@@ -137,20 +142,24 @@ def speedscope_document(result: ProfileResult, opts: SpeedscopeOptions = Speedsc
                                  "startValue": events[0]["at"], "endValue": max(e["at"] for e in events),
                                  "events": events})
         if moved_total:
-            notes.append(f"{moved_total} overlapping spans moved to overlap lanes")
+            notes.append(f"{moved_total} spans moved to overlap lanes (overlapping spans and what nests in them)")
 
     if opts.include_allocations and any(p.allocations for p in result.parts):
         prof = stack_profile(result, "allocations")
         for label, index in (("allocated", 1), ("in use at end", 3)):
             by_thread2: dict[str, tuple[list[list[int]], list[int]]] = {}
             for rec in prof.records:
-                if rec.values[index]:
+                if rec.values[index] < 0:
+                    negative += index == 1  # counted once, not per profile
+                elif rec.values[index]:
                     stacks, weights = by_thread2.setdefault(rec.thread, ([], []))
                     stacks.append([frames(f) for f in rec.frames])
                     weights.append(rec.values[index])
             for thread, (stacks, weights) in by_thread2.items():
                 profiles.append(_sampled(f"{thread}: {label} bytes", "bytes", stacks, weights, 0))
 
+    if negative:
+        notes.append(f"{negative} span(s) or allocation(s) of negative size left out")
     md = result.metadata
     losses = sum(1 for _ in result.losses)
     if losses:

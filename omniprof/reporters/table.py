@@ -218,10 +218,8 @@ class TableReporter(Reporter):
         out.line(f"== distributed run {d.get('run') or ''}: {d.get('world_size')} ranks".replace("run :", "run:"))
         out.line()
         for block in crossrank.text_blocks(crossrank.analyze_result(result)):
-            if block[0] == "grid":
-                _, header, rows, align = block
-                out.table([Column(h, kind="num" if a == "r" else "label") for h, a in zip(header, align)],
-                          [[str(c) for c in r] for r in rows])
+            if block[0] == "table":
+                out.table(block[1], block[2])
             elif not block[1]:
                 out.line()
             else:
@@ -365,7 +363,7 @@ class TableReporter(Reporter):
             out.line(f"(op_stats of backend {part.backend} are not grouped: grouping by input shape or stack needs "
                      f"torch ops)")
             return table
-        from omniprof.formats.kineto import op_table
+        from omniprof.analysis.torch_ops import op_table
 
         grouped = op_table(part, group_by_input_shape=o.group_by_input_shape, group_by_stack_n=o.group_by_stack_n)
         if grouped is None:

@@ -3,12 +3,12 @@ result with one of each kind of data."""
 
 from __future__ import annotations
 
-import time
 from typing import Any, ClassVar
 
 import attrs
 
 from omniprof.plugin import Backend
+from omniprof.core.clock import perf_counter_ns
 from omniprof.core.results import (
     Allocation,
     Artifact,
@@ -64,7 +64,7 @@ class SkewedClock:
         self.perf_counter_offset_ns = self.skew_ns  # a fixed offset: engines stamping in C can serve it
 
     def now_ns(self) -> int:
-        return time.perf_counter_ns() + self.skew_ns
+        return perf_counter_ns() + self.skew_ns
 
 
 class FakeBackend(Backend):

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["view"]
+__all__ = ["view", "open_views"]
 
 
 def view(target: Any, *, host: str = "127.0.0.1", port: int | None = None, verbose: bool = False) -> Any:
@@ -58,3 +59,19 @@ def view(target: Any, *, host: str = "127.0.0.1", port: int | None = None, verbo
         return TraceFileServer(path, host=host, port=9001 if port is None else port).start()
     raise InvalidArgumentError(f"omniprof.view(): nothing at {str(path)!r}; give a trace file, a logdir "
                                f"or a ProfileResult")
+
+
+def open_views(requests: Sequence[Mapping[str, Any]], saved: Sequence[str]) -> None:
+    """Open what backends asked to show once a Profiler saved the result (the xla backend's
+    ``create_perfetto_link``: a Perfetto link to its trace). The Profiler's viewer (``viewer=``, or
+    the default the front ends install with ``omniprof.core.views.set_default_viewer``).
+
+    Never raises: a port that cannot be bound, a timeout or Ctrl-C are said and lose nothing.
+    """
+    for req in requests:
+        if req.get("viewer") != "perfetto_link":
+            continue
+        from omniprof.viewers.serve import serve_perfetto_link
+
+        serve_perfetto_link(req["path"], port=req["port"], wait=req["wait"], timeout_s=req["timeout_s"],
+                            saved=[*req.get("saved", ()), *saved])

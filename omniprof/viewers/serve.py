@@ -15,13 +15,13 @@ import os
 import re
 import sys
 import threading
-import time
 import urllib.parse
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from omniprof.core.clock import monotonic
 from omniprof.errors import InvalidArgumentError, OmniprofError, OmniprofWarning
 
 __all__ = ["TraceFileServer", "perfetto_link", "PERFETTO_ORIGIN", "PERFETTO_PORT", "LOOPBACK", "check_bind_address",
@@ -277,10 +277,10 @@ def serve_perfetto_link(path: str | os.PathLike[str], *, port: int = PERFETTO_PO
             server.watcher = threading.Thread(target=watch, name="omniprof-perfetto-watch", daemon=True)
             server.watcher.start()
             return server
-        deadline = time.monotonic() + timeout_s
+        deadline = monotonic() + timeout_s
         try:
-            while not server.wait_fetched(min(0.25, max(0.0, deadline - time.monotonic()))):
-                if time.monotonic() >= deadline:
+            while not server.wait_fetched(min(0.25, max(0.0, deadline - monotonic()))):
+                if monotonic() >= deadline:
                     warnings.warn(f"the Perfetto link was not opened within {timeout_s:g} s; saved: {kept}",
                                   PerfettoLinkWarning, stacklevel=_caller_level())
                     break

@@ -12,7 +12,7 @@ from pathlib import Path
 
 STEPS = 5          # schedule wait=1, warmup=1, active=3: steps 2..4 recorded
 RECORDED = {2, 3, 4}  # step 1 warms up: under load it carries ~0.5 s of start-up on every rank,
-                      # which would hide the straggler's 100 ms sleep below the 20 % threshold
+                      # which would swamp the straggler's 100 ms sleep in its own-time figures
 SLEEP_S = 0.1
 
 

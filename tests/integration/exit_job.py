@@ -1,6 +1,6 @@
 """A rank that exits right after its last collective, with gloo's worker threads held back:
 the conditions of the SIGABRT at exit that docs/distributed.md's torchrun example hit now and then
-(see ``omniprof.core.distributed._keep_until_released``). Run by torchrun, 2 ranks, gloo on 127.0.0.1.
+(see ``omniprof.backends.torch.collectives._keep_until_released``). Run by torchrun, 2 ranks, gloo on 127.0.0.1.
 
 ``python -m torch.distributed.run --nproc-per-node 2 ... exit_job.py OUT MODE``: ``MODE`` is
 ``profiler`` (a ``Profiler(distributed=True)`` session is the last thing the ranks do together) or

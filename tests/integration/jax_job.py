@@ -29,7 +29,7 @@ def run_rank(rank: int, world: int, port: int, logdir: str, slow_rank: int, skew
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     import omniprof
-    from omniprof.core import distributed as odist
+    from omniprof.backends.xla import collectives as odist
     from omniprof.testing.fakes import SkewedClock
 
     if chunk_bytes:  # payloads over jax's key-value store in many small pieces

@@ -34,11 +34,23 @@ SKEWED = 1
 SKEW_NS = 5_000_000_000
 
 
+BUSY = 2  # processes spinning beside the job: the straggler must still be the one rank that sleeps
+
+
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    import subprocess
+    import sys
+
     logdir = tmp_path_factory.mktemp("ddp")
-    ddp_job.spawn(WORLD, free_port(), str(logdir), slow_rank=SLOW, skew_rank=SKEWED, skew_ns=SKEW_NS,
-                  backends=("torch", "cpu"))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(BUSY)]
+    try:
+        ddp_job.spawn(WORLD, free_port(), str(logdir), slow_rank=SLOW, skew_rank=SKEWED, skew_ns=SKEW_NS,
+                      backends=("torch", "cpu"))
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
     truth = {r: json.loads((logdir / f"truth_rank{r}.json").read_text()) for r in range(WORLD)}
     runs = list((logdir / "plugins" / "profile").iterdir())
     return {"logdir": logdir, "truth": truth, "runs": runs}
@@ -126,9 +138,35 @@ def test_merged_timeline_opens_in_perfetto_with_one_process_per_rank(job: dict, 
     assert names == {f"{host} / rank {r}" for r in range(WORLD)}
 
 
-def _check_straggler(rep: crossrank.CrossRankReport, job: dict, run: Path) -> None:
+def _caused_from_the_raw_traces(run: Path) -> tuple[dict[int, int], int]:
+    """Independent reference, from each rank's Kineto JSON (read with the json module, times in µs
+    on the one host's clock): for the k-th gloo all-reduce of every rank, the rank that started it
+    last is charged every other rank's duration less the shortest. Returns ns charged per rank and
+    the number of all-reduces compared."""
+    starts = {r: sorted((e["ts"], e["dur"]) for e in _kineto_events(run / f"rank{r}")
+                        if e.get("name") == "gloo:all_reduce") for r in range(WORLD)}
+    n = min(len(v) for v in starts.values())
+    caused: dict[int, int] = {}
+    for k in range(n):
+        per = {r: starts[r][k] for r in range(WORLD)}
+        last = max(per, key=lambda r: per[r][0])
+        low = min(d for _, d in per.values())
+        caused[last] = caused.get(last, 0) + round(sum(d - low for r, (_, d) in per.items() if r != last) * 1000)
+    return caused, n
+
+
+def _check_straggler(rep: crossrank.CrossRankReport, job: dict, run: Path, *, exact: bool) -> None:
     assert [s.rank for s in rep.stragglers] == [SLOW]
     (s,) = rep.stragglers
+    # The waiting it cost the others, against the raw traces: to the µs when the traces themselves
+    # are read (their own clocks: one host's), within 5 % from the run's aligned clocks (rank
+    # offsets measured with an uncertainty of up to a few hundred µs).
+    caused, compared = _caused_from_the_raw_traces(run)
+    assert s.compared == compared
+    assert max(caused, key=caused.get) == SLOW and caused[SLOW] > 0  # the raw traces say so too
+    assert abs(s.wait_caused_ns - caused[SLOW]) <= (compared * 1000 if exact else 0.05 * caused[SLOW])
+    if exact:
+        assert {x.rank: x.wait_caused_ns for x in rep.wait_caused} == pytest.approx(caused, abs=compared * 1000)
     sleeps = {int(k): v for k, v in job["truth"][SLOW]["sleep_ns"].items()}
     # Its step times are the ProfilerStep spans of its own Kineto trace (microseconds there).
     steps = {int(e["name"].split("#")[1]): round(float(e["dur"]) * 1000)
@@ -137,12 +175,13 @@ def _check_straggler(rep: crossrank.CrossRankReport, job: dict, run: Path) -> No
     for st in s.slow_steps:
         assert abs(s.step_ns[st] - steps[st]) <= 1000
         # The sleep was in the step, outside every op and every collective: all of it is own time.
+        # The median rank's own time is not much below: with two busy processes beside the job the
+        # other ranks' own work stretches too (they then wait less): the second figure, not the rule.
         assert s.own_ns[st] >= sleeps[st]
-        assert s.own_ns[st] - s.median_own_ns[st] >= 0.5 * sleeps[st]
+        assert s.own_ns[st] > s.median_own_ns[st]
     assert s.outside_ops_ns >= sum(sleeps[st] for st in s.slow_steps)
-    assert s.others_wait_ns > 0
     text = rep.to_text()
-    assert f"Straggler: rank {SLOW}, slow in 3 of 3 steps" in text
+    assert f"Straggler: rank {SLOW} cost the others" in text
 
 
 def test_straggler_named_from_the_run_dir_and_from_the_merged_result(job: dict) -> None:
@@ -150,7 +189,7 @@ def test_straggler_named_from_the_run_dir_and_from_the_merged_result(job: dict) 
     (run,) = job["runs"]
     from_dir = crossrank.analyze(run, workers=2)
     from_merged = crossrank.analyze(omniprof.load(run / "omniprof.result.json"))
-    _check_straggler(from_dir, job, run)
+    _check_straggler(from_dir, job, run, exact=False)
     assert from_dir.to_text() == from_merged.to_text()
     for r in from_dir.ranks:
         assert r.source == "cpu"
@@ -166,7 +205,7 @@ def test_straggler_named_from_a_directory_of_kineto_traces(job: dict, tmp_path: 
         shutil.copy(trace, tmp_path / f"trace_{r}.json")
     rep = crossrank.analyze(tmp_path, workers=1)
     assert [r.rank for r in rep.ranks] == list(range(WORLD))
-    _check_straggler(rep, job, run)
+    _check_straggler(rep, job, run, exact=True)
 
 
 def test_report_command_on_the_run_dir_and_on_a_kineto_directory(job: dict, tmp_path: Path, capsys) -> None:
@@ -182,11 +221,11 @@ def test_report_command_on_the_run_dir_and_on_a_kineto_directory(job: dict, tmp_
         # The cross-rank section alone: ranks read and reduced in worker processes.
         assert main(["report", str(src), "-r", "table", "-R", "table.include_rank_parts=false", "-j", workers]) == 0
         out = capsys.readouterr().out
-        assert f"{WORLD} ranks" in out and f"Straggler: rank {SLOW}, slow in 3 of 3 steps" in out
+        assert f"{WORLD} ranks" in out and f"Straggler: rank {SLOW} cost the others" in out
         assert "== backend torch (rank" not in out
     assert main(["report", str(run), "-r", "table", "-R", "table.width=200"]) == 0  # whole merged result
     out = capsys.readouterr().out
-    assert f"Straggler: rank {SLOW}, slow in 3 of 3 steps" in out and "== backend cpu (rank 2, " in out
+    assert f"Straggler: rank {SLOW} cost the others" in out and "== backend cpu (rank 2, " in out
     outdir = tmp_path / "out"
     assert main(["report", str(run), "-r", "perfetto,table", "-o", str(outdir)]) == 0
     out = capsys.readouterr().out

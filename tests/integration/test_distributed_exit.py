@@ -89,7 +89,7 @@ import torch.multiprocessing as mp
 
 def rank_main(rank, port, out):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    from omniprof.core import distributed as od
+    from omniprof.backends.torch import collectives as od
     coll = od.TorchCollectives()
     mine = {"rank": rank, 7: [1, None], "blob": bytes(range(256)) * (1 + 3000 * rank)}  # sizes differ by rank
     everyone = coll.all_gather_object(mine)

@@ -307,3 +307,48 @@ def test_bare_xplane_file_name_keeps_the_xprof_tables(tmp_path, monkeypatch, cap
     assert not [w for w in caught if "tool_failed" in str(w.message)]
     names = lambda r: sorted(t.name for t in r.parts[0].tables)  # noqa: E731
     assert names(bare) == names(full) and names(full)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("spans", {"name": "s", "track": "t", "start_ns": 10, "dur_ns": -5, "category": "", "args": {}, "flow_ids": []},
+     "spans[0].dur_ns is -5, but a duration cannot be negative"),
+    ("allocations", {"t_ns": 1, "size_bytes": -64, "stack_id": 0, "thread_id": None, "alive_at_end": False, "count": 1,
+                     "type": None, "domain": None}, "allocations[0].size_bytes is -64, but a size cannot be negative"),
+])
+def test_negative_durations_and_sizes_refused_in_one_line(tmp_path, field, value, message):
+    """A result file with a negative span duration or allocation size (speedscope refuses such
+    files) is refused by omniprof report with one line naming the value; nothing is written."""
+    good = omniprof.ProfileResult(parts=(omniprof.core.results.BackendResult(
+        backend="cpu", frames=[omniprof.core.results.Frame("f", "f.py", 1)], stacks=[(0,)]),))
+    data = good.to_dict()
+    data["parts"][0][field] = [value]
+    path = tmp_path / "neg.json"
+    path.write_text(json.dumps(data))
+    proc = subprocess.run([sys.executable, "-m", "omniprof", "report", str(path), "-r", "speedscope", "-o",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not list((tmp_path / "out").glob("*")) if (tmp_path / "out").exists() else True
+
+
+def test_gzip_of_2m_spans_expanding_160_times_is_refused_in_bounded_memory(tmp_path, tally):
+    """A 1.2 MB gzip of a result with 2 M spans (it expands 160 times, to 200 MB; its objects would
+    take gigabytes): refused at the ratio bound (100) in one line, by a process limited to 1 GiB of
+    address space. The old bound (200) let it through: 1.19 GB for such a file in the audit."""
+    path = tmp_path / "spans.result.json.gz"
+    with gzip.open(path, "wb", compresslevel=9) as gz:
+        gz.write(b'{"schema_version": 2, "parts": [{"backend": "cpu", "spans": [')
+        for start in range(0, 2_000_000, 200_000):
+            rows = ",".join(f'{{"name": "s", "track": "t", "start_ns": {i % 50}, "dur_ns": 1, "category": "", '
+                            f'"args": {{}}, "flow_ids": []}}' for i in range(start, start + 200_000))
+            gz.write((("," if start else "") + rows).encode())
+        gz.write(b"]}]}")
+    with gzip.open(path) as f:
+        ratio = sum(len(c) for c in iter(lambda: f.read(1 << 24), b"")) / path.stat().st_size
+    assert 120 < ratio < 200  # between the new bound and the old one
+    p = _limited(["report", str(path), "-r", "json", "-o", "out"], tmp_path, 1 << 30)
+    tally.check("2 M spans gzipped 160x under 1 GiB", "refused")
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    line = _one_error_line(p.stderr)
+    assert "expands more than 100 times" in line and "OMNIPROF_MAX_GZIP_RATIO" in line

@@ -783,13 +783,24 @@ static char *req_ts;
 static volatile int req_rc;
 static volatile int eng_sleeping;    /* the engine waits in futex(): the handler must wake it */
 
+/* CPU time the program's threads spent in on_snap_signal (from its first instruction to its last:
+ * the kernel's delivery and sigreturn are not in it), summed over the session: what the engine
+ * takes from the program's own threads, reported beside the engine thread's own CPU time. */
+static volatile int64_t handler_cpu_ns;
+
 static void on_snap_signal(int sig, siginfo_t *si, void *uc) {
     (void)sig; (void)si; (void)uc;
-    int expect = 1;
-    if (!__atomic_compare_exchange_n(&req_state, &expect, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
     int saved = errno;
+    int64_t t0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+    int expect = 1;
+    if (!__atomic_compare_exchange_n(&req_state, &expect, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        __atomic_add_fetch(&handler_cpu_ns, now_ns(CLOCK_THREAD_CPUTIME_ID) - t0, __ATOMIC_RELAXED);
+        errno = saved;
+        return;
+    }
     if ((pid_t)syscall(SYS_gettid) != req_tid) {  /* a late signal meant for an earlier request */
         __atomic_store_n(&req_state, 1, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&handler_cpu_ns, now_ns(CLOCK_THREAD_CPUTIME_ID) - t0, __ATOMIC_RELAXED);
         errno = saved;
         return;
     }
@@ -797,6 +808,7 @@ static void on_snap_signal(int sig, siginfo_t *si, void *uc) {
     __atomic_store_n(&req_state, 3, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&eng_sleeping, __ATOMIC_SEQ_CST))  /* a wake costs the thread a system call: only when needed */
         syscall(SYS_futex, &req_state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    __atomic_add_fetch(&handler_cpu_ns, now_ns(CLOCK_THREAD_CPUTIME_ID) - t0, __ATOMIC_RELAXED);
     errno = saved;
 }
 
@@ -1108,6 +1120,7 @@ static void reset_session(void) {
     E.ticks = E.samples_total = E.torn = E.dropped = E.idle_samples = E.thread_reads = E.retries = E.snapshots = E.signal_reads = E.signal_timeouts = 0;
     E.truncated = 0;
     E.engine_cpu_ns = E.max_lag_ns = 0;
+    __atomic_store_n(&handler_cpu_ns, 0, __ATOMIC_RELAXED);
     E.t_prev = 0;
 }
 
@@ -1374,13 +1387,14 @@ static PyObject *py_drain(PyObject *self, PyObject *noargs) {
         Py_DECREF(v);
     }
     E.n_new_codes = 0;
-    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
+    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
                           "truncated", (long long)E.truncated,
                           "snapshots", (long long)E.snapshots, "signal_reads", (long long)E.signal_reads,
                           "signal_timeouts", (long long)E.signal_timeouts,
                           "torn", (long long)E.torn, "retries", (long long)E.retries, "dropped", (long long)E.dropped,
                           "idle_samples", (long long)E.idle_samples, "thread_reads", (long long)E.thread_reads,
                           "engine_cpu_ns", (long long)E.engine_cpu_ns, "max_lag_ns", (long long)E.max_lag_ns,
+                          "handler_cpu_ns", (long long)__atomic_load_n(&handler_cpu_ns, __ATOMIC_RELAXED),
                           "t_start_ns", (long long)E.t_start, "running", (int)E.running);
     pthread_mutex_unlock(&E.lock);
     if (!stats) goto fail_unlocked;

@@ -21,16 +21,17 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import IO, Any
 
 import attrs
 
+from omniprof.backends.cpu.backend import CpuOptions
+from omniprof.backends.cpu.buffer import buffer, default_interval_s, default_max_samples, set_defaults
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import NO_CUT, StackCut
-from omniprof.core.clock import DEFAULT_CLOCK
+from omniprof.core.clock import DEFAULT_CLOCK, strftime
 from omniprof.core.results import BackendResult, ClockInfo, Frame, ProfileResult, RunMetadata, Track
 from omniprof.analysis.stackreport import GroupReport, PrintOptions, build_report, format_report, print_options
 from omniprof.analysis.stackreport import callers as _callers
@@ -40,9 +41,6 @@ __all__ = ["init", "fetch", "retrieve", "clear", "print", "callers", "report_gro
            "enable_peek", "disable_peek", "set_peek_duration", "peek_duration", "peek_report", "PeekReport",
            "default_peek_report", "PrintOptions", "BYTES_PER_SAMPLE"]
 
-_config = {"max_samples": 1_000_000, "interval_s": 0.001}
-_buffer: Sampler | None = None
-_lock = threading.Lock()
 
 
 def init(max_samples: int | None = None, interval_s: float | None = None, *, n: int | None = None,
@@ -54,8 +52,6 @@ def init(max_samples: int | None = None, interval_s: float | None = None, *, n: 
     Backend options given explicitly (``backend_options={"cpu": {...}}``, ``-O cpu.interval_s=``)
     still win over these defaults.
     """
-    from omniprof.backends.cpu.backend import CpuOptions
-
     if n is not None:
         if max_samples is not None:
             raise InvalidArgumentError("init(): give 'max_samples' or Julia's 'n', not both")
@@ -66,32 +62,10 @@ def init(max_samples: int | None = None, interval_s: float | None = None, *, n: 
         interval_s = delay
     if max_samples is not None or interval_s is not None:
         # Validate with the backend's own validators (same messages as -O cpu.KEY=...).
-        CpuOptions(max_samples=_config["max_samples"] if max_samples is None else max_samples,
-                   interval_s=_config["interval_s"] if interval_s is None else interval_s)
-    if max_samples is not None:
-        _config["max_samples"] = max_samples
-        if _buffer is not None:
-            _buffer.max_samples = max_samples
-    if interval_s is not None:
-        _config["interval_s"] = float(interval_s)
-    return int(_config["max_samples"]), float(_config["interval_s"])
-
-
-def default_max_samples() -> int:
-    return int(_config["max_samples"])
-
-
-def default_interval_s() -> float:
-    return float(_config["interval_s"])
-
-
-def buffer() -> Sampler:
-    """The process-wide sample buffer (created on first use)."""
-    global _buffer
-    with _lock:
-        if _buffer is None:
-            _buffer = Sampler(None, DEFAULT_CLOCK, int(_config["max_samples"]))
-        return _buffer
+        CpuOptions(max_samples=default_max_samples() if max_samples is None else max_samples,
+                   interval_s=default_interval_s() if interval_s is None else interval_s)
+    set_defaults(max_samples, interval_s)
+    return default_max_samples(), default_interval_s()
 
 
 @attrs.frozen
@@ -137,6 +111,8 @@ def retrieve(*, record_offsets: bool = True) -> ProfileResult:
     import platform
     import socket
 
+    from omniprof.core.host import platform_string
+
     b = buffer()
     frames, stacks, samples, losses = b.export(offsets=record_offsets)
     tids = sorted({s.thread_id for s in samples})
@@ -157,7 +133,7 @@ def retrieve(*, record_offsets: bool = True) -> ProfileResult:
                                 "bytes_per_sample": BYTES_PER_SAMPLE, "buffer_bytes": b.nbytes()}},
         metadata={"source": "omniprof.cpu.retrieve"})
     md = RunMetadata(host=socket.gethostname(), pid=os.getpid(), python=platform.python_version(),
-                     platform=platform.platform(), backends=("cpu",), start_ns=start, end_ns=end)
+                     platform=platform_string(), backends=("cpu",), start_ns=start, end_ns=end)
     return ProfileResult(metadata=md, parts=(part,))
 
 
@@ -295,7 +271,7 @@ def set_peek_duration(seconds: float) -> None:
     if _peek.get("native") and _peek["signum"] is not None:
         from omniprof.backends.cpu import _nativesampler as ns
 
-        ns.peek_arm(_peek["signum"], int(seconds * 1e9), round(float(_config["interval_s"]) * 1e9), ns.MODE_WALL)
+        ns.peek_arm(_peek["signum"], int(seconds * 1e9), round(default_interval_s() * 1e9), ns.MODE_WALL)
 
 
 def peek_duration() -> float:
@@ -327,7 +303,7 @@ def enable_peek(signum: int | None = None, *, launcher_codes: Any = ()) -> None:
         # thread is inside a long C call; a Python thread prints the report afterwards.
         from omniprof.backends.cpu import _nativesampler as ns
 
-        ns.peek_arm(sig, int(_peek["duration_s"] * 1e9), round(float(_config["interval_s"]) * 1e9), ns.MODE_WALL)
+        ns.peek_arm(sig, int(_peek["duration_s"] * 1e9), round(default_interval_s() * 1e9), ns.MODE_WALL)
         _peek["native"] = True
         _peek["stop"] = threading.Event()
         t = threading.Thread(target=_native_peek_loop, args=(_peek["stop"],), name="omniprof-peek", daemon=True)
@@ -407,9 +383,9 @@ def _native_peek_loop(stop: threading.Event) -> None:
             continue
         err = sys.stderr
         try:
-            sampler = Sampler(None, DEFAULT_CLOCK, int(_config["max_samples"]), tasks=None)
+            sampler = Sampler(None, DEFAULT_CLOCK, default_max_samples(), tasks=None)
             sampler.begin()
-            eng = NativeEngine(sampler, float(_config["interval_s"]))
+            eng = NativeEngine(sampler, default_interval_s())
             try:
                 eng.drain()
             finally:
@@ -435,7 +411,7 @@ def _print_peek(sampler: Sampler, stats: dict[str, Any], err: Any) -> None:
     parts = [f"omniprof peek: pid {os.getpid()} received a peek request; a {peek_duration():g} s profile follows\n"]
     # the first tick's samples: each is stamped as its stack is read (microseconds apart); the next
     # tick comes at least half an interval later (the engine's jitter)
-    first_tick_ns = start_ns + int(float(_config["interval_s"]) * 1e9) // 2
+    first_tick_ns = start_ns + int(default_interval_s() * 1e9) // 2
     first = [s for s in samples if s.t_ns < first_tick_ns]
     for smp in first:  # every thread's stack at the first tick, most recent call last
         parts.append(f"\nThread {smp.thread_id} ({names.get(smp.thread_id, '?')}), most recent call last:\n")
@@ -450,8 +426,8 @@ def _print_peek(sampler: Sampler, stats: dict[str, Any], err: Any) -> None:
         backend="cpu", start_ns=start_ns, end_ns=end_ns, frames=frames, stacks=stack_table, samples=samples,
         threads=threads, losses=losses,
         summaries={"overhead": {"engine": "native (peek)", "samples": len(samples), "ticks": ticks,
-                                "interval_s": float(_config["interval_s"]),
-                                "requested_rate_hz": 1.0 / float(_config["interval_s"]),
+                                "interval_s": default_interval_s(),
+                                "requested_rate_hz": 1.0 / default_interval_s(),
                                 "achieved_rate_hz": ticks / dur, "sampler_time_ns": int(stats.get("engine_cpu_ns", 0)),
                                 "sampler_overhead_pct": 100.0 * int(stats.get("engine_cpu_ns", 0)) / (dur * 1e9)}})
     err.write(f"\nomniprof peek: profile of {dur:.2f} s\n")
@@ -495,7 +471,7 @@ def _peek_heap_snapshot(err: Any) -> None:
     from omniprof.backends.memory.heapsnapshot import take_heap_snapshot
 
     streaming = mode in ("stream", "streaming")
-    path = Path.cwd() / f"omniprof-peek-{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}.heapsnapshot"
+    path = Path.cwd() / f"omniprof-peek-{os.getpid()}-{strftime('%Y%m%d-%H%M%S')}.heapsnapshot"
     written = take_heap_snapshot(path, streaming=streaming)
     what = "heap snapshot parts" if streaming else "heap snapshot"
     err.write(f"omniprof peek: {what} written to {written}{'.*' if streaming else ''}\n")
@@ -510,8 +486,8 @@ def _peek_run(stacks_text: str, duration_s: float) -> None:
         err.write(stacks_text)
         err.flush()
         me = threading.get_ident()
-        sampler = Sampler(python_stacks(exclude=lambda: (me,)), DEFAULT_CLOCK, int(_config["max_samples"]))
-        interval = float(_config["interval_s"])
+        sampler = Sampler(python_stacks(exclude=lambda: (me,)), DEFAULT_CLOCK, default_max_samples())
+        interval = default_interval_s()
         t_start = sampler.begin()
         del t_start
         start_ns = DEFAULT_CLOCK.now_ns()

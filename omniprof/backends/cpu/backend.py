@@ -31,7 +31,6 @@ import random
 import signal
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -39,12 +38,12 @@ from typing import Any
 import attrs
 
 from omniprof.plugin import Backend, Capability
-from omniprof.backends.cpu import api
+from omniprof.backends.cpu import buffer as cpu_buffer
 from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import NO_CUT, WALK_MAX_DEPTH, StackCut, python_stacks, walks_truncated
 from omniprof.core import validators as v
 from omniprof.core.annotations import user_args
-from omniprof.core.clock import perf_counter_offset_ns
+from omniprof.core.clock import perf_counter, perf_counter_offset_ns
 from omniprof.core.forks import OwnedHandler, on_fork_child
 from omniprof.core.results import BackendResult, ClockInfo, Frame, Loss, Span, TaskInfo, ThreadInfo, Track
 from omniprof.errors import BackendOptionWarning, DataLossWarning, InvalidArgumentError
@@ -96,9 +95,9 @@ class CpuOptions:
             so ``max_samples`` is this session's own budget.
     """
 
-    interval_s: float = attrs.field(factory=lambda: api.default_interval_s(),
+    interval_s: float = attrs.field(factory=lambda: cpu_buffer.default_interval_s(),
                                     validator=[v.number_in_range(0.0, 10.0, lo_open=True), _fast_enough])
-    max_samples: int = attrs.field(factory=lambda: api.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
+    max_samples: int = attrs.field(factory=lambda: cpu_buffer.default_max_samples(), validator=v.int_in_range(1, 2**31 - 1))
     engine: str = attrs.field(default="auto", validator=v.one_of(*ENGINES))
     mode: str = attrs.field(default="wall", validator=v.one_of(*MODES))
     native: bool = attrs.field(default=False, validator=v.is_bool)
@@ -128,7 +127,7 @@ class _SignalTrigger:
         pos = [0]
         due = [0.0]  # when the next tick is due (perf_counter seconds): the schedule, not the handler's
         # own run time, sets the rate
-        setitimer, real, now = signal.setitimer, signal.ITIMER_REAL, time.perf_counter
+        setitimer, real, now = signal.setitimer, signal.ITIMER_REAL, perf_counter
         self._due = due
 
         def rearm() -> None:
@@ -149,11 +148,17 @@ class _SignalTrigger:
                 return
             frame_box[0] = frame
             try:
-                sample()
+                sample()  # counts its own failures (Sampler.errors), never raises
             finally:
                 frame_box[0] = None
                 if self._armed:
-                    rearm()
+                    try:
+                        rearm()
+                    except Exception as e:  # never into the program: this runs inside its main thread
+                        sampler.errors += 1
+                        sampler.first_error = sampler.first_error or f"re-arming the timer: {type(e).__name__}: {e}"
+                        with contextlib.suppress(Exception):
+                            setitimer(real, interval_s)
 
         own.update(id(c) for c in _own_codes(handler))
         self.handler = handler
@@ -162,7 +167,7 @@ class _SignalTrigger:
         self._owned = OwnedHandler(signal.SIGALRM, self.handler).install()
         self._armed = True
         on_fork_child(self._forked)
-        self._due[0] = time.perf_counter() + self.interval_s
+        self._due[0] = perf_counter() + self.interval_s
         signal.setitimer(signal.ITIMER_REAL, self.interval_s)
 
     def stop(self) -> None:
@@ -391,7 +396,7 @@ class CpuSamplerBackend(Backend):
 
             find_pyspy()
         self.engine = engine
-        self.sampler = self._own_sampler if self._own_sampler is not None else api.buffer()
+        self.sampler = self._own_sampler if self._own_sampler is not None else cpu_buffer.buffer()
         self.sampler.max_samples = opts.max_samples
         if not opts.accumulate:
             self.sampler.clear()
@@ -406,6 +411,7 @@ class CpuSamplerBackend(Backend):
         if self.sampler is not None:
             s = self.sampler
             self._base = (s.ticks, s.self_time_ns, s.dropped)
+            self._errors0 = s.errors
             self._walks_cut0 = walks_truncated()
             if self.engine == "signal":
                 source = python_stacks(main_frame=lambda: self._frame_box[0])
@@ -546,9 +552,14 @@ class CpuSamplerBackend(Backend):
                                own_time_ns=native.own_ns + own_ns,
                                stale_codes=native.stale_codes, max_tick_lag_ns=int(st.get("max_lag_ns", 0)),
                                samples_dropped=dropped + int(st.get("dropped", 0)),
-                               sampler_time_note="CPU time of the native engine's own thread (not the program's "
-                                                 "threads); torn samples (read while the thread changed them) are "
-                                                 "counted, not reported")
+                               handler_cpu_ns=int(st.get("handler_cpu_ns", 0)), drain_cpu_ns=native.drain_cpu_ns,
+                               process_cpu_ns=native.process_cpu_ns,
+                               sampler_time_note="sampler_time_ns is the CPU time of the native engine's own thread "
+                                                 "(beside the program, not in its threads); handler_cpu_ns is the "
+                                                 "CPU time the program's threads spent in the engine's snapshot "
+                                                 "signal handler; drain_cpu_ns the drain thread's, under the GIL; "
+                                                 "process_cpu_ns every thread's; torn samples (read while the "
+                                                 "thread changed them) are counted, not reported")
                 if st.get("torn"):
                     losses.append(Loss(source="cpu", kind="torn_samples", count=int(st["torn"]), unit="samples",
                                        detail="thread stacks that changed while being read (failed validation); "
@@ -562,6 +573,12 @@ class CpuSamplerBackend(Backend):
                     losses.append(Loss(source="cpu", kind="stack_truncated", count=int(st["truncated"]),
                                        unit="samples", detail=f"stacks deeper than {MAX_DEPTH} frames: the innermost "
                                                               f"{MAX_DEPTH} kept, the frames below them left out"))
+            failed = s.errors - getattr(self, "_errors0", 0)
+            if failed > 0:
+                losses.append(Loss(source="cpu", kind="sampler_errors", count=failed, unit="ticks",
+                                   detail=f"the sampler failed on these ticks and went on; the first: {s.first_error}"))
+                warnings.warn(f"omniprof cpu: the sampler failed on {failed} tick(s) and went on (those samples are "
+                              f"missing); the first: {s.first_error}", DataLossWarning, stacklevel=3)
             if pyspy_lines is not None:
                 window_s = max(end_ns - self._pyspy_since[0], 1) / 1e9
                 summary.update(achieved_rate_hz=ticks / window_s, sampled_window_s=window_s)

@@ -15,12 +15,12 @@ import functools
 import os
 import sys
 import threading
-import time
 import weakref
-from array import array
+import struct
 from typing import Any
 
 from omniprof.backends.cpu.sampler import Sampler
+from omniprof.core.clock import perf_counter_ns, process_time_ns, thread_time_ns
 from omniprof.core.results import ThreadInfo
 
 __all__ = ["NativeEngine", "native_available", "MODES"]
@@ -31,7 +31,10 @@ DRAIN_INTERVAL_S = 0.05
 MIN_DRAIN_GAP_NS = 5_000_000
 #: deepest stack recorded; a deeper one is counted as torn (a cycle read mid-change looks infinite)
 MAX_DEPTH = 2048
-_perf_ns = time.perf_counter_ns
+_perf_ns = perf_counter_ns
+_thread_ns = thread_time_ns
+#: one engine record: time, thread id, weight, stack index and flags, generator frame (native int64s)
+_RECORDS = struct.Struct("=5q")
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 try:
@@ -222,11 +225,16 @@ class NativeEngine:
         self.stats: dict[str, Any] = {}
         self.own_samples = 0
         self.own_ns = 0
+        #: CPU time spent in :meth:`drain` (under the GIL: the program's Python threads wait meanwhile)
+        self.drain_cpu_ns = 0
+        #: the whole process's CPU time from start() to stop() (every thread, the engine's included)
+        self.process_cpu_ns = 0
         self.stale_codes = 0
         self.empty_samples = 0
         self._stacks: dict[int, Any] = {}      # engine stack index -> raw stack, or None (omniprof's own)
         self._codes: dict[int, Any] = {}       # address -> code object (None: stale, not resolved)
         self._stop = threading.Event()
+        self._cpu0 = 0
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.gen_offset = int(getattr(_ns, "GEN_FRAME_OFFSET", -1))
@@ -259,6 +267,7 @@ class NativeEngine:
         self._note_threads()
         self.tasks.install()  # again at each drain, for a program that imports asyncio later
         excl = [t.ident for t in threading.enumerate() if t.name.startswith("omniprof-") and t.ident]
+        self._cpu0 = process_time_ns()
         _ns.start(self.interval_ns, mode, MAX_DEPTH, 1 << 24, excl)
 
     def _run(self) -> None:
@@ -285,6 +294,7 @@ class NativeEngine:
             self._orig_set_native = None
         self._stop.set()
         _ns.stop()  # also ends the drain thread's wait
+        self.process_cpu_ns = process_time_ns() - self._cpu0
         if self._thread is not None:
             self._thread.join()
         self.drain()
@@ -309,49 +319,55 @@ class NativeEngine:
         _ns.set_native_ids(natives)
 
     def drain(self) -> None:
-        """Move the engine's samples into the sampler (under the GIL)."""
+        """Move the engine's samples into the sampler (under the GIL); its CPU time adds to ``drain_cpu_ns``."""
         with self._lock:
-            self._note_threads()
-            self.tasks.install()
-            freed = self.tasks.before_drain()
-            data, stacks, codes, stats = _ns.drain()
-            self.stats = stats
-            if codes:
-                table = self.sampler.code_table.codes
-                for addr, code in zip(codes, _ns.resolve_codes(codes)):
-                    self._codes[addr] = code
-                    if code is None:
-                        self.stale_codes += 1
-                    else:
-                        table.setdefault(addr, code)  # keeps it alive: the address is never reused meanwhile
-            lifecycle = _lifecycle_codes()
-            for idx, raw in stacks:
-                leaf = self._codes.get(raw[0]) if raw else None
-                # omniprof's own: its code at the leaf, or anything under the Profiler's start,
-                # stop or step (the standard library they call: signal.getsignal, Event.set)
-                own = (leaf is not None and leaf.co_filename.startswith(_PKG_DIR)) or any(
-                    self._codes.get(raw[i]) in lifecycle for i in range(0, len(raw), 2))
-                # None: omniprof's own; -1: a thread with no Python frame; else the sampler's stack id
-                self._stacks[idx] = None if own else (-1 if not raw else self.sampler.intern(tuple(raw)))
-            if data:
-                words = array("q")
-                words.frombytes(data)
-                s = self.sampler
-                sh = _ns.FLAG_SHIFT
-                mask = (1 << sh) - 1
-                task_id = self.tasks.task_id
-                off = self.offset_ns
-                for i in range(0, len(words), 5):
-                    t, tid, w, sf, gen = words[i:i + 5]
-                    t += off
-                    tid &= 0xFFFFFFFFFFFFFFFF
-                    sid = self._stacks.get(sf & mask)
-                    if sid is None:
-                        self.own_samples += 1
-                        self.own_ns += w
-                        continue
-                    if sid < 0:  # a thread running no Python code (starting, ending, or C only): nothing to show
-                        self.empty_samples += 1
-                        continue
-                    s.add_sid(t, tid, sid, w, task_id(gen & 0xFFFFFFFFFFFFFFFF, t - off, tid) if gen else -1, sf >> sh)
-            self.tasks.after_drain(freed)
+            t0 = _thread_ns()
+            try:
+                self._drain()
+            finally:
+                self.drain_cpu_ns += _thread_ns() - t0
+
+    def _drain(self) -> None:
+        self._note_threads()
+        self.tasks.install()
+        freed = self.tasks.before_drain()
+        data, stacks, codes, stats = _ns.drain()
+        self.stats = stats
+        if codes:
+            table = self.sampler.code_table.codes
+            for addr, code in zip(codes, _ns.resolve_codes(codes)):
+                self._codes[addr] = code
+                if code is None:
+                    self.stale_codes += 1
+                else:
+                    table.setdefault(addr, code)  # keeps it alive: the address is never reused meanwhile
+        lifecycle = _lifecycle_codes()
+        for idx, raw in stacks:
+            leaf = self._codes.get(raw[0]) if raw else None
+            # omniprof's own: its code at the leaf, or anything under the Profiler's start,
+            # stop or step (the standard library they call: signal.getsignal, Event.set)
+            own = (leaf is not None and leaf.co_filename.startswith(_PKG_DIR)) or any(
+                self._codes.get(raw[i]) in lifecycle for i in range(0, len(raw), 2))
+            # None: omniprof's own; -1: a thread with no Python frame; else the sampler's stack id
+            self._stacks[idx] = None if own else (-1 if not raw else self.sampler.intern(tuple(raw)))
+        if data:
+            s = self.sampler
+            sh = _ns.FLAG_SHIFT
+            mask = (1 << sh) - 1
+            task_id = self.tasks.task_id
+            off = self.offset_ns
+            # five native int64 words a record, unpacked in C (slicing an array per record cost more
+            # than the rest of the loop: this runs under the GIL, the program's threads wait)
+            for t, tid, w, sf, gen in _RECORDS.iter_unpack(data):
+                t += off
+                tid &= 0xFFFFFFFFFFFFFFFF
+                sid = self._stacks.get(sf & mask)
+                if sid is None:
+                    self.own_samples += 1
+                    self.own_ns += w
+                    continue
+                if sid < 0:  # a thread running no Python code (starting, ending, or C only): nothing to show
+                    self.empty_samples += 1
+                    continue
+                s.add_sid(t, tid, sid, w, task_id(gen & 0xFFFFFFFFFFFFFFFF, t - off, tid) if gen else -1, sf >> sh)
+        self.tasks.after_drain(freed)

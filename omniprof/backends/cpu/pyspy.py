@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from omniprof.core.clock import monotonic
 from omniprof.core.results import Frame
 from omniprof.errors import BackendUnavailableError
 
@@ -197,8 +198,8 @@ class PySpyEngine:
         # py-spy prints "Sampling process ..." once it runs (with --native, seconds later, after
         # reading symbols, though it samples before): wait for it, at most ATTACH_WAIT_S. Samples
         # of this wait are dropped by the backend (their stacks are in this function).
-        deadline = time.monotonic() + ATTACH_WAIT_S
-        while time.monotonic() < deadline and self.proc.poll() is None and b"Sampling" not in self.stderr:
+        deadline = monotonic() + ATTACH_WAIT_S
+        while monotonic() < deadline and self.proc.poll() is None and b"Sampling" not in self.stderr:
             time.sleep(0.005)
         if self.proc.poll() is not None:
             self._stderr_thread.join(1.0)

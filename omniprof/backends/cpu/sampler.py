@@ -94,6 +94,9 @@ class Sampler:
         self._task_ids: Any = None  # WeakKeyDictionary task -> id, made on first task seen
         self.dropped = 0
         self.ticks = 0
+        #: ticks whose sample failed (an error inside the sampler), and the first one's message
+        self.errors = 0
+        self.first_error: str | None = None
         self.warned = False
         self.self_time_ns = 0
         self._last: dict[int, int] = {}
@@ -145,6 +148,12 @@ class Sampler:
             if self._pending:
                 self._flush_pending()
             self.record(self.source(), t0)  # type: ignore[misc]
+        except Exception as e:
+            # Never into the program (the signal engine samples inside its main thread) and never a
+            # thread that dies silently (the thread engine): counted, reported as a loss at stop.
+            self.errors += 1
+            if self.first_error is None:
+                self.first_error = f"{type(e).__name__}: {e}"[:200]
         finally:
             self._busy = False
             self.self_time_ns += clock.now_ns() - t0
@@ -316,6 +325,8 @@ class Sampler:
         self._task_ids = None
         self.dropped = 0
         self.ticks = 0
+        self.errors = 0
+        self.first_error = None
         self.warned = False
         self.self_time_ns = 0
         self._last = {}

@@ -41,7 +41,7 @@ from omniprof.backends.cupti.cupti_adapter import (
 from omniprof.backends.cupti.nvml import NVML_METRICS, NvmlCallError, NvmlSampler
 from omniprof.core import validators as v
 from omniprof.core.annotations import user_args
-from omniprof.analysis.kernels import add_kernel_stats
+from omniprof.formats.kernels import add_kernel_stats
 from omniprof.core.results import (
     BackendResult,
     ClockInfo,
@@ -180,6 +180,21 @@ class CuptiBackend(Backend):
     @classmethod
     def capabilities(cls) -> list[Any]:
         return diagnostics.gpu_capabilities(cls.adapters.nvml, cls.adapters.cupti)
+
+    @classmethod
+    def environment(cls, *, frameworks: bool = True) -> list[tuple[str, str]]:
+        """The NVIDIA Python packages this backend loads, and the variables that steer them."""
+        import os
+
+        from omniprof.core.doctor import dist_version
+
+        facts = [("nvidia-ml-py", dist_version("nvidia-ml-py")), ("cupti-python", dist_version("cupti-python"))]
+        if dist_version("pynvml") != "not installed":
+            facts.append(("pynvml (deprecated shim)", dist_version("pynvml") + "; uninstall it: nvidia-ml-py "
+                                                                               "provides the pynvml module"))
+        facts += [(var, os.environ[var]) for var in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+                                                     "NVTX_INJECTION64_PATH") if os.environ.get(var)]
+        return facts
 
     @classmethod
     def checks(cls) -> list[Any]:

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import time
 from collections.abc import Callable
 from typing import Any
+
+from omniprof.core.clock import monotonic_ns
 
 __all__ = ["CuptiCallError", "CuptiLoadError", "CuptiPythonAdapter", "CuptiPmSampler", "KINDS", "RESULT_NAMES"]
 
@@ -336,7 +337,7 @@ class CuptiPmSampler:
                 col.disable()
             raise
         self._collector = col
-        self._last_decode_ns = time.monotonic_ns()
+        self._last_decode_ns = monotonic_ns()
 
     def decode_capacity(self, now_ns: int) -> int:
         """Sample slots to provision for a decode now: twice the samples due since the last decode."""
@@ -344,7 +345,7 @@ class CuptiPmSampler:
         return int(min(max(2 * due + 64, self.MIN_DECODE_SAMPLES), self.MAX_DECODE_SAMPLES))
 
     def decode(self) -> tuple[list[tuple[int, int, list[float]]], bool]:
-        now = time.monotonic_ns()
+        now = monotonic_ns()
         capacity = self.decode_capacity(now)
         self._last_decode_ns = now
         try:

@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from omniprof.backends.memory.heapsnapshot import assemble_snapshot, take_heap_snapshot
 from omniprof.backends.memory.report import flat_rows, format_allocs, tree_rows
+from omniprof.core.host import platform_string
 from omniprof.core.results import Allocation, BackendResult, ClockInfo, Frame, Loss, ProfileResult, RunMetadata
 from omniprof.errors import DataLossWarning, InvalidArgumentError, ProfilerStateError
 
@@ -180,7 +181,7 @@ def fetch() -> ProfileResult:
 
     part = attrs.evolve(part, tables=allocation_tables(part))
     md = RunMetadata(host=socket.gethostname(), pid=os.getpid(), python=platform.python_version(),
-                     platform=platform.platform(), backends=("memory",), start_ns=part.start_ns, end_ns=part.end_ns)
+                     platform=platform_string(), backends=("memory",), start_ns=part.start_ns, end_ns=part.end_ns)
     return ProfileResult(metadata=md, parts=(part,))
 
 

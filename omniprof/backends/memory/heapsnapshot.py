@@ -349,9 +349,10 @@ def _snapshot_objects() -> list[Any]:
 
 def _default_path(dir: str | os.PathLike[str] | None) -> Path:
     import tempfile
-    import time
 
-    name = f"{os.getpid()}_{time.strftime('%Y%m%d_%H%M%S')}.heapsnapshot"
+    from omniprof.core.clock import strftime
+
+    name = f"{os.getpid()}_{strftime('%Y%m%d_%H%M%S')}.heapsnapshot"
     if dir is not None:
         return Path(dir) / name
     cwd = Path.cwd()

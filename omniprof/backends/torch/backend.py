@@ -30,7 +30,6 @@ import re
 import socket
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +40,8 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.core import validators as v
 from omniprof.core.annotations import user_args
+from omniprof.core.collectives import Collectives
+from omniprof.core.clock import time_ns, wall_time
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, CounterSeries, Loss, Track
 from omniprof.errors import BackendOptionWarning, BackendUnavailableError, DataLossWarning
 
@@ -225,6 +226,24 @@ class TorchBackend(Backend):
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
+    def environment(cls, *, frameworks: bool = True) -> list[tuple[str, str]]:
+        """torch: with ``frameworks``, imported (its build and whether CUDA is available), else its installed version."""
+        from omniprof.core.doctor import dist_version
+
+        if not frameworks:
+            return [("torch", dist_version("torch"))]
+        try:
+            _set_quiet_env()
+            import torch
+
+            cuda = torch.version.cuda
+            hip = getattr(torch.version, "hip", None)
+            build = f"CUDA {cuda}" if cuda else (f"ROCm {hip}" if hip else "CPU-only")
+            return [("torch", f"{torch.__version__} ({build} build), cuda available: {bool(torch.cuda.is_available())}")]
+        except Exception as e:  # a broken install is a fact to report, not a crash
+            return [("torch", f"unavailable ({type(e).__name__}: {e})")]
+
+    @classmethod
     def capabilities(cls) -> list[Capability]:
         try:
             _set_quiet_env()
@@ -252,6 +271,13 @@ class TorchBackend(Backend):
                       "device_tracer_level=0 skips device activity without a warning")
         caps.append(Capability("GPU kernels, memcpy and memory (Kineto over CUPTI/roctracer)", gpu, detail))
         return caps
+
+    @classmethod
+    def job_collectives(cls) -> Collectives | None:
+        """The torch.distributed process group of this process, for ``Profiler(distributed=True)``; None without one."""
+        from omniprof.backends.torch.collectives import TorchCollectives, job_running
+
+        return TorchCollectives() if job_running() else None
 
     @classmethod
     def probe(cls) -> None:
@@ -437,6 +463,7 @@ class TorchBackend(Backend):
             _warn("backend 'torch': Kineto stopped collecting device activity early (buffer full); the "
                   "result says so in its losses", DataLossWarning)
         path, keep = self._trace_path()
+        from omniprof.analysis.torch_ops import with_tables
         from omniprof.formats import kineto
 
         try:
@@ -447,6 +474,7 @@ class TorchBackend(Backend):
             with open(path, encoding="utf-8") as fh:
                 part, top = kineto.parse_trace(fh, str(path), source=self.name, flops=flops, keep=self._keep,
                                                artifacts=artifacts)
+            part = with_tables(part)  # the op table, by the one nesting rule (analysis.nesting)
         finally:
             if not keep:
                 with contextlib.suppress(OSError):
@@ -507,7 +535,7 @@ class TorchBackend(Backend):
         pairs = []
         for _ in range(3):
             a = self.clock.now_ns()
-            u = time.time_ns()
+            u = time_ns()
             b = self.clock.now_ns()
             pairs.append((b - a, (a + b) // 2, u))
         _, ref, unix = min(pairs)
@@ -517,7 +545,7 @@ class TorchBackend(Backend):
         sd = self.context.session_dir
         if sd is not None and self.options.keep_trace:
             host = socket.gethostname() or "localhost"
-            return Path(sd) / f"{host}_{os.getpid()}.{int(time.time() * 1000)}.pt.trace.json", True
+            return Path(sd) / f"{host}_{os.getpid()}.{int(wall_time() * 1000)}.pt.trace.json", True
         fd, name = tempfile.mkstemp(prefix="omniprof-kineto-", suffix=".pt.trace.json")
         os.close(fd)
         return Path(name), False

@@ -23,7 +23,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,12 @@ import attrs
 from omniprof.plugin import Backend, Capability
 from omniprof.formats import xprof_runtime as _runtime
 from omniprof.formats.xplane import OMNIPROF_MARK, part_from_files, run_tool
+from omniprof.analysis.xla_ops import op_stats_table
 from omniprof.backends.xla.strip import strip_device_activity, strip_marks
 from omniprof.core import validators as v
 from omniprof.core.annotations import STEP_MARK, user_args
+from omniprof.core.clock import perf_counter, time_ns
+from omniprof.core.collectives import Collectives
 from omniprof.core.fileio import atomic_write_bytes, hostname, process_temp_dir
 from omniprof.core.results import Artifact, BackendResult, ClockInfo, Loss
 from omniprof.errors import (
@@ -162,6 +164,34 @@ class XlaBackend(Backend):
         self.postprocess_s = 0.0
 
     @classmethod
+    def environment(cls, *, frameworks: bool = True) -> list[tuple[str, str]]:
+        """jax (with ``frameworks``: imported, its version with jaxlib's and its devices) and xprof."""
+        from omniprof.core.doctor import dist_version
+
+        import logging
+
+        facts: list[tuple[str, str]] = []
+        if frameworks:
+            loggers = [logging.getLogger(n) for n in ("jax", "jax._src.xla_bridge", "absl")]
+            levels = [lg.level for lg in loggers]
+            try:
+                for lg in loggers:  # "no GPU/TPU found, falling back to cpu" is what the devices row says
+                    lg.setLevel(logging.ERROR)
+                jax = _runtime.import_jax(False)
+                devs = jax.devices()
+                facts.append(("jax", f"{jax.__version__}, jaxlib {dist_version('jaxlib')}"))
+                facts.append(("jax devices", ", ".join(f"{d.platform}:{d.id} ({d.device_kind})" for d in devs)))
+            except Exception as e:  # a broken jax install is a fact to report, not a crash
+                facts.append(("jax", f"unavailable ({type(e).__name__}: {getattr(e, 'reason', '') or e})"))
+            finally:
+                for lg, level in zip(loggers, levels):
+                    lg.setLevel(level)
+        else:
+            facts.append(("jax", dist_version("jax")))
+        facts.append(("xprof", dist_version("xprof")))
+        return facts
+
+    @classmethod
     def capabilities(cls) -> list[Capability]:
         import importlib.metadata as md
 
@@ -192,6 +222,13 @@ class XlaBackend(Backend):
         return caps
 
     @classmethod
+    def job_collectives(cls) -> Collectives | None:
+        """The jax.distributed runtime of this process, for ``Profiler(distributed=True)``; None without one."""
+        from omniprof.backends.xla.collectives import JaxCollectives, job_running
+
+        return JaxCollectives() if job_running() else None
+
+    @classmethod
     def probe(cls) -> None:
         import importlib.util
 
@@ -215,7 +252,7 @@ class XlaBackend(Backend):
             raise BackendError("the xla backend is already recording", plugin=self.name)
         # Pair the reference clock with the wall clock: the xplane's times are wall-clock ns.
         a = self.clock.now_ns()
-        unix = time.time_ns()
+        unix = time_ns()
         b = self.clock.now_ns()
         self._t0_ref_ns, self._t0_unix_ns = (a + b) // 2, unix
         if _jax_trace_active():
@@ -247,7 +284,7 @@ class XlaBackend(Backend):
             raise BackendError(f"XLA's profiler session failed to stop: {type(e).__name__}: {e}. Another profiling "
                                f"session (jax.profiler.start_trace, a remote capture) was probably active",
                                plugin=self.name) from e
-        t_post = time.perf_counter()
+        t_post = perf_counter()
         if not xspace:  # never write (or read back) an empty xplane as if it were a trace
             return self._lost_trace(end_ref)
         out_dir = self._out_dir()
@@ -271,7 +308,8 @@ class XlaBackend(Backend):
                 losses.append(Loss(source="xla", kind="export_failed", count=1, unit="files", detail=trace_json))
         part, base_unix = part_from_files([xplane], include_device=include_device, verbose=self.context.verbose,
                                           time_base_unix_ns=self._t0_unix_ns, ref_offset_ns=self._t0_ref_ns,
-                                          with_tools=opts.record_tool_data, annotation_names=names | marked)
+                                          with_tools=opts.record_tool_data, annotation_names=names | marked,
+                                          op_table=op_stats_table)
         artifacts = [*part.artifacts, *extra]
         if opts.create_perfetto_trace or opts.create_perfetto_link:
             # A Perfetto file that cannot be written is a counted loss, never the loss of the part.
@@ -288,7 +326,7 @@ class XlaBackend(Backend):
                     self.view_request = {"viewer": "perfetto_link", "path": str(ptrace), "port": opts.perfetto_port,
                                          "wait": opts.perfetto_wait, "timeout_s": opts.perfetto_timeout_s,
                                          "saved": [str(xplane)]}
-        self.postprocess_s = time.perf_counter() - t_post
+        self.postprocess_s = perf_counter() - t_post
         metadata = {**part.metadata, "jax_version": self._jax.__version__, "devices": _devices(self._jax),
                     "device_events_left_out": part.metadata.get("device_events_left_out", 0) + stripped,
                     "session_dir": str(out_dir), "temporary_dir": self.context.session_dir is None,

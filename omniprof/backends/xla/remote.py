@@ -238,6 +238,7 @@ def collect(addresses: str | Sequence[str], duration_ms: int, logdir: str | os.P
     from omniprof.backends.xla.backend import write_perfetto_trace
     from omniprof.backends.xla.strip import strip_device_activity, strip_marks
     from omniprof.core.fileio import atomic_write_bytes
+    from omniprof.analysis.xla_ops import op_stats_table
     from omniprof.formats.xplane import part_from_files
 
     addrs = parse_addresses(addresses)
@@ -311,7 +312,7 @@ def collect(addresses: str | Sequence[str], duration_ms: int, logdir: str | os.P
     missing = tuple(a for a in addrs if f"{_host_file_name(a)}.xplane.pb" not in names_found)
     try:
         part, start_unix = part_from_files(files, include_device=include_device, verbose=verbose,
-                                           annotation_names=names)
+                                           annotation_names=names, op_table=op_stats_table)
     except Exception as e:
         raise BackendError(f"the capture was saved ({saved}) but could not be read: {type(e).__name__}: {e}",
                            plugin="xla") from e

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import statistics
 import sys
-import time as _time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
@@ -23,6 +22,7 @@ from omniprof.analysis.render import Column, render_table, terminal_width
 from omniprof.core.units import format_bytes
 from omniprof.formats import xprof_runtime as _runtime
 from omniprof.core import validators as v
+from omniprof.core.clock import perf_counter, perf_counter_ns
 from omniprof.errors import InvalidArgumentError
 
 __all__ = ["time", "timed", "profile", "TimeResult", "AggregateProfilingResult", "FlopsSummary", "MemorySummary",
@@ -237,9 +237,9 @@ def compile_function(f: Callable[..., Any], args: Sequence[Any], kwargs: Mapping
     jax = _runtime.import_jax()
     _check_callable(f)
     jitted = f if hasattr(f, "lower") else jax.jit(f)
-    t0 = _time.perf_counter()
+    t0 = perf_counter()
     compiled = jitted.lower(*args, **kwargs).compile()
-    return _Compiled(compiled, jitted), _time.perf_counter() - t0
+    return _Compiled(compiled, jitted), perf_counter() - t0
 
 
 def _blocker(jax: Any) -> Callable[[Any], Any]:
@@ -361,9 +361,9 @@ def time(f: Callable[..., Any], *args: Any, **kwargs: Any) -> TimeResult:
     """
     jax = _runtime.import_jax()
     compiled, compile_s = compile_function(f, args, kwargs)
-    t0 = _time.perf_counter()
+    t0 = perf_counter()
     value = _run_once(compiled, args, kwargs, _blocker(jax))
-    return TimeResult(value=value, runtime_s=_time.perf_counter() - t0, compile_time_s=compile_s)
+    return TimeResult(value=value, runtime_s=perf_counter() - t0, compile_time_s=compile_s)
 
 
 def timed(f: Callable[..., Any], *args: Any, nrepeat: int = 100, warmup: int = 1, **kwargs: Any) -> AggregateProfilingResult:
@@ -391,7 +391,7 @@ def timed(f: Callable[..., Any], *args: Any, nrepeat: int = 100, warmup: int = 1
         compiled.direct = _callable_directly(compiled, args, kwargs, block)
     call = compiled.compiled if compiled.direct else compiled.jitted
     stamps = [0] * (nrepeat + 1)
-    clock = _time.perf_counter_ns
+    clock = perf_counter_ns
     stamps[0] = clock()
     for i in range(1, nrepeat + 1):
         value = block(call(*args, **kwargs))
@@ -440,9 +440,9 @@ def profile(f: Callable[..., Any], *args: Any, file: IO[str] | None = None, logd
     _run_once(compiled, args, kwargs, block)  # warm-up: first-run allocations stay out of the trace
     prof = Profiler(backend="xla", options=options, logdir=logdir)
     with prof:
-        t0 = _time.perf_counter()
+        t0 = perf_counter()
         value = _run_once(compiled, args, kwargs, block)
-        runtime_s = _time.perf_counter() - t0
+        runtime_s = perf_counter() - t0
     result = prof.result
     part = result.part("xla")
     device = _device_of(jax, value)

@@ -12,6 +12,8 @@ from pathlib import Path
 import attrs
 import pytest
 
+import omniprof
+
 from omniprof.formats.kineto import read_trace
 from omniprof.analysis import crossrank as cr
 from omniprof.core.results import BackendResult, ProfileResult, RunMetadata, Span, Track
@@ -105,6 +107,23 @@ def test_gpu_idle_split_by_the_launch_that_ended_it() -> None:
                              "before first / after last kernel": 0}
 
 
+def test_gpu_idle_before_an_nccl_kernel_follows_the_same_rule() -> None:
+    """The documented rule holds for any kernel, a communication one too: gap 10-40 ends with an NCCL
+    all-reduce launched at 30 (20 ns waiting on the host, 10 on other work); gap 50-60 ends with an
+    NCCL kernel launched at 5 (all sync/dependency); gap 70-75 with a compute kernel launched at 72."""
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    spans = [Span("k1", "s", 0, 10, "kernel"), Span("cudaLaunchKernelExC", "cpu", 30, 2, "runtime", flow_ids=(2,)),
+             Span(nccl, "s", 40, 10, "kernel", flow_ids=(2,)), Span("cudaLaunchKernelExC", "cpu", 5, 2, "runtime",
+                                                                   flow_ids=(3,)),
+             Span(nccl, "s", 60, 10, "kernel", flow_ids=(3,)), Span("cudaLaunchKernel", "cpu", 72, 2, "runtime",
+                                                                   flow_ids=(4,)),
+             Span("k2", "s", 75, 5, "kernel", flow_ids=(4,))]
+    s = cr.reduce_rank([_part(spans)], rank=0)
+    assert s.idle_ns == 30 + 10 + 5
+    assert s.idle_causes == {"waiting on host launch": 20 + 0 + 2, "waiting on sync/dependency": 10 + 10 + 3,
+                             "before first / after last kernel": 0}
+
+
 def _rank(rank: int, steps: list[tuple[int, int]], colls: list[tuple[int, int]], gap: int = 0) -> RankSummary:
     spans = []
     for i, (a, d) in enumerate(steps):
@@ -131,11 +150,59 @@ def test_waiting_own_time_and_straggler_worked_by_hand() -> None:
                            (2, 1): 0, (2, 2): 0}
     (s,) = rep.stragglers
     assert (s.rank, s.slow_steps, s.steps) == (2, (1, 2), 2)
+    # the waiting it caused: ranks 0 and 1 waited 60 ms for it in each of the 2 all-reduces it reached last
+    assert (s.wait_caused_ns, s.last_in, s.compared) == (240 * ms, 2, 2)
+    assert s.wait_caused_by_step == {1: 120 * ms, 2: 120 * ms}
+    assert s.by_collective == (("gloo:all_reduce", 2, 240 * ms),)
     assert s.own_ns == {1: 100 * ms, 2: 100 * ms} and s.median_own_ns == {1: 40 * ms, 2: 40 * ms}
-    assert s.step_ns == {1: 100 * ms, 2: 100 * ms} and s.others_wait_ns == 240 * ms
+    assert s.step_ns == {1: 100 * ms, 2: 100 * ms}
+    assert [(x.rank, x.wait_caused_ns) for x in rep.wait_caused] == [(2, 240 * ms)]
     rows = {(x["step"], x["rank"]): x for x in rep.step_rows()}
     assert rows[(1, 0)]["own_ns"] == 40 * ms and rows[(1, 2)]["wait_ns"] == 0
-    assert "Straggler: rank 2, slow in 2 of 2 steps" in rep.to_text()
+    assert "Straggler: rank 2 cost the others 240.000 ms of waiting" in rep.to_text()
+
+
+def test_the_straggler_is_the_rank_the_others_waited_for_not_the_longest_own_time() -> None:
+    """Issue 27's DLRM case in small (an all-to-all whose ranks move unequal data): in every step
+    rank 3 reaches the collective last, 28 ms after the others; rank 1 starts with the others but has
+    little to receive and is done in 2 ms, so by "duration - shortest" it waited least and its own
+    time is the largest (100 ms vs the median's 70: the old own-time rule named ranks 1 and 3). Ranks
+    0, 2 and 4 waited 30 ms each for rank 3 (rank 1 none): rank 3 alone is named, charged 90 ms a step."""
+    ms = 1_000_000
+    steps = [(0, 100 * ms), (100 * ms, 100 * ms), (200 * ms, 100 * ms)]
+    ranks = []
+    for rank in range(5):
+        at, dur = {1: (30, 2), 3: (58, 4)}.get(rank, (30, 32))
+        ranks.append(_rank(rank, steps, [(a + at * ms, dur * ms) for a, _ in steps]))
+    rep = cr.combine(ranks)
+    assert [s.rank for s in rep.stragglers] == [3]
+    (s,) = rep.stragglers
+    assert (s.wait_caused_ns, s.last_in, s.compared) == (3 * 90 * ms, 3, 3)
+    assert s.wait_caused_by_step == {1: 90 * ms, 2: 90 * ms, 3: 90 * ms}
+    assert s.own_ns == {1: 98 * ms, 2: 98 * ms, 3: 98 * ms} and s.median_own_ns == {1: 70 * ms, 2: 70 * ms, 3: 70 * ms}
+    assert [x.rank for x in rep.wait_caused] == [3]
+    own = {(x["rank"], x["step"]): x["own_ns"] for x in rep.step_rows()}
+    assert max(own, key=own.get)[0] == 1  # the longest own time is rank 1's, which made no one wait
+
+
+def test_arrivals_within_the_clocks_uncertainty_share_the_charge() -> None:
+    """Ranks 1 and 2 reach the collective 0.3 ms apart with clocks known to ±0.2 ms each: either may
+    have been last, so rank 0's 5 ms of waiting is charged half to each; with exact clocks, all to
+    rank 2."""
+    ms = 1_000_000
+
+    def ranks(unc: int) -> list[RankSummary]:
+        out = []
+        for rank, a in ((0, 10 * ms), (1, 15 * ms - 300_000), (2, 15 * ms)):
+            s = _rank(rank, [(0, 50 * ms)], [(a, 20 * ms - a)])
+            out.append(attrs.evolve(s, clock_uncertainty_ns=unc))
+        return out
+
+    exact = cr.combine(ranks(0))
+    assert [(x.rank, x.wait_caused_ns) for x in exact.wait_caused] == [(2, 5 * ms + 300_000)]
+    shared = cr.combine(ranks(200_000))
+    assert [(x.rank, x.wait_caused_ns, x.last_in) for x in shared.wait_caused] == [(1, 2_500_000, 1),
+                                                                                  (2, 2_500_000, 1)]
 
 
 def test_balanced_ranks_have_no_straggler_and_mismatched_collectives_are_noted() -> None:
@@ -144,7 +211,7 @@ def test_balanced_ranks_have_no_straggler_and_mismatched_collectives_are_noted()
     a = _rank(0, [(0, 50 * ms)], [(10 * ms, 5 * ms)])
     b = _rank(1, [(0, 50 * ms)], [(10 * ms, 5 * ms), (20 * ms, 5 * ms)])
     rep = cr.combine([a, b])
-    assert rep.stragglers == ()
+    assert rep.stragglers == () and rep.wait_caused == ()
     assert rep.notes and "'gloo:all_reduce' occurs {0: 1, 1: 2}" in rep.notes[0]
     assert "No straggler" in rep.to_text()
 
@@ -296,14 +363,15 @@ def test_slowest_rank_spread_and_text() -> None:
     many = cr.combine([_rank_with(r, {"gemm": [100 + r] * 3}) for r in range(12)])
     lines = many.to_text().split("Kernel duration by rank")[1].splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("kernel "))
-    listed = [next(t for t in ln.split() if t.rstrip("*").isdigit()) for ln in lines[start + 1:] if ln.strip()]
+    rows = [ln for ln in lines[start + 1:] if ln.strip() and not ln.startswith("─")]  # the renderer's rule: not a row
+    listed = [next(t for t in ln.split() if t.rstrip("*").isdigit()) for ln in rows]
     assert listed == ["0", "10", "11*"]  # in rank order
 
 
 def test_distribution_keeps_the_names_with_most_time_and_says_how_many_went(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past MAX_DURATION_NAMES distinct names on a rank, those with the least total time are summed
     into one counted row (their runs and time exact), and the report says so."""
-    monkeypatch.setattr(cr, "MAX_DURATION_NAMES", 3)
+    monkeypatch.setattr(cr.reduce, "MAX_DURATION_NAMES", 3)
     s = _rank_with(0, {f"k{i}": [100 * (i + 1)] * (i + 1) for i in range(5)})
     assert sorted(s.durations) == ["k2", "k3", "k4"] and s.durations_left_out == 2
     assert s.durations_other is not None
@@ -314,3 +382,43 @@ def test_distribution_keeps_the_names_with_most_time_and_says_how_many_went(monk
             "out of the duration distribution (3 runs, 0.001 ms)")
     assert note in rep.notes
     assert "note: rank 0 ran more than 3 distinct kernel/op names" in rep.to_text()
+
+
+def test_report_json_carries_the_cross_rank_analysis(tmp_path: Path) -> None:
+    """`omniprof report DIR -r json` on five per-rank Kineto traces (the all-to-all case above,
+    written as raw trace JSON): the saved result holds the analysis under
+    metadata.distributed.cross_rank, valid against docs/schema/cross-rank.schema.json, with the
+    hand-worked figures: rank 3 named, 90 ms a step charged to it, and each rank's wait/own per step."""
+    import jsonschema
+
+    from omniprof.cli import main
+
+    for rank in range(5):
+        at, dur = {1: (30, 2), 3: (58, 4)}.get(rank, (30, 32))
+        events = []
+        for st in range(3):
+            t0 = 1_000_000 + st * 100_000  # µs
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{st + 1}", "pid": 1, "tid": 1,
+                           "ts": t0, "dur": 100_000})
+            events.append({"ph": "X", "cat": "user_annotation", "name": "nccl:all_to_all", "pid": 1, "tid": 2,
+                           "ts": t0 + at * 1000, "dur": dur * 1000})
+        doc = {"traceEvents": events, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 5}}
+        (tmp_path / f"rank{rank}.pt.trace.json").write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    assert main(["report", str(tmp_path), "-r", "json", "-o", str(out)]) == 0
+    (saved,) = out.glob("*.json")
+    cross = json.loads(saved.read_text())["metadata"]["distributed"]["cross_rank"]
+    schema = json.loads((Path(__file__).resolve().parents[3] / "docs" / "schema" / "cross-rank.schema.json").read_text())
+    jsonschema.validate(cross, schema)
+    ms = 1_000_000
+    assert [s["rank"] for s in cross["stragglers"]] == [3]
+    (s,) = cross["stragglers"]
+    assert (s["wait_caused_ns"], s["last_in"], s["compared"]) == (270 * ms, 3, 3)
+    assert s["by_step"] == [{"step": st, "ns": 90 * ms} for st in (1, 2, 3)]
+    assert s["own"][0] == {"step": 1, "step_ns": 100 * ms, "own_ns": 98 * ms, "median_own_ns": 70 * ms}
+    waits = {(x["rank"], x["step"]): (x["wait_ns"], x["own_ns"]) for x in cross["steps"]}
+    assert waits == {(r, st): ({1: 0, 3: 2 * ms}.get(r, 30 * ms), 100 * ms - {1: 0, 3: 2 * ms}.get(r, 30 * ms))
+                     for r in range(5) for st in (1, 2, 3)}
+    assert [x["rank"] for x in cross["ranks"]] == list(range(5)) and cross["version"] == 1
+    assert {d["name"] for d in cross["durations"]} == {"nccl:all_to_all"}
+    assert omniprof.load(saved).metadata.distributed["cross_rank"] == cross  # the result still loads

@@ -20,7 +20,7 @@ import attrs
 import pytest
 
 from omniprof.analysis import crossrank as cr
-from omniprof.analysis import executor as ex
+from omniprof.analysis.crossrank import executor as ex
 from omniprof.cli import main
 from omniprof.errors import InvalidArgumentError, TraceReadError
 from omniprof.formats.kineto import read_trace
@@ -87,7 +87,7 @@ def rank_dir(tmp_path_factory) -> Path:
 def test_streamed_reduction_equals_the_in_memory_one(rank_dir: Path, monkeypatch, chunk: int) -> None:
     """reduce_file (a stream, events in shuffled order, unions merged every few intervals) gives the
     very summary reduce_rank gives over read_trace's spans, on the real AlexNet trace and ours."""
-    monkeypatch.setattr(cr, "_CHUNK", chunk)
+    monkeypatch.setattr(cr.intervals, "CHUNK", chunk)
     for path in (shared_data("kineto", "alexnet_cuda_trace.json.gz"), rank_dir / "rank2.pt.trace.json.gz"):
         streamed = cr.reduce_file(str(path), "kineto", 0)
         res = _read(path)
@@ -284,6 +284,30 @@ def _reference_waits(ranks: list[cr.RankSummary]) -> dict[tuple[int, int], int]:
     return out
 
 
+def _reference_caused(ranks: list[cr.RankSummary]) -> dict[int, int]:
+    """The waiting each rank caused, the plain way: per (name, k-th occurrence) seen on every rank,
+    the latest start; the ranks within both clocks' uncertainty of it are last; the others'
+    excess over the shortest duration is split evenly among them."""
+    occ: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
+    for r in ranks:
+        seen: dict[str, int] = {}
+        for name, a, dur in r.collectives:
+            k = seen.get(name, 0)
+            seen[name] = k + 1
+            occ.setdefault((name, k), {})[r.rank] = (a, dur, r.clock_uncertainty_ns)
+    out: dict[int, int] = {}
+    for per in occ.values():
+        if len(per) != len(ranks):
+            continue
+        low = min(d for _, d, _ in per.values())
+        a_max, _, u_max = max(per.values(), key=lambda x: (x[0], x[2]))
+        last = {rank for rank, (a, _, u) in per.items() if a >= a_max - u - u_max}
+        waited = sum(d - low for rank, (_, d, _) in per.items() if rank not in last)
+        for rank in last:
+            out[rank] = out.get(rank, 0) + waited // len(last)
+    return {rank: v for rank, v in out.items() if v}
+
+
 def test_combiner_in_any_arrival_order_equals_a_plain_reference() -> None:
     """Random ranks (two collective names, some ranks with extra or missing occurrences, some
     collectives outside every step) added in shuffled orders: the waits equal the plain
@@ -302,7 +326,7 @@ def test_combiner_in_any_arrival_order_equals_a_plain_reference() -> None:
                 spans.append(Span(name, "gloo", a, rng.randrange(1, 300), "annotation"))
         spans.append(Span("gloo:all_reduce", "gloo", 50_000 + rank, 40, "annotation"))  # after every step
         part = BackendResult("torch", tracks=[Track("main", "main"), Track("gloo", "gloo")], spans=spans)
-        ranks.append(cr.reduce_rank([part], rank=rank))
+        ranks.append(cr.reduce_rank([part], rank=rank, clock_uncertainty_ns=rng.choice([0, 0, 40, 150])))
     ref = _reference_waits(ranks)
     reports = []
     for _ in range(3):
@@ -310,6 +334,8 @@ def test_combiner_in_any_arrival_order_equals_a_plain_reference() -> None:
         rng.shuffle(order)
         reports.append(cr.combine(order))
     assert dict(reports[0].wait_ns) == ref and len(ref) > 9 * 10
+    caused = _reference_caused(ranks)
+    assert {x.rank: x.wait_caused_ns for x in reports[0].wait_caused} == caused and len(caused) == 9
     assert reports[0] == reports[1] == reports[2]
     assert any("'gloo:broadcast' occurs" in n and "4: 11" in n for n in reports[0].notes), reports[0].notes
     for rank in range(9):  # step rows carry the same waits

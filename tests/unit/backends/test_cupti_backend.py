@@ -25,7 +25,7 @@ from omniprof.backends.cupti.diagnostics import (
     PRIVILEGES_HINT,
     SUBSCRIBER_HINT,
 )
-from omniprof.analysis.kernels import kernel_stats
+from omniprof.formats.kernels import kernel_stats
 from omniprof.core.options import build_options
 from omniprof.errors import BackendOptionWarning, DataLossWarning
 from omniprof.testing.conformance import BackendConformance

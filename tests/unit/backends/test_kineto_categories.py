@@ -31,7 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from omniprof.formats.kineto import read_trace
+from omniprof.readers import KinetoReader
+
+read_trace = KinetoReader().read  # what `omniprof report` reads: the events, then the op and kernel tables
 from omniprof.errors import DataLossWarning, OmniprofWarning
 from tests.tools import shared_data
 

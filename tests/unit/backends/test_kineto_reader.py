@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 import omniprof
-from omniprof.formats import kineto
-from omniprof.formats.kineto import FWDBWD_FLOW_BASE, read_trace, us_text_to_ns
+from omniprof.formats import kineto_json
+from omniprof.formats.kineto import FWDBWD_FLOW_BASE, us_text_to_ns
+from omniprof.readers import KinetoReader
+
+read_trace = KinetoReader().read  # what `omniprof report` reads: the events, then the op and kernel tables
 from omniprof.cli import main
 from omniprof.core.readers import detect_format, read_any
 from omniprof.errors import DataLossWarning, TraceReadError
@@ -175,7 +178,7 @@ def test_extra_data_after_trace(tmp_path):
                                      ("1e3", 1_000_000), ("0.0004999", 0)])
 def test_microseconds_convert_exactly(text, ns):
     """Kineto's decimal microseconds become exact integer ns (half-even), with no float drift."""
-    assert us_text_to_ns(kineto._Num(text)) == ns
+    assert us_text_to_ns(kineto_json._Num(text)) == ns
 
 
 def test_large_timestamps_keep_nanoseconds(tmp_path):
@@ -275,7 +278,7 @@ def test_tiny_chunks_parse_the_same(tmp_path, monkeypatch):
     events = [_x(f"op{i}", "cpu_op", 1000 + i * 10.125, 3.5, **{"Input Dims": [[i, 2]]}) for i in range(40)]
     path = _write(tmp_path, events, traceName="x")
     whole = read_trace(path)
-    monkeypatch.setattr(kineto, "CHUNK_CHARS", 7)
+    monkeypatch.setattr(kineto_json, "CHUNK_CHARS", 7)
     assert read_trace(path) == whole
 
 
@@ -366,7 +369,7 @@ def test_raw_control_characters_in_strings_are_read_and_counted(tmp_path, monkey
     path = tmp_path / "ctl.pt.trace.json"
     path.write_text(text, encoding="utf-8")
     if chunk_chars:
-        monkeypatch.setattr(kineto, "CHUNK_CHARS", chunk_chars)
+        monkeypatch.setattr(kineto_json, "CHUNK_CHARS", chunk_chars)
     part = read_trace(path).parts[0]
     assert part.metadata["values_with_control_characters"] == 1
     assert [s.name for s in part.spans if "\x07" in s.name] == [op["name"]]

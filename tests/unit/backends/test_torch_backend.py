@@ -12,7 +12,9 @@ import pytest
 import omniprof
 from omniprof.plugin import BackendContext
 from omniprof.backends.torch import TorchBackend, TorchOptions
-from omniprof.formats.kineto import read_trace
+from omniprof.readers import KinetoReader
+
+read_trace = KinetoReader().read  # what `omniprof report` reads: the events, then the op and kernel tables
 from omniprof.errors import BackendOptionWarning, InvalidArgumentError
 from omniprof.testing.conformance import BackendConformance
 

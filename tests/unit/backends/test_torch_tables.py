@@ -85,7 +85,10 @@ def test_group_by_input_shape_matches_torch(tmp_path):
     key_averages(group_by_input_shape=True): one row per (name, input shapes), same calls, times, memory."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from omniprof.formats.kineto import op_table, read_trace
+    from omniprof.analysis.torch_ops import op_table
+    from omniprof.readers import KinetoReader
+
+    read_trace = KinetoReader().read
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
@@ -193,7 +196,10 @@ def test_group_by_stack_n_matches_torch(tmp_path, n):
     """op_table(group_by_stack_n=N) equals torch's key_averages(group_by_stack_n=N) on the same run:
     the same (name, top-N frames) groups, calls, self/total CPU time and memory, whether the trace
     wrote the stacks (``Call stack``) or they are rebuilt from its Python function events."""
-    from omniprof.formats.kineto import op_table, read_trace
+    from omniprof.analysis.torch_ops import op_table
+    from omniprof.readers import KinetoReader
+
+    read_trace = KinetoReader().read
 
     p, written, rebuilt = _stack_run(tmp_path)
     theirs = {(e.key, json.dumps(e.stack[:n])): e for e in p.key_averages(group_by_stack_n=n)}
@@ -209,7 +215,10 @@ def test_group_by_stack_n_matches_torch(tmp_path, n):
 def test_backward_ops_take_their_forward_ops_stack(tmp_path):
     """As in torch, an op run by autograd's backward is grouped under the Python stack of the forward
     op that created its node: AddmmBackward0 sits where the Linear layer's forward was called."""
-    from omniprof.formats.kineto import op_table, read_trace
+    from omniprof.analysis.torch_ops import op_table
+    from omniprof.readers import KinetoReader
+
+    read_trace = KinetoReader().read
 
     _, _, rebuilt = _stack_run(tmp_path)
     rows = op_table(read_trace(rebuilt).parts[0], group_by_stack_n=5).records()
@@ -222,7 +231,9 @@ def test_backward_ops_take_their_forward_ops_stack(tmp_path):
 def test_op_stats_with_stacks_match_torch_key_averages(tmp_path):
     """With stacks recorded torch's key_averages() has a row per Python function and an annotation's
     self time excludes the Python code run inside it; the part's op_stats does the same."""
-    from omniprof.formats.kineto import read_trace
+    from omniprof.readers import KinetoReader
+
+    read_trace = KinetoReader().read
 
     p, _, rebuilt = _stack_run(tmp_path)
     theirs = {e.key: e for e in p.key_averages()}
@@ -236,7 +247,10 @@ def test_op_stats_with_stacks_match_torch_key_averages(tmp_path):
 
 def test_group_by_input_shape_and_stack_together(tmp_path):
     """Both keys at once, as torch's key_averages(group_by_input_shape=True, group_by_stack_n=N)."""
-    from omniprof.formats.kineto import op_table, read_trace
+    from omniprof.analysis.torch_ops import op_table
+    from omniprof.readers import KinetoReader
+
+    read_trace = KinetoReader().read
 
     p, _, rebuilt = _stack_run(tmp_path)
     theirs = {(e.key, str(e.input_shapes), json.dumps(e.stack[:3])): e
@@ -251,7 +265,7 @@ def test_group_by_stack_n_from_the_torch_backend_and_the_cli(tmp_path, capsys):
     """python_tracer_level=1 records the stacks; ``omniprof report -R table.group_by_stack_n=N`` shows
     the grouped table in place of op_stats, the same rows op_table() gives."""
     from omniprof.cli import main
-    from omniprof.formats.kineto import op_table
+    from omniprof.analysis.torch_ops import op_table
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
@@ -281,7 +295,7 @@ def test_group_by_stack_n_from_the_torch_backend_and_the_cli(tmp_path, capsys):
 
 def test_group_by_stack_n_rejects_a_bad_n():
     from omniprof.core.results import BackendResult
-    from omniprof.formats.kineto import op_table
+    from omniprof.analysis.torch_ops import op_table
 
     with pytest.raises(omniprof.InvalidArgumentError, match="group_by_stack_n"):
         op_table(BackendResult("torch"), group_by_stack_n=-2)
@@ -294,7 +308,10 @@ def test_group_by_stack_n_with_step_ranges_matches_torch(tmp_path):
 
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from omniprof.formats.kineto import op_table, read_trace
+    from omniprof.analysis.torch_ops import op_table
+    from omniprof.readers import KinetoReader
+
+    read_trace = KinetoReader().read
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     config = torch._C._profiler._ExperimentalConfig(verbose=True)
@@ -389,7 +406,10 @@ def test_group_by_stack_n_against_the_program_and_the_raw_trace(tmp_path, n):
     are what the program does; self and total CPU time per group are recomputed from the raw JSON."""
     from torch.profiler import ProfilerActivity, profile
 
-    from omniprof.formats.kineto import op_table, read_trace
+    from omniprof.analysis.torch_ops import op_table
+    from omniprof.readers import KinetoReader
+
+    read_trace = KinetoReader().read
 
     m = torch.randn(48, 48)
     _sites(m)  # warm up
@@ -430,7 +450,10 @@ def test_group_by_stack_n_of_the_call_sites_matches_torch_with_verbose(tmp_path)
     trace without them (stacks rebuilt from the Python function events); the calls are the program's."""
     from torch.profiler import ProfilerActivity, profile
 
-    from omniprof.formats.kineto import op_table, read_trace
+    from omniprof.analysis.torch_ops import op_table
+    from omniprof.readers import KinetoReader
+
+    read_trace = KinetoReader().read
 
     m = torch.randn(48, 48)
     _sites(m)

@@ -374,7 +374,8 @@ def test_show_dict_fills_defaults_and_round_trips_through_toml(workdir):
     assert data["backends"]["cpu"] == {"interval_s": 0.0005, "max_samples": 1_000_000, "engine": "thread",
                                        "mode": "wall", "native": False, "max_python_events": 2_000_000, "record_offsets": False,
                                        "accumulate": True}
-    assert data["reporters"]["json"] == {"indent": 2, "compress": False, "output": str(workdir / "out" / "run.json")}
+    assert data["reporters"]["json"] == {"indent": 2, "compress": False, "include_cross_rank": True,
+                                         "output": str(workdir / "out" / "run.json")}
     text = dump_toml(data)
     back = write(workdir / "shown.toml", text)
     assert tomllib.loads(text)["options"]["advanced_configuration"] == {"gpu_max_activity_api_events": 4000000}

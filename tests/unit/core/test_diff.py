@@ -6,7 +6,7 @@ import pytest
 
 from omniprof import InvalidArgumentError
 from omniprof.analysis.diff import TOTAL_KEY, diff, format_diff
-from omniprof.analysis.kernels import kernel_stats_table
+from omniprof.formats.kernels import kernel_stats_table
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Span, StackSample, Table
 from omniprof.testing import make_result
 
@@ -158,7 +158,7 @@ def _torch_run(mm_us, preempted=(), add_us=(50, 50)):
     """A torch-like part: ``aten::mm`` calls of ``mm_us`` microseconds then two ``aten::add`` calls,
     back to back on one thread, the op table built from them; ``preempted``: (call index, extra ms)
     pairs, time the scheduler gave another process in the middle of that mm call."""
-    from omniprof.formats.kineto import op_stats_table
+    from omniprof.analysis.torch_ops import op_stats_table
 
     extra = dict(preempted)
     spans, t = [], 0

@@ -179,3 +179,59 @@ def test_doctor_lists_capabilities_and_survives_a_plugin_whose_capabilities_rais
     assert "    [no ] capabilities(): raised RuntimeError: capability probe exploded" in text
     assert "    [yes] thread engine" in text
     assert "thread engine" in [c["feature"] for c in json.loads(json.dumps(report.to_dict()))["capabilities"]["cpu"]]
+
+
+def test_doctor_rows_come_one_by_one_the_first_before_any_backend_is_asked():
+    """The report is produced row by row: the first row (omniprof's version) comes before any backend
+    is loaded or probed, each slow probe is announced before the rows it gives, and the rows are those
+    of the collected report (the reference: run_doctor in the same process)."""
+    from omniprof import __version__
+    from omniprof.core.doctor import doctor_rows
+
+    events = []
+    for kind, row in doctor_rows(frameworks=False, on_probe=lambda what: events.append(("probe", what))):
+        events.append((kind, row))
+    assert events[0] == ("environment", ("omniprof", __version__))
+    first_probe = next(i for i, e in enumerate(events) if e[0] == "probe")
+    assert [e[1][0] for e in events[:first_probe]] == ["omniprof", "python", "platform"]
+    report = run_doctor(frameworks=False)
+    assert [e[1] for e in events if e[0] == "environment"] == list(report.environment)
+    assert [e[1][0] for e in events if e[0] == "backend"] == list(report.backends)
+    probed = [e[1] for e in events if e[0] == "probe"]
+    assert {f"{b.name}: environment" for b in report.backends if b.status in ("ok", "unavailable")} <= set(probed)
+
+
+def test_doctor_prints_as_it_goes_what_format_doctor_formats(capsys):
+    """`omniprof doctor` prints line by line exactly the report format_doctor gives for the same data."""
+    assert main(["doctor", "--no-frameworks"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip("\n") == format_doctor(run_doctor(frameworks=False))
+
+
+def test_core_doctor_imports_no_framework():
+    """omniprof.core.doctor imports neither jax nor torch: framework facts come from the backends'
+    environment() (issue 26). Read from the source, every import statement at any depth."""
+    import ast
+    from pathlib import Path
+
+    import omniprof.core.doctor
+
+    found = []
+    for path in [Path(omniprof.core.doctor.__file__)]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("jax", "jaxlib", "torch")]
+    assert found == []
+
+
+def test_framework_facts_come_from_their_backends():
+    """jax's facts come from the xla backend, torch's from the torch backend (without importing either
+    when frameworks=False: the installed versions, as importlib.metadata reads them)."""
+    import importlib.metadata as md
+
+    from omniprof.backends.torch.backend import TorchBackend
+    from omniprof.backends.xla.backend import XlaBackend
+
+    assert dict(XlaBackend.environment(frameworks=False))["jax"] == md.version("jax")
+    assert dict(TorchBackend.environment(frameworks=False)) == {"torch": md.version("torch")}

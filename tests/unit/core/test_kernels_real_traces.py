@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, kernel_stats, kernel_stats_table
+from omniprof.formats.kernels import KERNEL_STATS_COLUMNS, kernel_stats, kernel_stats_table
 from omniprof.core.readers import read_any
 from tests.tools import shared_data
 

@@ -37,9 +37,10 @@ def _raw_table(path: Path, backend: str) -> dict:
 
 
 def test_builders_name_their_columns_from_the_vocabulary():
-    from omniprof.formats import kineto, xplane
+    from omniprof.analysis import torch_ops
+    from omniprof.formats import xplane
 
-    for cols in (kineto.OP_STATS_COLUMNS, xplane.OP_STATS_COLUMNS, opstats.ROOFLINE_COLUMNS):
+    for cols in (torch_ops.OP_STATS_COLUMNS, xplane.OP_STATS_COLUMNS, opstats.ROOFLINE_COLUMNS):
         assert set(cols) <= set(opstats.COLUMNS)
         assert cols[0] == "name" and {"calls", "self_ns"} <= set(cols)
     with pytest.raises(ValueError, match="self_cpu_ns"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from omniprof import Action, Profiler, ProfilerStateError, schedule
 from omniprof.core.profiler import RESULT_FILENAME
 from omniprof.errors import BackendError, InvalidArgumentError, OmniprofWarning
 from omniprof.testing import FakeClock
+from omniprof.testing.fakes import FakeBackend
 
 FAKE = ("backend", "fake", "omniprof.testing.fakes:FakeBackend")
 
@@ -236,3 +238,72 @@ def test_cpu_backend_records_samples_and_overhead():
     assert "test_cpu_backend_records_samples_and_overhead.<locals>.spin" in names
     over = part.summaries["overhead"]
     assert over["requested_rate_hz"] == 1000.0 and over["achieved_rate_hz"] > 0 and over["sampler_time_ns"] > 0
+
+
+# -- the viewer: passed in by the front end, never loaded by the kernel -------------------------
+class _Viewing(FakeBackend):
+    """The fake, asking to show its trace once the result is saved (as xla's create_perfetto_link)."""
+
+    name = "viewing"
+
+    def stop(self):
+        part = super().stop()
+        self.view_request = {"viewer": "perfetto_link", "path": "trace.perfetto-trace", "port": 0, "wait": False,
+                             "timeout_s": 1.0}
+        return part
+
+
+VIEWING = ("backend", "viewing", "tests.unit.core.test_profiler:_Viewing")
+
+
+def test_viewer_passed_in_gets_the_request_once_the_result_is_saved(registry_with, tmp_path):
+    """The viewer the front end passes (``viewer=``) is called with what the backend asked to show
+    and the saved result file, which exists by then."""
+    registry_with(VIEWING)
+    seen = []
+
+    def viewer(requests, saved):
+        seen.append(([dict(r) for r in requests], list(saved), [Path(s).is_file() for s in saved]))
+
+    with Profiler(backend="viewing", logdir=tmp_path, viewer=viewer) as prof:
+        pass
+    assert seen == [([{"viewer": "perfetto_link", "path": "trace.perfetto-trace", "port": 0, "wait": False,
+                       "timeout_s": 1.0}], [str(prof.session_dir / RESULT_FILENAME)], [True])]
+
+
+def test_without_a_viewer_a_request_is_a_warning_naming_the_trace(registry_with, monkeypatch):
+    """A Profiler with no viewer (none passed, no default installed) loses nothing: a warning
+    names the trace and how to open it."""
+    from omniprof.core import views
+
+    registry_with(VIEWING)
+    monkeypatch.setattr(views, "_default_viewer", [])
+    with pytest.warns(OmniprofWarning, match="open trace.perfetto-trace with omniprof view --perfetto"):
+        with Profiler(backend="viewing") as prof:
+            pass
+    assert prof.result.parts[0].backend == "viewing"
+
+
+def test_front_doors_install_the_viewer_layer():
+    """``omniprof.Profiler`` (the library's front door) and ``omniprof.cli.main`` hand the kernel
+    ``omniprof.viewers.open_views``; importing the kernel alone installs none."""
+    import subprocess
+    import sys
+
+    code = ("import omniprof.core.views as p, omniprof.viewers as v\n"
+            "before = list(p._default_viewer)\n"
+            "omniprof_profiler = __import__('omniprof').Profiler\n"
+            "after_profiler = list(p._default_viewer)\n"
+            "p.set_default_viewer(None)\n"
+            "from omniprof.cli import main\n"
+            "main(['plugins'])\n"
+            "print(before == [], after_profiler == [v.open_views], p._default_viewer == [v.open_views])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "True True True", out.stdout + out.stderr
+
+
+def test_viewer_that_cannot_be_called_is_refused(reg):
+    """``viewer=`` must be callable: anything else is refused when the Profiler is made."""
+    with pytest.raises(InvalidArgumentError, match="'viewer' must be callable, such as omniprof.viewers.open_views "
+                                                   r"\(got int\)"):
+        Profiler(backend="fake", viewer=3)

@@ -25,8 +25,8 @@ def test_builtins_registered_through_entry_points():
 
 
 def test_installed_entry_points_are_read_once_for_all_groups(monkeypatch):
-    """A registry reads the installed distributions' entry points once for its three groups (each
-    read opens every distribution's entry_points.txt), and finds what a direct read finds."""
+    """A process reads the installed distributions' entry points once for all registries and their three
+    groups (each read opens every distribution's entry_points.txt), and finds what a direct read finds."""
     import importlib.metadata as md
 
     real = md.entry_points
@@ -36,8 +36,12 @@ def test_installed_entry_points_are_read_once_for_all_groups(monkeypatch):
         calls.append((args, kwargs))
         return real(*args, **kwargs)
 
+    from omniprof.core import registry as registry_mod
+
     monkeypatch.setattr(md, "entry_points", counting)
+    monkeypatch.setattr(registry_mod, "_INSTALLED", None)  # as in a fresh process
     reg = Registry(autoload=True)
+    Registry(autoload=True)  # a second registry (omniprof run makes two) reads nothing again
     assert len(calls) == 1
     installed = real()
     for kind, group in (("backend", "omniprof.backends"), ("reporter", "omniprof.reporters"),

@@ -99,3 +99,17 @@ def test_flamegraph_pl_draws_spans_named_like_counts(flamegraph_pl, run_tool, tm
     assert "Ignored" not in proc.stderr.decode()
     assert _svg_total(svg) == 6_000_000
     assert "<title>step\u00a01 (5,000,000 samples" in svg
+
+
+def test_identical_nested_spans_are_one_line_flamegraph_pl_draws(flamegraph_pl, run_tool, tmp_path):
+    """Spans nested 400 deep with self time only in the innermost: one folded line of 400 frames
+    (the others weigh 0 and are left out), drawn 400 boxes deep by flamegraph.pl."""
+    from omniprof.core.results import Span
+
+    depth, dur = 400, 7_000
+    r = ProfileResult(parts=(BackendResult(backend="cpu", spans=[Span("step", "t", 100, dur) for _ in range(depth)]),))
+    assert _text(r, source="spans") == ";".join(["step"] * depth) + f" {dur}\n"
+    path = omniprof.report(r, "collapsed", tmp_path, options={"source": "spans"})
+    proc = run_tool(flamegraph_pl, str(path))
+    assert "Ignored" not in proc.stderr.decode()
+    assert proc.stdout.decode().count(f"<title>step ({dur:,} samples") == depth

@@ -105,3 +105,45 @@ def test_losses_and_errors_and_tables_are_on_the_page():
     page = HtmlReporter(HtmlOptions()).page(r)
     for needle in ("device lost", "3 samples not recorded", "Op statistics", "gemm_kernel", "PARTIAL"):
         assert needle in page
+
+
+def test_a_recursion_1500_deep_writes_the_html_report(tmp_path):
+    """omniprof run -r html of a program recursing 1,500 deep (which then puts python's default
+    recursion limit back): the page is written (it was a RecursionError), and its flame-graph
+    data, read by the json module, holds the whole stack."""
+    import json
+    import os
+    import sys
+    from html.parser import HTMLParser
+
+    (tmp_path / "deep.py").write_text(
+        "import sys, time\nsys.setrecursionlimit(10000)\n"
+        "def down(n):\n    if n == 0:\n        end = time.thread_time() + 0.3\n"
+        "        while time.thread_time() < end:\n            sum(range(100))\n        return 0\n"
+        "    return down(n - 1) + 1\n"
+        "print(down(1500))\nsys.setrecursionlimit(1000)  # put back, as a tidy program does\n")
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-m", "omniprof", "run", "-r", "html", "-o", "out", "deep.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr
+    assert "1500" in proc.stdout and "error" not in proc.stderr, proc.stderr
+    page = (tmp_path / "out" / "omniprof.report.html").read_text(encoding="utf-8")
+    scripts: list[str] = []
+
+    class Scripts(HTMLParser):
+        def handle_data(self, data: str) -> None:
+            if self.lasttag == "script":
+                scripts.append(data)
+
+    Scripts().feed(page)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)  # the reader's own limit: json nests a C call per level
+    try:
+        data = json.loads(scripts[0].replace("<\\/", "</"))
+    finally:
+        sys.setrecursionlimit(limit)
+    depth, node = 0, data
+    while node["c"]:
+        node, depth = node["c"][0], depth + 1
+    assert depth >= 1500 and node["n"].startswith("down")

@@ -452,7 +452,7 @@ def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
     def explode(*a):
         raise RuntimeError("midway")
 
-    monkeypatch.setattr("omniprof.reporters.perfetto._debug_annotations", explode)
+    monkeypatch.setattr("omniprof.reporters.perfetto.proto._debug_annotations", explode)
     with pytest.raises(ReporterError, match="midway"):
         omniprof.report(bad, "perfetto", target, options={"chunk_bytes": 4096})
     assert list(tmp_path.iterdir()) == []
@@ -670,9 +670,11 @@ def test_args_keep_their_types_and_values():
     anns = [p.track_event.debug_annotations[0] for p in packets
             if p.HasField("track_event") and p.track_event.debug_annotations]
     got = [a.WhichOneof("value") for a in anns]
-    want = ["bool_value", "int_value", "double_value", "string_value", "legacy_json_value", None, None,
+    # None is the text null: the trace processor stops at a legacy_json_value of null (issue 31 F7)
+    want = ["bool_value", "int_value", "double_value", "string_value", "string_value", None, None,
             "string_value", "string_value"]
     assert got == want * 2
+    assert anns[4].string_value == "null"
     assert [x.int_value for x in anns[5].array_values] == [1, 0] and anns[5].array_values[1].string_value == "a"
     assert anns[6].dict_entries[0].name == "k" and anns[6].dict_entries[0].double_value == 2.5
     assert anns[7].string_value == str(2**70)
@@ -871,3 +873,55 @@ def test_event_stream_announces_every_track_before_its_events():
             assert (ev[4].uuid, ev[5]) in seen_slices and (ev[6].uuid, ev[7]) in seen_slices
     # the layout's tracks, then lanes 2 and 3 of "Main" and a track for the undeclared "nowhere"
     assert len(announced) == len(set(announced)) == len(layout(stress_result()).tracks) + 3
+
+
+# -- null arguments (issue 31 F7) -----------------------------------------------------------------
+def _null_args(path) -> tuple[list, list]:
+    """The trace processor's import problems and every ``debug.*`` argument of ``path``'s slices."""
+    from omniprof.testing.trace_processor import import_problems, open_trace, query_rows
+
+    with open_trace(path) as tp:
+        return import_problems(tp), sorted(
+            (r["name"], r["key"], r["display_value"]) for r in query_rows(
+                tp, "select s.name as name, a.key as key, a.display_value as display_value from slice s "
+                    "join args a on a.arg_set_id = s.arg_set_id where a.key glob 'debug.*'"))
+
+
+def test_none_span_argument_keeps_the_trace_readable(tmp_path):
+    """``omniprof.annotate("x", shard=None)`` (and None inside a value, at any depth): Perfetto's
+    trace processor imports the .perfetto-trace (a null stopped it: json_utils.cc Unreachable) and
+    shows each None as null."""
+    deep: object = None
+    for i in range(70):  # past the depth where args are written as JSON text
+        deep = {"k": deep} if i % 2 else [deep]
+    with omniprof.Profiler(backend="cpu") as prof:
+        with omniprof.annotate("x", shard=None, nested={"a": None, "b": [None, 1]}, deep=deep):
+            sum(range(1000))
+    path = omniprof.report(prof.result, "perfetto", tmp_path / "trace.perfetto-trace")
+    problems, args = _null_args(path)
+    assert problems == []
+    mine = [(k, v) for name, k, v in args if name == "x"]
+    assert ("debug.shard", "null") in mine
+    assert ("debug.nested.a", "null") in mine and ("debug.nested.b[0]", "null") in mine
+    assert ("debug.nested.b[1]", "1") in mine
+    assert [v for k, v in mine if k.startswith("debug.deep")] == ["null"]
+
+
+def test_null_argument_of_a_kineto_trace_keeps_the_perfetto_trace_readable(tmp_path):
+    """A Kineto trace with ``"args": {"grid": null}`` (an instant's) and ``"grid": [null, 1, 1]``
+    (a kernel's), read and written as a .perfetto-trace, opens in the trace processor with each
+    null shown as null."""
+    from omniprof.core.readers import read_any
+
+    trace = tmp_path / "host.pt.trace.json"
+    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10.0, "dur": 5.0,
+         "args": {"grid": [None, 1, 1], "device": 0, "stream": 7}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "sync", "pid": 7, "tid": 7, "ts": 12.0, "s": "t",
+         "args": {"grid": None}}]}))
+    path = omniprof.report(read_any(trace), "perfetto", tmp_path / "trace.perfetto-trace")
+    problems, args = _null_args(path)
+    assert problems == []
+    assert ("sync", "debug.grid", "null") in args
+    assert [(k, v) for name, k, v in args if name == "gemm" and k.startswith("debug.grid")] == [
+        ("debug.grid[0]", "null"), ("debug.grid[1]", "1"), ("debug.grid[2]", "1")]

@@ -233,3 +233,19 @@ def test_negative_weights_are_zeroed_and_noted():
     p = decode(_bytes(ProfileResult(parts=(part,))))
     assert sum(s.value[1] for s in p.sample) == 5 and sum(s.value[0] for s in p.sample) == 2
     assert any("negative_weights_set_to_zero=1" in _strings(p)[i] for i in p.comment)
+
+
+def test_identical_nested_spans_read_by_go_tool_pprof(go_pprof, run_tool, tmp_path):
+    """Spans nested 400 deep (the same name, start and length: each nests in the one before) are
+    400 samples, the n-th with n locations, all the same function; only the innermost has self
+    time. (Built per stack node since issue 31: the growth is in benchmarks/reporter_growth.py.)"""
+    depth, dur = 400, 7_000
+    part = BackendResult(backend="cpu", spans=[Span("step", "t", 100, dur) for _ in range(depth)])
+    r = ProfileResult(parts=(part,))
+    p = decode(_bytes(r, source="spans"))
+    assert sorted(len(s.location_id) for s in p.sample) == list(range(1, depth + 1))
+    assert len(p.location) == 1 and len(p.function) == 1
+    assert sorted(s.value[1] for s in p.sample) == [0] * (depth - 1) + [dur]
+    path = omniprof.report(r, "pprof", tmp_path / "deep.pb.gz", options={"source": "spans"})
+    assert _top(go_pprof, run_tool, path) == {"step": (dur, dur)}
+    assert _top(go_pprof, run_tool, path, "-sample_index=spans") == {"step": (depth, depth)}

@@ -12,7 +12,7 @@ import pytest
 import omniprof
 from omniprof.core.results import ProfileResult
 from omniprof.reporters.speedscope import speedscope_document
-from omniprof.reporters.stackdata import span_lanes, stack_profile
+from omniprof.analysis.stackdata import span_lanes, stack_profile
 from tests.unit.reporters.test_speedscope import check_importable
 from tests.tools import shared_data
 
@@ -50,7 +50,7 @@ def test_real_trace_has_overlaps_that_move_lanes():
     result = _kineto_spans("alexnet_cuda_trace.json.gz")
     lanes, moved = span_lanes(result.parts[0])
     assert moved > 0 and any("(overlap" in lane.name for lane in lanes)
-    assert "overlapping spans moved" in speedscope_document(result)["name"]
+    assert "spans moved to overlap lanes" in speedscope_document(result)["name"]
 
 
 def test_pprof_and_flamegraph_of_real_trace(go_pprof, flamegraph_pl, run_tool, tmp_path):

@@ -112,14 +112,15 @@ def test_spans_become_evented_profiles_per_track():
 
 
 def test_overlapping_spans_split_into_lanes_without_loss(speedscope_schema):
-    """Spans that overlap without nesting move to an overlap lane; every span keeps its times."""
+    """Spans that overlap without nesting move to an overlap lane, with what nests in them; every span
+    keeps its times."""
     spans = (Span("a", "t", 0, 100), Span("b", "t", 50, 100), Span("c", "t", 60, 10), Span("d", "t", 120, 50))
     part = BackendResult(backend="x", tracks=(Track("t", "stream"),), spans=spans)
     doc = _doc(ProfileResult(parts=(part,)))
     jsonschema.validate(doc, speedscope_schema)
     check_importable(doc)
     assert [p["name"] for p in doc["profiles"]] == ["stream", "stream (overlap 1)"]
-    assert "1 overlapping spans moved" in doc["name"]
+    assert "2 spans moved to overlap lanes" in doc["name"]  # b, and c which nests in b
     frames = doc["shared"]["frames"]
     seen = {}
     for p in doc["profiles"]:
@@ -242,3 +243,22 @@ def test_speedscope_app_reads_data_before_the_run_start(speedscope_app, tmp_path
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", shown["dom"]))
     totals = dict(re.findall(r"\d+ ((?:cpu|dev): [\w ]+?) (\d+\.\d+ms)", text))
     assert totals == {"cpu: main": "4.00ms", "dev: stream 1": "3.00ms", "dev: thread 1": "2.50ms"}, text[-800:]
+
+
+def test_negative_spans_and_allocations_are_left_out_and_noted(speedscope_schema):
+    """A result built in memory with a span of negative length and an allocation of negative size
+    (load() refuses both): the file leaves them out, says so, and speedscope's rules hold."""
+    from omniprof.core.results import Allocation
+
+    part = BackendResult(backend="cpu", tracks=[Track("t", "main")],
+                         spans=[Span("outer", "t", 0, 1_000), Span("neg", "t", 500, -300), Span("inner", "t", 100, 200)],
+                         frames=[Frame("f", "f.py", 1)], stacks=[(0,)],
+                         allocations=[Allocation(1, 64, 0), Allocation(2, -32, 0)])
+    doc = _doc(ProfileResult(parts=(part,)))
+    jsonschema.validate(doc, speedscope_schema)
+    check_importable(doc)
+    names = {doc["shared"]["frames"][e["frame"]]["name"] for p in doc["profiles"] if p["type"] == "evented"
+             for e in p["events"]}
+    assert names == {"outer", "inner"}
+    assert [w for p in doc["profiles"] if p["type"] == "sampled" for w in p["weights"]] == [64]
+    assert "2 span(s) or allocation(s) of negative size left out" in doc["name"]

@@ -174,7 +174,7 @@ def test_artifacts_and_errors_alone():
 def test_wide_derived_tables_hide_columns_instead_of_cutting_numbers():
     """A kernel_stats table too wide for the terminal leaves out its right-most columns, names
     them, and never cuts a number; headers drop the unit the cells already show."""
-    from omniprof.analysis.kernels import add_kernel_stats
+    from omniprof.formats.kernels import add_kernel_stats
 
     r = make_result()
     r = r.evolve(parts=(add_kernel_stats(r.parts[0]),))

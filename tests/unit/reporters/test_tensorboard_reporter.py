@@ -398,3 +398,32 @@ def test_spans_on_undeclared_tracks_are_kept() -> None:
     r = ProfileResult(parts=(BackendResult("cpu", spans=(Span("orphan", "thread:99", 0, 5),)),))
     lines = _lines(build_timeline(r), "/host:CPU")
     assert [e.name for e in lines["thread:99"].events] == ["orphan"]
+
+
+def test_many_threads_get_one_line_each_with_unique_ids(tmp_path: Path) -> None:
+    """500 threads of one span each: 500 host lines, ids unique, each read back by the XPlane
+    reader with its span (PlaneBuilder.add_line used to scan every line for each new one)."""
+    from omniprof.core.readers import read_any
+
+    n = 500
+    part = BackendResult(backend="cpu", tracks=[Track(f"thread:{i}", f"worker {i}", tid=i) for i in range(n)],
+                         spans=[Span("work", f"thread:{i}", 1_000 + i, 5_000, category="annotation") for i in range(n)])
+    r = ProfileResult(metadata=RunMetadata(backends=("cpu",), start_unix_ns=1_700_000_000_000_000_000), parts=(part,))
+    space = to_xspace(build_timeline(r))
+    host = next(p for p in space.planes if p.name == xs.HOST_PLANE_NAME)
+    assert len(host.lines) == n and len({ln.id for ln in host.lines}) == n
+    back = read_any(write_logdir(r, tmp_path))
+    names = {t.name for p in back.parts for t in p.tracks}
+    assert {f"worker {i}" for i in range(n)} <= names
+    assert sum(1 for p in back.parts for s in p.spans if s.name == "work") == n
+
+
+def test_plane_builder_gives_a_taken_line_id_a_new_one() -> None:
+    """A line id already in the plane (one jax wrote) is never reused."""
+    plane = xs.XPlane()
+    plane.lines.add(id=7, name="jax's")
+    builder = xs.PlaneBuilder(plane)
+    a = builder.add_line("a", 0, line_id=7)
+    b = builder.add_line("b", 0, line_id=9)
+    c = builder.add_line("c", 0, line_id=9)
+    assert [ln.id for ln in plane.lines] == [7, 8, 9, 10] and (a.id, b.id, c.id) == (8, 9, 10)

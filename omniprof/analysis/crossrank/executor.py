@@ -1,8 +1,8 @@
 """Run the per-rank read+reduce of a cross-rank analysis on a Dask cluster.
 
 ``crossrank.analyze(path, executor="dask://host:port")`` (and ``omniprof report RUN_DIR --executor
-dask://host:port``) sends each rank's :func:`omniprof.analysis.crossrank.reduce_file` to a worker
-that sees that rank's file, and brings back only its :class:`~omniprof.analysis.crossrank.RankSummary`
+dask://host:port``) sends each rank's :func:`omniprof.analysis.crossrank.pool.reduce_file` to a worker
+that sees that rank's file, and brings back only its :class:`~omniprof.analysis.crossrank.summary.RankSummary`
 (its size set by the rank's steps and collectives, not its events), each as soon as it is done,
 released on the cluster once handed on; the traces never travel. Which worker sees which file is
 asked of every worker first (``Client.run``), so traces on each host's local disk are read on that
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from omniprof.errors import InvalidArgumentError, TraceReadError
 
 if TYPE_CHECKING:
-    from omniprof.analysis.crossrank import RankSummary
+    from omniprof.analysis.crossrank.summary import RankSummary
 
 __all__ = ["parse_address", "iter_reduce_ranks", "map_reduce_ranks", "CONNECT_TIMEOUT_S"]
 
@@ -80,7 +80,7 @@ def _client(executor: Any, timeout_s: float) -> tuple[Any, bool]:
 
 def _visible(path: str) -> list[tuple[str, str, int | None]] | None:
     """On a worker: the rank files it sees under ``path`` (None where it sees no such directory)."""
-    from omniprof.analysis.crossrank import rank_inputs
+    from omniprof.formats.rankdir import rank_inputs
 
     if not Path(path).is_dir():
         return None
@@ -101,7 +101,7 @@ def iter_reduce_ranks(path: str | os.PathLike[str], executor: Any, *,
         TraceReadError: no worker sees rank files under ``path``, or a rank's file is unreadable
             (the worker's message, naming the file).
     """
-    from omniprof.analysis.crossrank import reduce_file
+    from omniprof.analysis.crossrank.pool import reduce_file
 
     client, owned = _client(executor, timeout_s)
     try:
