@@ -59,6 +59,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,7 @@ import attrs
 from omniprof.analysis import calltree, significance
 from omniprof.analysis.nesting import TORCH, nest
 from omniprof.analysis.significance import permutation_p, rank_p
+from omniprof.analysis.render import Column, Labeled, render_table
 from omniprof.core import opstats
 from omniprof.core.results import BackendResult, ProfileResult, Table
 from omniprof.core.text import printable
@@ -615,13 +617,14 @@ def diff(a: ProfileResult | Sequence[ProfileResult], b: ProfileResult | Sequence
 _ns = format_ns  # deltas keep their sign
 
 
-def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
-    """Plain text: per table, the total then the largest changes, regressions marked ``!``."""
+def format_diff(d: ResultDiff, *, max_rows: int = 20, width: int | None = None) -> str:
+    """Plain text: per table, the total then the largest changes, regressions marked ``!``; tables
+    drawn by the one renderer and lines wrapped at words within ``width`` (None: never cut)."""
     tested = any((t.runs_a >= 2 and t.runs_b >= 2) or t.dispersion is not None for t in d.tables)
     rule = (f"; a change counts when its one-sided test gives p <= {d.alpha:g} "
             f"(confidence >= {100 * (1 - d.alpha):g}%)" if tested else "")
-    out: list[str] = [f"== omniprof diff: {len(d.regressions)} regression(s) "
-                      f"(threshold {d.threshold_pct:g}%, entries >= {d.min_share_pct:g}% share{rule})"]
+    out: list[str] = _wrap(f"== omniprof diff: {len(d.regressions)} regression(s) "
+                           f"(threshold {d.threshold_pct:g}%, entries >= {d.min_share_pct:g}% share{rule})", width)
     for t in d.tables:
         out.append("")
         shown = t.rows[: max_rows + 1]
@@ -630,32 +633,50 @@ def format_diff(d: ResultDiff, *, max_rows: int = 20) -> str:
             t.runs_a > 1 or t.runs_b > 1 else ""
         if t.clipped:
             runs += f"; judged with each call at most {d.clip_calls:g}x its median over all runs"
-        out.append(printable(f"{t.name} ({t.backend}, by {t.time_column}{runs})")
-                   + (f": {more} more rows not shown" if more else ""))
-        with_sd = t.runs_a > 1 or t.runs_b > 1
-        sampled = t.dispersion is not None
-        header = ["", "A", "B", "delta", "delta%"] + (["sd A", "sd B", "conf%"] if with_sd else []) + \
-            (["samples A", "samples B", "conf%"] if sampled else []) + ["share A%", "share B%", "status", "name"]
-        cells = []
-        for r in shown:
-            pct = "-" if r.delta_pct is None else f"{r.delta_pct:+.1f}"
-            row = ["!" if r.regressed else "", _ns(r.a_ns), _ns(r.b_ns), ("+" if r.delta_ns > 0 else "")
-                   + _ns(r.delta_ns), pct]
-            if with_sd:
-                row += ["-" if r.a_sd_ns is None else _ns(r.a_sd_ns), "-" if r.b_sd_ns is None else _ns(r.b_sd_ns),
-                        "-" if r.confidence_pct is None else f"{r.confidence_pct:.1f}"]
-            if sampled:
-                row += [str(r.a_samples), str(r.b_samples),
-                        "-" if r.confidence_pct is None else f"{r.confidence_pct:.1f}"]
-            row += [f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, printable(r.key)]  # names come from the files: never raw escape sequences
-            cells.append(row)
-        left = {0, len(header) - 2, len(header) - 1}
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
-        for row in [header, *cells]:
-            out.append("  ".join(c.ljust(w) if i in left else c.rjust(w)
-                                 for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        out += _wrap(printable(f"{t.name} ({t.backend}, by {t.time_column}{runs})")
+                     + (f": {more} more rows not shown" if more else ""), width)
+        columns, cells = _diff_cells(t, shown)
+        out.append(render_table(columns, cells, width=width))
     for n in d.notes:
-        out.append(f"note: {n}")
+        out += _wrap(f"note: {n}", width)
     for s in d.skipped:
-        out.append(f"note: not compared: {printable(s)}")
+        out += _wrap(f"note: not compared: {printable(s)}", width)
     return "\n".join(out) + "\n"
+
+
+def _diff_cells(t: TableDiff, shown: Sequence[DiffRow]) -> tuple[list[Column], list[list[Any]]]:
+    """One table's rows as the renderer's columns and cells (names escaped: they come from the files)."""
+    with_sd = t.runs_a > 1 or t.runs_b > 1
+    columns = [Column("", kind="label"), Column("A", kind="num"), Column("B", kind="num"),
+               Column("delta", kind="num"), Column("delta%", kind="num")]
+    sampled = t.dispersion is not None
+    if with_sd:
+        columns += [Column("sd A", kind="num", drop=2), Column("sd B", kind="num", drop=2),
+                    Column("conf%", kind="num")]
+    if sampled:
+        columns += [Column("samples A", kind="num", drop=2), Column("samples B", kind="num", drop=2),
+                    Column("conf%", kind="num")]
+    columns += [Column("share A%", kind="num", drop=1), Column("share B%", kind="num", drop=1),
+                Column("status", kind="label"), Column("name", min_width=24)]
+    cells = []
+    for r in shown:
+        pct = "-" if r.delta_pct is None else f"{r.delta_pct:+.1f}"
+        row = ["!" if r.regressed else "", _ns(r.a_ns), _ns(r.b_ns), ("+" if r.delta_ns > 0 else "")
+               + _ns(r.delta_ns), pct]
+        if with_sd:
+            row += ["-" if r.a_sd_ns is None else _ns(r.a_sd_ns), "-" if r.b_sd_ns is None else _ns(r.b_sd_ns),
+                    "-" if r.confidence_pct is None else f"{r.confidence_pct:.1f}"]
+        if sampled:
+            row += [str(r.a_samples), str(r.b_samples),
+                    "-" if r.confidence_pct is None else f"{r.confidence_pct:.1f}"]
+        name, _, where = printable(r.key).partition("  ")  # a function's key is ``name  file``
+        row += [f"{r.a_share_pct:.1f}", f"{r.b_share_pct:.1f}", r.status, Labeled(name, where.strip())]
+        cells.append(row)
+    return columns, cells
+
+
+def _wrap(line: str, width: int | None) -> list[str]:
+    """``line`` wrapped at words within ``width`` (continuations indented), never inside a word."""
+    if width is None or len(line) <= width:
+        return [line]
+    return textwrap.wrap(line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)

@@ -32,7 +32,7 @@ from omniprof.core.units import format_ns as _fmt_ns
 from omniprof.errors import InvalidArgumentError
 
 __all__ = ["PrintOptions", "TreeRow", "FlatRow", "GroupReport", "build_report", "format_report", "callers",
-           "sampled_part", "frame_where"]
+           "sampled_part", "frame_where", "print_options", "group_title", "tree_indent", "where_and_name"]
 
 GROUPBYS = ("none", "thread", "task", ("thread", "task"), ("task", "thread"))
 
@@ -111,6 +111,22 @@ class GroupReport:
     total_ns: int
     tree: tuple[TreeRow, ...] = ()
     flat: tuple[FlatRow, ...] = ()
+
+
+def print_options(options: dict[str, Any]) -> PrintOptions:
+    """:class:`PrintOptions` from ``print``'s keywords (Julia's ``C`` spelled as ``native``);
+    unknown ones rejected with the closest name."""
+    opts = dict(options)
+    if "C" in opts:
+        opts["native"] = opts.pop("C")
+    try:
+        return PrintOptions(**opts)
+    except TypeError as e:
+        names = [a.name for a in attrs.fields(PrintOptions)] + ["C"]
+        from omniprof.core.validators import check_keys
+
+        check_keys(opts, names, what="print option")
+        raise InvalidArgumentError(str(e)) from e
 
 
 def sampled_part(result: ProfileResult | BackendResult) -> BackendResult:
@@ -197,8 +213,6 @@ def frame_where(fr: Frame) -> str:
     return calltree.frame_where(fr)
 
 
-_short_path = calltree.short_path
-
 
 def _ltrunc(text: str, width: int) -> str:
     """Keep the end of ``text`` within ``width``, marking the cut with a leading '...'."""
@@ -212,7 +226,8 @@ def _ltrunc(text: str, width: int) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _indent(depth: int) -> str:
+def tree_indent(depth: int) -> str:
+    """A tree line's indentation for ``depth``: spaces with a ``╎`` guide every fourth column."""
     return "".join("╎" if i % 4 == 3 else " " for i in range(depth))
 
 
@@ -233,32 +248,37 @@ def _tree_line(row: TreeRow, wo: int, wc: int, cols: int, offsets: bool, cells: 
     avail = cols - len(head)
     max_indent = max(avail // 2 - wc, 0)
     if row.depth <= max_indent:
-        ind = _indent(row.depth)
+        ind = tree_indent(row.depth)
     else:
         # Julia's "+n" at the start: the indentation that did not fit, shown as a number.
         marker = f"+{row.depth} "
         shown = max(max_indent - len(marker), 0)
         marker = f"+{row.depth - shown} "
-        ind = marker + _indent(shown)
+        ind = marker + tree_indent(shown)
     count = f"{value:>{wc}} " if not value.isdigit() else f"{value:<{wc}} "
     where = frame_where(row.frame)
     if offsets and row.frame.offset is not None:
         where += f"@{row.frame.offset}"
-    name = row.frame.name
-    room = avail - len(ind) - len(count)
-    text = f"{where}; {name}" if where else name
-    if len(text) > room:
-        if where:
-            room_name = max(min(len(name), room - 2 - min(len(where), max(room // 2, 4))), min(len(name), 4))
-            room_where = max(room - 2 - room_name, 0)
-            text = f"{_ltrunc(where, room_where)}; {_ltrunc(name, room_name)}"
-            text = text[:max(room, 0)] if len(text) > room else text
-        else:
-            text = _ltrunc(name, room)
+    text = where_and_name(where, row.frame.name, avail - len(ind) - len(count))
     return (head + ind + count + text)[:cols]
 
 
-def _group_title(g: GroupReport, grand_samples: int) -> list[str]:
+def where_and_name(where: str, name: str, room: int) -> str:
+    """A tree line's ``file:line; function`` in ``room`` characters, the place and the name each
+    cut at its own start (the end of a path and of a name tell them apart)."""
+    text = f"{where}; {name}" if where else name
+    if len(text) <= room:
+        return text
+    if not where:
+        return _ltrunc(name, room)
+    room_name = max(min(len(name), room - 2 - min(len(where), max(room // 2, 4))), min(len(name), 4))
+    room_where = max(room - 2 - room_name, 0)
+    text = f"{_ltrunc(where, room_where)}; {_ltrunc(name, room_name)}"
+    return text[:max(room, 0)]
+
+
+def group_title(g: GroupReport, grand_samples: int) -> list[str]:
+    """The lines naming a group (thread, then task), its share of the snapshots on the last."""
     lines = []
     for level, (kind, ident, name) in enumerate(g.path):
         last = level == len(g.path) - 1
@@ -344,7 +364,7 @@ def _format(part: BackendResult, opts: PrintOptions, groups: Sequence[GroupRepor
         if g.path:
             if gi:
                 lines.append("")
-            lines.extend(x[:cols] for x in _group_title(g, grand))
+            lines.extend(x[:cols] for x in group_title(g, grand))
         if opts.format == "tree":
             count_w = max([len(str(r.count)) for r in g.tree] + [1])
             time_w = max([len(_fmt_ns(r.total_ns)) for r in g.tree] + [1])
@@ -374,11 +394,11 @@ def _flat_lines(rows: Sequence[FlatRow], cols: int, offsets: bool, counts: bool 
     else:
         columns = [Column("Time", kind="num"), Column("%", kind="num"), Column("Self time", kind="num"),
                    Column("Self %", kind="num", drop=1)]
-    columns += [Column("File", min_width=16), Column("Line", kind="num"), Column("Function", min_width=20)]
+    columns += [Column("File", min_width=16, cut="start"), Column("Line", kind="num"), Column("Function", min_width=20)]
     cells = []
     for r in rows:
         fr = r.frame
-        file = _short_path(fr.file) if fr.file else (fr.module or "")
+        file = calltree.short_path(fr.file) if fr.file else (fr.module or "")
         line = str(fr.line) + (f"@{fr.offset}" if offsets and fr.offset is not None else "") if fr.line or fr.file else "?"
         head = ([str(r.count), str(r.self_count), _fmt_ns(r.total_ns), pct(r.total_ns), _fmt_ns(r.self_ns)]
                 if counts else

@@ -35,7 +35,9 @@ def diff(ns: argparse.Namespace) -> int:
 
         print(json.dumps(d.to_dict(), indent=2))
     else:
-        sys.stdout.write(diffmod.format_diff(d, max_rows=ns.max_rows))
+        from omniprof.analysis.render import terminal_width
+
+        sys.stdout.write(diffmod.format_diff(d, max_rows=ns.max_rows, width=terminal_width(sys.stdout)))
     if d.regressions:
         print(f"omniprof: {len(d.regressions)} regression(s) past {ns.threshold_pct}%", file=sys.stderr)
         if ns.fail_on_regression:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
+from omniprof.analysis.render import Column, print_table, terminal_width
 from omniprof.cli import _common as c
 
 
@@ -14,12 +16,18 @@ def plugins(ns: argparse.Namespace) -> int:
         return _trust(ns.trust)
     reg = c.registry(ns)
     infos = reg.infos(probe=not ns.no_probe)
-    rows = [("name", "kind", "source", "status")]
+    width = terminal_width(sys.stdout)
+    # Piped: one line a plugin, its reason inline (for grep). On a terminal the reasons, often long,
+    # go under the table, wrapped at words, so the table fits and nothing is cut.
+    inline = width is None
+    rows = [[i.name, i.kind, i.source, i.status + (f": {i.reason}" if i.reason and inline else "")] for i in infos]
+    columns = [Column("name", kind="label"), Column("kind", kind="label"), Column("source", min_width=24),
+               Column("status", min_width=30)]
+    print_table(sys.stdout, columns, rows, width=width)
     for i in infos:
-        rows.append((i.name, i.kind, i.source, i.status + (f": {i.reason}" if i.reason else "")))
-    widths = [max(len(r[c]) for r in rows) for c in range(3)]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+        if i.reason and not inline:
+            print("\n".join(textwrap.wrap(f"{i.name} {i.status}: {i.reason}", width, subsequent_indent="    ",
+                                           break_long_words=False, break_on_hyphens=False)))
     for problem in reg.problems:
         print(f"warning: {problem}", file=sys.stderr)
     return 0

@@ -26,7 +26,7 @@ from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, ProfileResult, Table
 from omniprof.core.units import format_ns
 from omniprof.plugin import Reporter
-from omniprof.reporters.table import _display_column, _fmt_cell, span_rows
+from omniprof.reporters.table import display_column, format_cell, span_rows
 
 __all__ = ["HtmlReporter", "HtmlOptions", "flame_tree", "tree_json"]
 
@@ -244,5 +244,5 @@ class HtmlReporter(Reporter):
         numeric = [any(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in shown)
                    for i in range(len(table.columns))]
         return [f"<h2>{html.escape(table.title or table.name)}</h2>",
-                _table_html([_display_column(c) for c in table.columns],
-                            [[_fmt_cell(c, val) for c, val in zip(table.columns, row)] for row in shown], numeric)]
+                _table_html([display_column(c) for c in table.columns],
+                            [[format_cell(c, val) for c, val in zip(table.columns, row)] for row in shown], numeric)]

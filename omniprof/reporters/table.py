@@ -17,7 +17,7 @@ from typing import IO, Any
 import attrs
 
 from omniprof.analysis import calltree, stackreport
-from omniprof.analysis.render import Column, Indented, print_table
+from omniprof.analysis.render import Column, Indented, Labeled, print_table
 from omniprof.analysis.stackreport import GROUPBYS, _groupby
 from omniprof.core import validators as v
 from omniprof.core.results import BackendResult, Frame, ProfileResult, Table
@@ -26,8 +26,8 @@ from omniprof.core.units import format_bytes as _fmt_bytes
 from omniprof.core.units import format_ns as _fmt_ns
 from omniprof.plugin import Reporter
 
-__all__ = ["TableReporter", "TableOptions", "frame_label", "span_rows", "counter_rows",
-           "instant_rows", "allocation_rows"]
+__all__ = ["TableReporter", "TableOptions", "frame_label", "format_cell", "display_column", "span_rows",
+           "counter_rows", "instant_rows", "allocation_rows"]
 
 
 @attrs.frozen(kw_only=True)
@@ -82,7 +82,8 @@ def frame_label(frame: Frame) -> str:
     return calltree.frame_label(frame)
 
 
-def _fmt_cell(col: str, value: Any) -> str:
+def format_cell(col: str, value: Any) -> str:
+    """A result table's cell for people: ``_ns`` columns as durations, ``_bytes`` as sizes."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -99,7 +100,9 @@ def _fmt_cell(col: str, value: Any) -> str:
 def _printable_cell(cell: Any) -> Any:
     """A table cell safe for a terminal: control characters in names escaped (a tree's indent kept)."""
     if isinstance(cell, Indented):
-        return attrs.evolve(cell, text=printable(cell.text))
+        return attrs.evolve(cell, text=_printable_cell(cell.text))
+    if isinstance(cell, Labeled):
+        return Labeled(printable(cell.name), printable(cell.where))
     return printable(cell) if isinstance(cell, str) else cell
 
 
@@ -153,12 +156,17 @@ def _wrap(line: str, width: int) -> list[str]:
                          break_on_hyphens=False) or [line]
 
 
-def _display_column(name: str) -> str:
+def display_column(name: str) -> str:
     """A column header for people: cells already carry the unit, so ``total_ns`` shows as ``total``."""
     for suffix, shown in (("_ns", ""), ("_bytes", ""), ("_pct", " %")):
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)] + shown
     return name
+
+
+def _cut(column: str) -> str:
+    """Where a result table's text column is shortened: paths keep their end (``app.py:12``)."""
+    return "start" if column in ("location", "file", "path", "where", "source_file") else "middle"
 
 
 def _pct(part: int, whole: int) -> str:
@@ -288,7 +296,7 @@ class TableReporter(Reporter):
             row = [_fmt_ns(r.total_ns), _pct(r.total_ns, total), _fmt_ns(r.self_ns) if r.self_ns else ""]
             if opts.counts:
                 row.append(str(r.count))
-            row.append(Indented(_indent(r.depth), self._label(r.frame) + (" [idle]" if r.idle else "")))
+            row.append(Indented(_indent(r.depth), self._label(r.frame, r.idle)))
             cells.append(row)
             if r.idle:
                 styles[i] = "dim"
@@ -311,14 +319,16 @@ class TableReporter(Reporter):
             row = [_fmt_ns(r.self_ns), _pct(r.self_ns, total), _fmt_ns(r.total_ns), _pct(r.total_ns, total)]
             if opts.counts:
                 row.append(str(r.count))
-            row.append(self._label(r.frame) + (" [idle]" if r.idle else ""))
+            row.append(self._label(r.frame, r.idle))
             cells.append(row)
             if r.idle:
                 styles[i] = "dim"
         out.table(cols, cells, styles)
 
-    def _label(self, frame: Frame) -> str:
-        return calltree.frame_label(frame, line=self.options.lines)
+    def _label(self, frame: Frame, idle: bool = False) -> Labeled:
+        """The frame's name and place, cut apart when they must be shortened (the renderer's rule)."""
+        name = (frame.name or "?") + (" [idle]" if idle else "")
+        return Labeled(name, calltree.frame_where(frame, line=self.options.lines))
 
     def _part(self, part: BackendResult, out: _Out) -> None:
         out.line()
@@ -337,7 +347,7 @@ class TableReporter(Reporter):
             out.line()
             out.line(f"{name.replace('_', ' ').capitalize()} summary")
             out.table([Column("key", kind="label"), Column("value", kind="label")],
-                      [[k, _fmt_cell(k, val)] for k, val in summary.items()])
+                      [[k, format_cell(k, val)] for k, val in summary.items()])
         self._counters(part, out)
         self._instants(part, out)
         self._allocations(part, out)
@@ -378,7 +388,7 @@ class TableReporter(Reporter):
         shown = [tuple(row[i] for i in order) for row in shown]
         cells: list[list[Any]] = []
         for row in shown:
-            cells.append([_fmt_cell(c, val) for c, val in zip(names, row)])
+            cells.append([format_cell(c, val) for c, val in zip(names, row)])
             if si is not None:
                 frames = _stack_frames(row[-1])
                 cells[-1][-1] = frames[0] if frames else ""
@@ -394,11 +404,14 @@ class TableReporter(Reporter):
                 # The first three number columns always stay; further ones may be left out (the
                 # right-most first) when even shortened names cannot make room.
                 rank = sum(numeric[:i])
-                cols.append(Column(_display_column(c), kind="num", drop=0 if rank < 3 else i))
+                cols.append(Column(display_column(c), kind="num", drop=0 if rank < 3 else i))
             elif i == first_text:
-                cols.append(Column(_display_column(c), min_width=24))
+                cols.append(Column(display_column(c), min_width=24, cut=_cut(c)))
             else:
-                cols.append(Column(_display_column(c), min_width=12, drop=i))
+                # A text column that tells apart rows the names alone do not (an op in two XLA modules)
+                # always stays; other ones may be left out.
+                apart = len({(r[first_text], r[i]) for r in shown}) > len({r[first_text] for r in shown})
+                cols.append(Column(display_column(c), min_width=12, drop=0 if apart else i, cut=_cut(c)))
         out.table(cols, cells)
 
     # -- every other kind of data (kept apart from the call tree / flat code) ------------------------
@@ -456,7 +469,8 @@ class TableReporter(Reporter):
                  f"{_fmt_bytes(live)} still in use at the end")
         out.table([Column("allocated", kind="num"), Column("objects", kind="num"), Column("in use", kind="num"),
                    Column("function", min_width=30)],
-                  [[_fmt_bytes(r.size_bytes), str(r.count), _fmt_bytes(r.in_use_bytes), r.label] for r in shown])
+                  [[_fmt_bytes(r.size_bytes), str(r.count), _fmt_bytes(r.in_use_bytes), Labeled(r.name, r.where)]
+                   for r in shown])
 
     def _artifacts(self, part: BackendResult, out: _Out) -> None:
         facts = {k: val for k, val in part.metadata.items() if isinstance(val, (str, int, float, bool))}
@@ -562,19 +576,22 @@ class AllocationRow:
     count: int
     size_bytes: int
     in_use_bytes: int
+    name: str = ""
+    where: str = ""
 
 
 def allocation_rows(part: BackendResult) -> list[AllocationRow]:
     """Allocations grouped by allocating function (the stack's leaf frame), most bytes first."""
-    agg: dict[str, list[int]] = {}
+    agg: dict[tuple[str, str], list[int]] = {}
     for a in part.allocations:
         stack = part.stacks[a.stack_id] if 0 <= a.stack_id < len(part.stacks) else ()
-        label = calltree.frame_label(part.frames[stack[-1]]) if stack else "[unknown stack]"
-        acc = agg.setdefault(label, [0, 0, 0])
+        f = part.frames[stack[-1]] if stack else None
+        key = (f.name or "?", calltree.frame_where(f)) if f is not None else ("[unknown stack]", "")
+        acc = agg.setdefault(key, [0, 0, 0])
         acc[0] += a.count
         acc[1] += a.size_bytes * a.count
         acc[2] += a.size_bytes * a.count if a.alive_at_end else 0
-    rows = [AllocationRow(k, v[0], v[1], v[2]) for k, v in agg.items()]
+    rows = [AllocationRow(str(Labeled(*k)), v[0], v[1], v[2], *k) for k, v in agg.items()]
     rows.sort(key=lambda r: (-r.size_bytes, r.label))
     return rows
 

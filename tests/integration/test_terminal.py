@@ -120,6 +120,172 @@ def test_long_names_are_elided_in_the_middle_only_when_they_cannot_fit(tmp_path)
     assert all(len(ln) <= 80 for ln in screen.splitlines())
 
 
+# -- every table fitted to the terminal ------------------------------------------------------------
+def _is_cut_from(shown: str, full: str) -> bool:
+    """Whether ``shown`` is ``full``, or ``full`` with runs of characters replaced by ``…``."""
+    if "…" not in shown:
+        return shown == full
+    return re.fullmatch(".+".join(re.escape(p) for p in shown.split("…")), full, re.S) is not None
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _rows(block: list[str]) -> list[str]:
+    """A table's rows under its header and rule, without the notes under it."""
+    rows = []
+    for ln in block[2:]:
+        if ln.startswith("  ("):
+            break
+        rows.append(ln)
+    return rows
+
+
+def _ends_with_cut(ln: str, name: str, place: str) -> bool:
+    """Whether the row ``ln`` ends with ``name  place``, each part whole or cut on its own."""
+    if not place:
+        return bool(re.search(r"(?:^|\s\s)" + r"\S*".join(map(re.escape, name.split("…"))) + "$", ln)) or \
+            any(_is_cut_from(ln[i + 2:], name) for i in range(len(ln)) if ln.startswith("  ", i))
+    for i in range(len(ln) - 2, 0, -1):
+        if ln.startswith("  ", i) and _is_cut_from(ln[i + 2:], place):
+            head = ln[:i].rstrip()
+            j = head.rfind("  ")
+            return _is_cut_from(head[j + 2:] if j >= 0 else head, name)
+    return False
+
+
+def _label_parts(ln: str) -> tuple[str, str]:
+    """A row's last cell, ``name  place``: the two parts (place '' for a pseudo-frame)."""
+    if ln.endswith("(total)"):
+        return "(total)", ""
+    m = re.search(r"\s\s(\S+)\s\s(\S+)$", ln)
+    return (m.group(1), m.group(2)) if m else (ln.split()[-1], "")
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_run_cuts_name_and_place_apart(width, tmp_path):
+    """`omniprof run examples/hot_loop.py`: in the tree and the flat list every function is
+    ``name  place``, each a cut of the real one (the piped report, never cut, is the reference):
+    never one cut across both (``warm_function.<locals…xamples/hot_loop.py``), the file name whole."""
+    exe = shlex.quote(sys.executable)
+    piped = _piped(["run", "examples/hot_loop.py", "20"], ROOT)
+    assert piped.returncode == 0, piped.stderr
+    names = {_label_parts(ln)[0] for ln in _rows(_block(piped.stdout, "Flat (by self time"))}
+    assert "hot_function" in names and any(n.startswith("warm_function.") for n in names), piped.stdout
+    screen = _screen(f"{exe} -m omniprof run examples/hot_loop.py 20 2>&1", width, tmp_path)
+    assert all(len(ln) <= width for ln in screen.splitlines()), screen
+    for title in ("Call tree", "Flat (by self time"):
+        rows = _rows(_block(screen, title))
+        assert rows, screen
+        shown = []
+        for ln in rows:
+            name, place = _label_parts(ln)
+            assert place and _is_cut_from(place, "examples/hot_loop.py") and place.endswith("hot_loop.py"), \
+                f"{ln!r}\n{screen}"
+            assert any(_is_cut_from(name, full) for full in names), f"{name!r} is no function's name\n{screen}"
+            shown.append(name)
+        if title.startswith("Flat"):
+            assert len(set(shown)) == len(shown), screen  # one row per function: all told apart
+
+
+def _two_runs(tmp_path: Path) -> tuple[str, str]:
+    out = []
+    for side in ("a", "b"):
+        p = _piped(["run", "-r", "json", "-o", str(tmp_path / side), "examples/hot_loop.py", "20"], ROOT)
+        assert p.returncode == 0, p.stderr
+        out.append(str(next((tmp_path / side).glob("*.json"))))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_diff_fits_the_terminal(width, tmp_path):
+    """`omniprof diff a.json b.json`: every row on one line with its figures whole (the piped
+    diff, never cut, is the reference), names cut apart from their file, notes wrapped at words."""
+    a, b = _two_runs(tmp_path)
+    piped = _piped(["diff", a, b], tmp_path)
+    assert piped.returncode == 0, piped.stderr
+    ref = piped.stdout.splitlines()
+    ref_rows = _rows(ref[ref.index(next(ln for ln in ref if ln.startswith("functions"))) + 1:])
+    ref_rows = ref_rows[:next((k for k, ln in enumerate(ref_rows) if ln.startswith("note:")), len(ref_rows))]
+    exe = shlex.quote(sys.executable)
+    screen = _screen(f"{exe} -m omniprof diff {shlex.quote(a)} {shlex.quote(b)}", width, tmp_path, height=80)
+    assert all(len(ln) <= width for ln in screen.splitlines()), screen
+    rows = _rows(_block(screen, "functions"))
+    rows = rows[:next((k for k, ln in enumerate(rows) if ln.startswith(("note:", "omniprof:"))), len(rows))]
+    assert len(rows) == len(ref_rows), screen
+    for ln, full in zip(rows, ref_rows):
+        figures = re.findall(rf"[+-]?{TIME}", full)[:3]  # A, B, delta
+        whole = r"\s+".join(map(re.escape, figures))
+        assert len(figures) == 3 and re.match(rf"^!?\s*{whole}\s", ln), (ln, full)
+        label = re.split(r"\s(?:changed|same|new|vanished)\s{2,}", full)[-1]  # the name cell, after the status
+        full_name, _, full_place = label.partition("  ")
+        assert _ends_with_cut(ln, full_name, full_place), (ln, full)
+    for note in (ln for ln in ref if ln.startswith("note: ")):
+        assert _words(note) in _words(screen), f"a note broken inside a word: {note!r}\n{screen}"
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_plugins_fits_the_terminal(width, tmp_path):
+    """`omniprof plugins`: one line per plugin, no line past the edge, and every reason the
+    registry gives shown whole, wrapped at words (never ``libnvidia-ml.so`` / ``.1``)."""
+    from omniprof.core.registry import Registry
+
+    infos = Registry().infos(probe=True)
+    exe = shlex.quote(sys.executable)
+    screen = _screen(f"{exe} -m omniprof plugins 2>&1", width, tmp_path, height=80)
+    lines = screen.splitlines()
+    assert all(len(ln) <= width for ln in lines), screen
+    for i in infos:
+        row = [ln for ln in lines if ln.split()[:2] == [i.name, i.kind]]
+        assert len(row) == 1 and i.status in row[0], (i.name, screen)
+        if i.reason:
+            assert _words(i.reason) in _words(screen), f"{i.name}: reason cut or broken\n{screen}"
+
+
+_ALLOC_SITES = """
+def build_blocks_for_the_cache(n):
+    return [bytearray(4096) for _ in range(n)]
+
+
+def build_blocks_for_the_index(n):
+    return [bytearray(2048) for _ in range(n)]
+
+
+kept = [build_blocks_for_the_cache(3000), build_blocks_for_the_index(3000)]
+"""
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_memory_report_keeps_sites_readable(width, tmp_path):
+    """`omniprof run -b memory` of a script deep in a directory tree: every site keeps its file
+    name and line (``…alloc_sites.py:3``, never ``/tmp/ne…py:5``), the two functions stay apart,
+    nothing runs past the edge."""
+    prog = tmp_path / "newproject" / "deeply" / "nested" / "package" / "alloc_sites.py"
+    prog.parent.mkdir(parents=True)
+    prog.write_text(_ALLOC_SITES)
+    exe = shlex.quote(sys.executable)
+    screen = _screen(f"{exe} -m omniprof run -b memory {shlex.quote(str(prog))} 2>&1", width, tmp_path, height=150)
+    assert all(len(ln) <= width for ln in screen.splitlines()), screen
+    rows = _rows(_block(screen, "Allocations by site"))
+    assert len(rows) >= 2, screen
+    names = ("build_blocks_for_the_cache.<locals>.<listcomp>", "build_blocks_for_the_cache",
+             "build_blocks_for_the_index.<locals>.<listcomp>", "build_blocks_for_the_index")
+    shown = []
+    for ln in rows:
+        if not ln.startswith("build_b"):  # the interpreter's own sites, elsewhere
+            continue
+        m = re.match(r"^(\S+)\s+(…?\S*alloc_sites\.py:(\d+))\s", ln)
+        assert m and _is_cut_from(m.group(2), f"{prog}:{m.group(3)}"), f"{ln!r}\n{screen}"
+        assert any(_is_cut_from(m.group(1), n) for n in names), ln
+        shown.append((m.group(1), m.group(2)))
+    assert len(shown) >= 2 and len(set(shown)) == len(shown), screen
+    alloc = _rows(_block(screen, "Allocations: "))
+    sites = [_label_parts(ln) for ln in alloc if "alloc_sites.py" in ln]
+    assert sites and all(p.endswith(".py:" + p.rsplit(":", 1)[1]) and "alloc_sites.py:" in p for _, p in sites), screen
+    assert len(set(sites)) == len(sites), screen
+
+
 # -- progress on long work ---------------------------------------------------------------------------
 #: `python -m omniprof` with progress drawn at once (no 0.3 s delay), for work that is short on a quiet machine.
 NO_DELAY = ("import sys, omniprof.cli.progress as p; p.DELAY_S = 0; from omniprof.cli import main; "

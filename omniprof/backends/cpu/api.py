@@ -33,7 +33,7 @@ from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
 from omniprof.backends.cpu.stacks import NO_CUT, StackCut
 from omniprof.core.clock import DEFAULT_CLOCK, strftime
 from omniprof.core.results import BackendResult, ClockInfo, Frame, ProfileResult, RunMetadata, Track
-from omniprof.analysis.stackreport import GroupReport, PrintOptions, build_report, format_report
+from omniprof.analysis.stackreport import GroupReport, PrintOptions, build_report, format_report, print_options
 from omniprof.analysis.stackreport import callers as _callers
 from omniprof.errors import InvalidArgumentError, ProfilerStateError
 
@@ -183,21 +183,7 @@ def _from_raw(raw: RawBuffer) -> BackendResult:
 
 def report_groups(result: ProfileResult | BackendResult | None = None, **options: Any) -> list[GroupReport]:
     """The rows :func:`print` would format, per group (plain data, for tests and tools)."""
-    return build_report(_result_or_buffer(result), _print_options(options))
-
-
-def _print_options(options: dict[str, Any]) -> PrintOptions:
-    opts = dict(options)
-    if "C" in opts:
-        opts["native"] = opts.pop("C")
-    try:
-        return PrintOptions(**opts)
-    except TypeError as e:
-        names = [a.name for a in attrs.fields(PrintOptions)] + ["C"]
-        from omniprof.core.validators import check_keys
-
-        check_keys(opts, names, what="print option")
-        raise InvalidArgumentError(str(e)) from e
+    return build_report(_result_or_buffer(result), print_options(options))
 
 
 def print(result: ProfileResult | BackendResult | None = None, file: IO[str] | None = None, **options: Any) -> None:  # noqa: A001
@@ -214,7 +200,7 @@ def print(result: ProfileResult | BackendResult | None = None, file: IO[str] | N
     """
     if result is not None and hasattr(result, "write") and not hasattr(file, "write"):
         result, file = file, result  # Julia's order: print(io, data)
-    opts = _print_options(options)
+    opts = print_options(options)
     if opts.cols is None and file is not None and not getattr(file, "isatty", lambda: False)():
         opts = attrs.evolve(opts, cols=120)
     lines = format_report(_result_or_buffer(result), opts)

@@ -210,5 +210,9 @@ def print(*args: Any, file: IO[str] | None = None, by: str = "bytes", **options:
         raise InvalidArgumentError("omniprof.memory.print([io,] [data]; options...): too many arguments")
     data = rest[0] if rest else fetch()
     out = file if file is not None else __import__("sys").stdout
+    if options.get("cols") is None:  # fitted to the terminal; 120 on a pipe or file
+        from omniprof.analysis.render import terminal_width
+
+        options["cols"] = terminal_width(out) or 120
     out.write("\n".join(format_allocs(data, by=by, **options)) + "\n")
 

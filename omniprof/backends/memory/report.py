@@ -6,11 +6,17 @@ for), ``by="count"`` uses ``count``.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from omniprof.analysis import calltree
-from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, Table
+from omniprof.analysis.render import Column, render_table
+from omniprof.analysis.stackreport import (build_report, frame_where, group_title, print_options, tree_indent,
+                                          where_and_name)
+from omniprof.core.results import Allocation, BackendResult, Frame, ProfileResult, StackSample, Table
 from omniprof.core.units import format_bytes as _fmt_bytes
 
 __all__ = ["allocation_tables", "tree_rows", "flat_rows", "format_allocs"]
@@ -102,14 +108,8 @@ def format_allocs(result: ProfileResult | BackendResult, *, by: str = "bytes", *
     ("bytes" or "count") is the estimate each row stands for: bytes (``size * count``) or
     allocations (``count``).
     """
-    import attrs
-
-    from omniprof.backends.cpu.api import _print_options
-    from omniprof.core.results import StackSample
-    from omniprof.analysis.stackreport import _group_title, _indent, _ltrunc, _short_path, build_report, frame_where
-
     w = _weight(by)
-    opts = _print_options(options)
+    opts = print_options(options)
     part = result.part("memory") if isinstance(result, ProfileResult) else result
     if part is None:
         raise ValueError("no 'memory' part in this result: profile with omniprof.memory.profile() or backend='memory'")
@@ -127,9 +127,9 @@ def format_allocs(result: ProfileResult | BackendResult, *, by: str = "bytes", *
     if "est_allocated_bytes" in s:
         head += (f"; estimated {_fmt_bytes(s['est_allocated_bytes'])}"
                  f" +/- {_fmt_bytes(s.get('est_allocated_bytes_stderr', 0))} (standard error)")
-    lines.append(head[:cols])
+    lines += _wrap(head, cols)
     for loss in part.losses:
-        lines.append(f"! {loss.count} {loss.unit} not recorded ({loss.kind}): {loss.detail}"[:cols])
+        lines += _wrap(f"! {loss.count} {loss.unit} not recorded ({loss.kind}): {loss.detail}", cols)
     if not groups:
         lines.append("No allocations recorded (raise sample_rate, or profile longer).")
         return lines
@@ -139,7 +139,7 @@ def format_allocs(result: ProfileResult | BackendResult, *, by: str = "bytes", *
         if g.path:
             if gi:
                 lines.append("")
-            lines.extend(x.split("  Total snapshots")[0][:cols] for x in _group_title(g, grand))
+            lines.extend(x.split("  Total snapshots")[0][:cols] for x in group_title(g, grand))
         if opts.format == "tree":
             wc = max([len(str(r.count)) for r in g.tree] + [5])
             wb = max([len(fmt(r.total_ns)) for r in g.tree] + [len(label)])
@@ -147,17 +147,24 @@ def format_allocs(result: ProfileResult | BackendResult, *, by: str = "bytes", *
             lines.append("=" * min(cols, wb + wc + 45))
             for r in g.tree:
                 where = frame_where(r.frame)
-                text = f"{where}; {r.frame.name}" if where else r.frame.name
-                lead = f"{fmt(r.total_ns):>{wb}} {r.count:>{wc}} ╎{_indent(r.depth)}"
-                lines.append((lead + _ltrunc(text, cols - len(lead)))[:cols])
+                lead = f"{fmt(r.total_ns):>{wb}} {r.count:>{wc}} ╎{tree_indent(r.depth)}"
+                lines.append((lead + where_and_name(where, r.frame.name, cols - len(lead)))[:cols])
         else:
-            cells = [[str(r.count), str(r.self_count), fmt(r.total_ns), fmt(r.self_ns),
-                      _short_path(r.frame.file) if r.frame.file else (r.frame.module or ""),
-                      str(r.frame.line) if r.frame.file else "?", r.frame.name] for r in g.flat]
-            hdr = ["Count", "Self", label, "Self" + label.lower(), "File", "Line", "Function"]
-            widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(hdr)]
-            for c in [hdr, *cells]:
-                line = "  ".join([c[0].rjust(widths[0]), c[1].rjust(widths[1]), c[2].rjust(widths[2]),
-                                  c[3].rjust(widths[3]), c[4], c[5], c[6]])
-                lines.append(line[:cols])
+            lines += _flat_table(g.flat, fmt, label, cols)
     return lines
+
+
+def _wrap(line: str, cols: int) -> list[str]:
+    """``line`` wrapped at words within ``cols``, never inside a word or a number."""
+    return textwrap.wrap(line, cols, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def _flat_table(rows: list[calltree.FlatRow], fmt: Callable[[int], str], label: str, cols: int) -> list[str]:
+    """The flat list through the one renderer: paths cut at their start, names in their middle."""
+    columns = [Column("Count", kind="num"), Column("Self", kind="num"), Column(label, kind="num"),
+               Column("Self" + label.lower(), kind="num"), Column("File", min_width=16, cut="start"),
+               Column("Line", kind="num"), Column("Function", min_width=20)]
+    cells = [[str(r.count), str(r.self_count), fmt(r.total_ns), fmt(r.self_ns),
+              calltree.short_path(r.frame.file) if r.frame.file else (r.frame.module or ""),
+              str(r.frame.line) if r.frame.file else "?", r.frame.name] for r in rows]
+    return render_table(columns, cells, width=cols).splitlines()

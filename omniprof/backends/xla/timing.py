@@ -18,6 +18,8 @@ from typing import IO, Any
 
 import attrs
 
+from omniprof.analysis.render import Column, render_table, terminal_width
+from omniprof.core.units import format_bytes
 from omniprof.formats import xprof_runtime as _runtime
 from omniprof.core import validators as v
 from omniprof.core.clock import perf_counter, perf_counter_ns
@@ -37,15 +39,8 @@ PEAK_FLOPS_PER_S: Mapping[str, float] = {
 
 
 def _fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "unknown"
-    if n < 1024:
-        return f"{int(n)} bytes"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            return f"{n:.3f} {unit}"
-    return f"{n} bytes"  # pragma: no cover
+    """A size in the shared units (:func:`omniprof.core.units.format_bytes`), ``unknown`` when XLA gave none."""
+    return "unknown" if n is None else format_bytes(n)
 
 
 @attrs.frozen
@@ -464,7 +459,7 @@ def profile(f: Callable[..., Any], *args: Any, file: IO[str] | None = None, logd
                      op_rows=rows(part.table("op_stats")))
     if not quiet:
         out = file if file is not None else sys.stdout
-        out.write(render_profile(run))
+        out.write(render_profile(run, width=terminal_width(out)))
     return run
 
 
@@ -473,9 +468,14 @@ def _s(ns: Any) -> str:
     return "-" if ns is None else f"{ns / 1e9:.8f}s"
 
 
-def kernel_table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    head = ["Kernel Name", "Occurrences", "Total Duration", "Avg Duration", "Min Duration", "Max Duration",
-            "Static Shmem", "Block Dim", "Grid Dim", "TensorCore", "Occupancy %"]
+def kernel_table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[Column], list[list[str]]]:
+    """The kernel table's columns and cells (Reactant's columns), for the one renderer."""
+    head = [Column("Kernel Name", min_width=24), Column("Occurrences", kind="num"),
+            Column("Total Duration", kind="num"), Column("Avg Duration", kind="num", drop=3),
+            Column("Min Duration", kind="num", drop=5), Column("Max Duration", kind="num", drop=4),
+            Column("Static Shmem", kind="num", drop=2), Column("Block Dim", kind="label", drop=1),
+            Column("Grid Dim", kind="label", drop=1), Column("TensorCore", kind="label"),
+            Column("Occupancy %", kind="num")]
     cells = [[str(r["kernel_name"]), str(r["occurrences"]), _s(r["total_ns"]), _s(r["avg_ns"]), _s(r["min_ns"]),
               _s(r["max_ns"]), _fmt_bytes(r["static_shared_memory_bytes"]), str(r["block_dim"] or "-"),
               str(r["grid_dim"] or "-"), "✓" if r["tensor_core"] else "✗",
@@ -483,9 +483,13 @@ def kernel_table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], li
     return head, cells
 
 
-def op_table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    head = ["Operation", "Type", "Host/Device", "Occurrences", "Total Self-Time", "Avg Self-Time", "Device %",
-            "Memory BW", "FLOP Rate", "Bound By"]
+def op_table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[Column], list[list[str]]]:
+    """The framework op table's columns and cells (Reactant's columns), for the one renderer."""
+    head = [Column("Operation", min_width=24), Column("Type", kind="label"), Column("Host/Device", kind="label"),
+            Column("Occurrences", kind="num"), Column("Total Self-Time", kind="num"),
+            Column("Avg Self-Time", kind="num", drop=2), Column("Device %", kind="num"),
+            Column("Memory BW", kind="num", drop=1), Column("FLOP Rate", kind="num", drop=1),
+            Column("Bound By", kind="label")]
 
     def rate(x: Any, unit: str) -> str:
         return "-" if x is None else f"{x / 1e9:.2f} {unit}"
@@ -498,31 +502,22 @@ def op_table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[l
     return head, cells
 
 
-def _banner(title: str, width: int = 80) -> list[str]:
-    return ["╔" + "=" * width + "╗", "║ " + title.ljust(width - 2) + " ║", "╚" + "=" * width + "╝"]
+def _banner(title: str, width: int) -> list[str]:
+    inner = max(width - 2, len(title) + 2)
+    return ["╔" + "═" * inner + "╗", "║ " + title.ljust(inner - 1) + "║", "╚" + "═" * inner + "╝"]
 
 
-def _box(head: Sequence[str], cells: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(head)]
-
-    def line(l: str, m: str, r: str) -> str:
-        return l + m.join("─" * (w + 2) for w in widths) + r
-
-    def row(vals: Sequence[str]) -> str:
-        return "│" + "│".join(f" {c.ljust(w)} " for c, w in zip(vals, widths)) + "│"
-
-    out = [line("┌", "┬", "┐"), row(head), line("├", "┼", "┤")]
-    out += [row(r) for r in cells]
-    out.append(line("└", "┴", "┘"))
-    return out
-
-
-def render_profile(run: ProfileRun) -> str:
+def render_profile(run: ProfileRun, width: int | None = None) -> str:
+    """The kernel table, the op table and the summary, fitted to ``width`` (None: 80-wide banners,
+    tables never cut)."""
     lines: list[str] = []
+    bw = min(width or 80, 80)
     if run.kernel_rows:
-        lines += _banner("KERNEL STATISTICS") + _box(*kernel_table_cells(run.kernel_rows))
+        lines += _banner("KERNEL STATISTICS", bw)
+        lines.append(render_table(*kernel_table_cells(run.kernel_rows), width=width))
     if run.op_rows:
-        lines += _banner("FRAMEWORK OP STATISTICS") + _box(*op_table_cells(run.op_rows))
-    lines += _banner("SUMMARY")
+        lines += _banner("FRAMEWORK OP STATISTICS", bw)
+        lines.append(render_table(*op_table_cells(run.op_rows), width=width))
+    lines += _banner("SUMMARY", bw)
     lines += repr(run.summary).splitlines()
     return "\n".join(lines) + "\n"

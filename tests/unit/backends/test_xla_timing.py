@@ -123,5 +123,5 @@ def test_kernel_table_rendering_matches_seed_columns():
     text = timing.render_profile(timing.ProfileRun(value=None, result=None, summary=agg, kernel_rows=tuple(rows)))
     assert "KERNEL STATISTICS" in text
     line = next(ln for ln in text.splitlines() if "gemm_fusion_dot_1" in ln)
-    for cell in ("0.00000250s", "2.000 KiB", "64,1,1", "1,1,1", "✗", "100.0%"):
+    for cell in ("0.00000250s", "2.0 KiB", "64,1,1", "1,1,1", "✗", "100.0%"):
         assert cell in line
