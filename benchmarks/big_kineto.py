@@ -5,12 +5,12 @@ A100: 1,408 events, 0.32 MB). Copy ``k`` of its events is shifted by ``k`` times
 (plus 1 ms), and its ids (``correlation``, ``External id``, flow ``id``) by ``k`` times the largest
 id, so launches still link to their own kernels and every copy nests as the original does. The
 metadata events (``ph: M``) are written once and the profiler's session span (``cat: Trace``) once,
-covering every copy. 1,500 copies give about 477 MB and 2.1 M events.
+covering every copy. 1,710 copies give about 477 MB and 2.4 M events.
 
 The file is written as it is generated (one copy of the events in memory, never the whole trace),
 under ``benchmarks/.data/`` (git-ignored) unless told where.
 
-Run: ``python benchmarks/big_kineto.py [--copies 1500] [--out PATH]``
+Run: ``python benchmarks/big_kineto.py [--copies 1710] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def generate(out: Path, copies: int, source: Path | None = None) -> dict[str, in
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--copies", type=int, default=1500)
+    ap.add_argument("--copies", type=int, default=1710)
     ap.add_argument("--out", type=Path, default=None)
     ns = ap.parse_args(argv)
     out = ns.out or DATA / f"alexnet_x{ns.copies}.pt.trace.json"
