@@ -38,7 +38,7 @@ CHUNK_BYTES = 1 << 22
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _TRY_CUTS = 8
-_NAN = float("nan")
+_WIDTH = 9
 _CORR_CATS = frozenset({"runtime", "kernel", "memcpy", "memset", "sync"})
 
 
@@ -249,11 +249,11 @@ class _Cols:
     def __init__(self) -> None:
         from array import array
 
-        self.name_id, self.track_id, self.category_id = array("i"), array("i"), array("i")
-        self.start_ns, self.dur_ns = array("q"), array("q")
-        self.correlation, self.external_id, self.flops = array("q"), array("q"), array("q")
+        #: Per span, _WIDTH ints in a row: name, track, category, start, duration, correlation,
+        #: External id, FLOPs, kernel configuration (one append a span).
+        self.rows = array("q")
+        self.occ_rows, self.occ_vals = array("q"), array("d")  # kernels' occupancy: (span row, value)
         self.mem_track_id, self.mem_t_ns, self.mem_bytes, self.mem_on_device = array("i"), array("q"), array("q"), array("b")
-        self.kernel_config, self.occupancy_pct = array("i"), array("d")
         self.kcfgs: dict[tuple[str, str, str], int] = {}
         self.kcfg_values: list[tuple[Any, Any, Any]] = []
         self.names: dict[str, int] = {}
@@ -275,7 +275,8 @@ class _Cols:
             got = self._host[key] = self.tracks.setdefault(tid_id, len(self.tracks))
         return got
 
-    def kernel(self, args: Any) -> None:
+    def kernel(self, args: Any, row: int) -> int:
+        """The kernel's launch configuration id; its occupancy noted for span ``row``."""
         smem = _get(args.static_shared_memory)
         if smem is None:
             smem = _get(args.shared_memory)
@@ -285,9 +286,11 @@ class _Cols:
         if k is None:
             k = self.kcfgs[key] = len(self.kcfg_values)
             self.kcfg_values.append((_plain(block), _plain(grid), _plain(smem)))
-        self.kernel_config.append(k)
         occ = args.occupancy
-        self.occupancy_pct.append(float(occ) if isinstance(occ, (int, float, _Num)) and type(occ) is not bool else _NAN)
+        if isinstance(occ, (int, float, _Num)) and type(occ) is not bool:
+            self.occ_rows.append(row)
+            self.occ_vals.append(float(occ))
+        return k
 
     def extend(self, t0: int, t1: int) -> None:
         if self.t_min is None or t0 < self.t_min:
@@ -297,10 +300,8 @@ class _Cols:
 
     def add_batch(self, events: list[Any]) -> None:  # noqa: C901 - one loop, kept flat for speed
         names, cats, tracks = self.names, self.cats, self.tracks
-        a_name, a_track, a_cat = self.name_id.append, self.track_id.append, self.category_id.append
-        a_start, a_dur = self.start_ns.append, self.dur_ns.append
-        a_corr, a_ext, a_flops = self.correlation.append, self.external_id.append, self.flops.append
-        a_kcfg, a_occ = self.kernel_config.append, self.occupancy_pct.append
+        add = self.rows.extend
+        rows = self.rows
         host_track = self.host_track
         for ev in events:
             ph = ev.ph
@@ -346,26 +347,16 @@ class _Cols:
                 corr = args.correlation
                 ext = args.external_id
                 f = args.flops if ours == "cpu_op" or (ours == "annotation" and host) else None
-                self.extend(t0, t0 + d)
                 n = names.get(name)
                 if n is None:
                     n = names[name] = len(names)
                 c = cats.get(ours)
                 if c is None:
                     c = cats[ours] = len(cats)
-                a_name(n)
-                a_track(track)
-                a_cat(c)
-                a_start(t0)
-                a_dur(d)
-                a_corr(corr if type(corr) is int and ours in _CORR_CATS else -1)
-                a_ext(ext if type(ext) is int else -1)
-                a_flops(f if type(f) is int else int(float(f)) if type(f) is _Num else -1)
-                if ours == "kernel":
-                    self.kernel(args)
-                else:
-                    a_kcfg(-1)
-                    a_occ(_NAN)
+                add((n, track, c, t0, d, corr if type(corr) is int and ours in _CORR_CATS else -1,
+                     ext if type(ext) is int else -1,
+                     f if type(f) is int else int(float(f)) if type(f) is _Num else -1,
+                     self.kernel(args, len(rows) // _WIDTH) if ours == "kernel" else -1))
             elif ph == "M":
                 continue
             elif ph == "s" or ph == "f" or ph == "t":
@@ -399,6 +390,10 @@ class _Cols:
                 raise _Unread(f"phase {ph!r}")
 
     def finish(self, top: dict[str, Any], parser: str) -> KinetoColumns:
+        m = np.frombuffer(self.rows, dtype=np.int64).reshape(-1, _WIDTH) if len(self.rows) else \
+            np.zeros((0, _WIDTH), dtype=np.int64)
+        if len(m):
+            self.extend(int(m[:, 3].min()), int((m[:, 3] + m[:, 4]).max()))
         bounds = self.session
         if bounds is None and self.t_min is not None:
             bounds = (self.t_min, self.t_max if self.t_max is not None else self.t_min)
@@ -408,16 +403,16 @@ class _Cols:
         def arr(a: Any, dtype: Any) -> np.ndarray:
             return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype=dtype)
 
+        occupancy = np.full(len(m), np.nan)
+        occupancy[arr(self.occ_rows, np.int64)] = arr(self.occ_vals, np.float64)
         return KinetoColumns(
             names=list(self.names), tracks=list(self.tracks), categories=list(self.cats),
-            name_id=arr(self.name_id, np.int32), track_id=arr(self.track_id, np.int32),
-            category_id=arr(self.category_id, np.int32), start_ns=arr(self.start_ns, np.int64),
-            dur_ns=arr(self.dur_ns, np.int64), correlation=arr(self.correlation, np.int64),
-            external_id=arr(self.external_id, np.int64), flops=arr(self.flops, np.int64),
+            name_id=m[:, 0].astype(np.int32), track_id=m[:, 1].astype(np.int32),
+            category_id=m[:, 2].astype(np.int32), start_ns=m[:, 3].copy(), dur_ns=m[:, 4].copy(),
+            correlation=m[:, 5].copy(), external_id=m[:, 6].copy(), flops=m[:, 7].copy(),
             mem_track_id=arr(self.mem_track_id, np.int32), mem_t_ns=arr(self.mem_t_ns, np.int64),
             mem_bytes=arr(self.mem_bytes, np.int64), mem_on_device=arr(self.mem_on_device, np.int8).astype(bool),
-            kernel_configs=self.kcfg_values, kernel_config=arr(self.kernel_config, np.int32),
-            occupancy_pct=arr(self.occupancy_pct, np.float64),
+            kernel_configs=self.kcfg_values, kernel_config=m[:, 8].astype(np.int32), occupancy_pct=occupancy,
             bounds_ns=bounds, top=top, parser=parser)
 
 
@@ -429,25 +424,18 @@ def columns_from_spans(spans: Any, instants: Any = (), bounds_ns: tuple[int, int
         n = cols.names.setdefault(s.name, len(cols.names))
         t = cols.tracks.setdefault(s.track, len(cols.tracks))
         c = cols.cats.setdefault(s.category, len(cols.cats))
-        cols.name_id.append(n)
-        cols.track_id.append(t)
-        cols.category_id.append(c)
-        cols.start_ns.append(s.start_ns)
-        cols.dur_ns.append(s.dur_ns)
         corr = s.args.get("correlation_id")
-        cols.correlation.append(corr if type(corr) is int else -1)
         ext = s.args.get("external_id")
-        cols.external_id.append(ext if type(ext) is int else -1)
         f = s.args.get("flops") if s.category in ("cpu_op", "annotation") else None
-        cols.flops.append(f if type(f) is int else -1)
+        k = -1
         if s.category == "kernel":
             a = s.args
-            cols.kernel(_from_dict({"block": a.get("block"), "grid": a.get("grid"),
-                                    "static shared memory": a.get("static_shared_memory_bytes"),
-                                    "est. achieved occupancy %": a.get("occupancy_pct")}, _ARG_FIELDS))
-        else:
-            cols.kernel_config.append(-1)
-            cols.occupancy_pct.append(_NAN)
+            k = cols.kernel(_from_dict({"block": a.get("block"), "grid": a.get("grid"),
+                                        "static shared memory": a.get("static_shared_memory_bytes"),
+                                        "est. achieved occupancy %": a.get("occupancy_pct")}, _ARG_FIELDS),
+                            len(cols.rows) // _WIDTH)
+        cols.rows.extend((n, t, c, s.start_ns, s.dur_ns, corr if type(corr) is int else -1,
+                          ext if type(ext) is int else -1, f if type(f) is int else -1, k))
     for i in instants:
         if i.category == "memory" and type(i.args.get("bytes")) is int:
             cols.mem_track_id.append(cols.tracks.setdefault(i.track, len(cols.tracks)))
