@@ -17,6 +17,7 @@ import numpy as np
 
 from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, _dim, _uses_tensor_core, _whole
 from omniprof.analysis.nesting import TORCH
+from omniprof.analysis.nesting import _fold as _fold_spans
 from omniprof.analysis.torch_ops import OP_STATS_COLUMNS, STEP_ROW
 from omniprof.core.results import Table
 from omniprof.formats.kineto_columns import KinetoColumns
@@ -79,27 +80,9 @@ def _fold(cols: KinetoColumns, order: np.ndarray, parent: np.ndarray, owner: np.
     for c, p in zip(has.tolist(), parent[has].tolist()):
         children.setdefault(p, []).append(c)
     idx = order.tolist()
-    up = dict(zip(idx, parent[order].tolist()))
-    own = dict(zip(idx, idx))
     nm = name.tolist()
-    changed = True
-    while changed:
-        changed = False
-        for i in idx:
-            p = up[i]
-            if own[i] != i or p < 0 or nm[p] != nm[i] or len(children.get(p, ())) != 1:
-                continue
-            kids = children.pop(i, [])
-            children[p] = kids
-            for c in kids:
-                up[c] = p
-            own[i] = p
-            changed = True
-    for i in idx:
-        o = own[i]
-        while own[o] != o:
-            o = own[o]
-        own[i] = o
+    own = owner.tolist()
+    _fold_spans(nm.__getitem__, idx, parent.tolist(), own, children)
     owner[order] = [own[i] for i in idx]
 
 
