@@ -37,6 +37,8 @@ __all__ = ["KinetoColumns", "read_columns", "columns_from_spans", "parser_name",
 CHUNK_BYTES = 1 << 22
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _ARRAY_END = re.compile(rb"\}\s*\]")
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_LOOK_BACK = 1 << 16
 _TRY_CUTS = 8
 _WIDTH = 9
 _CORR_CATS = frozenset({"runtime", "kernel", "memcpy", "memset", "sync"})
@@ -215,7 +217,11 @@ def _batches(raw: io.BufferedIOBase, decode: Callable[[bytes], Any]) -> Iterator
             break
         limit = len(s)
         for _ in range(_TRY_CUTS):
-            cut = s.rfind(b"}", 0, limit)
+            # A failed try costs a whole parse: first the '}' of a "}, {" (an event's end nearly always).
+            m = None
+            for m in _BOUNDARY.finditer(s, max(0, limit - _LOOK_BACK), limit):
+                pass
+            cut = m.start() if m is not None else s.rfind(b"}", 0, limit)
             if cut < 0:
                 break
             try:
