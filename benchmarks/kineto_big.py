@@ -104,29 +104,30 @@ def main(argv: list[str] | None = None) -> int:
     size = big.stat().st_size
     print(f"trace: {big.name}, {size / 1e6:.1f} MB ({ns.copies} copies of the real AlexNet trace)")
     print(f"load average before: {_load()}   ({os.cpu_count()} CPUs)")
-    omniprof = str(Path(sys.executable).with_name("omniprof"))
     rows: dict[str, dict[str, object]] = {}
-    rows["omniprof columns"] = measured([sys.executable, "-c", _COLUMNS, str(big)])
-    if not ns.skip_report:
-        rows["omniprof report -r table"] = measured([omniprof, "report", str(big), "-r", "table"])
+    print(f"\n{'reader':44} {'wall s':>8} {'peak RSS MiB':>13}  output (load average after)", flush=True)
+
+    def one(name: str, cmd: list[str]) -> None:
+        r = rows[name] = measured(cmd)
+        print(f"{name:44} {r['wall_s']:8.1f} {r['rss_mib']:13.0f}  {r['note']} ({_load()})", flush=True)
+
+    one("omniprof columns", [sys.executable, "-c", _COLUMNS, str(big)])
     if ns.hta_python:
         hdir = DATA / f"hta_x{ns.copies}"
         hdir.mkdir(exist_ok=True)
         link = hdir / big.name
         if not link.exists():
             link.symlink_to(big)
-        rows["HTA 0.5 (TraceAnalysis + kernel breakdown)"] = measured([ns.hta_python, "-c", _HTA, str(hdir)])
+        one("HTA 0.5 (TraceAnalysis + kernel breakdown)", [ns.hta_python, "-c", _HTA, str(hdir)])
     else:
         print("HTA left out: give --hta-python or OMNIPROF_HTA_PYTHON")
-    print(f"load average after:  {_load()}")
-    print(f"\n{'reader':44} {'wall s':>8} {'peak RSS MiB':>13}  output")
-    for name, r in rows.items():
-        print(f"{name:44} {r['wall_s']:8.1f} {r['rss_mib']:13.0f}  {r['note']}")
+    if not ns.skip_report:
+        one("omniprof report -r table (the full reader)", [sys.executable, "-m", "omniprof", "report", str(big), "-r", "table"])
     hta = rows.get("HTA 0.5 (TraceAnalysis + kernel breakdown)")
     cols = rows["omniprof columns"]
     if hta and hta["rss_mib"] == hta["rss_mib"]:
         t, m = cols["wall_s"] / hta["wall_s"], cols["rss_mib"] / hta["rss_mib"]  # type: ignore[operator]
-        print(f"\nomniprof columns / HTA: time {t:.2f}x (goal <= 0.20), memory {m:.2f}x (goal <= 0.25)")
+        print(f"\nomniprof columns / HTA: time {t:.2f}x (goal <= 0.20), memory {m:.2f}x (goal <= 0.25)", flush=True)
     if not ns.skip_scaling:
         print(f"\nmemory against trace size (omniprof columns); load average {_load()}")
         print(f"{'copies':>7} {'MB':>8} {'wall s':>8} {'peak RSS MiB':>13}")
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             c = max(1, ns.copies * frac // 10)
             p = trace(c)
             r = measured([sys.executable, "-c", _COLUMNS, str(p)])
-            print(f"{c:>7} {p.stat().st_size / 1e6:8.1f} {r['wall_s']:8.1f} {r['rss_mib']:13.0f}")
+            print(f"{c:>7} {p.stat().st_size / 1e6:8.1f} {r['wall_s']:8.1f} {r['rss_mib']:13.0f}  ({_load()})", flush=True)
     return 0
 
 

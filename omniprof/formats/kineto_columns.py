@@ -475,9 +475,9 @@ def read_columns(path: str | os.PathLike[str]) -> KinetoColumns:
         return cols.finish(top, parser)
     except (_Unread, KeyError, TypeError, ValueError, ArithmeticError):
         pass
-    from omniprof.formats.kineto import read_trace
+    from omniprof.formats.kineto import parse_trace
+    from omniprof.formats.kineto_json import open_text
 
-    res = read_trace(p)
-    part = res.parts[0]
-    top = {k: v for k, v in part.metadata.items()}
+    with open_text(p) as fh:
+        part, top = parse_trace(fh, str(p))
     return columns_from_spans(part.spans, part.instants, (part.start_ns, part.end_ns), top)
