@@ -414,8 +414,8 @@ class _Cols:
         return KinetoColumns(
             names=list(self.names), tracks=list(self.tracks), categories=list(self.cats),
             name_id=m[:, 0].astype(np.int32), track_id=m[:, 1].astype(np.int32),
-            category_id=m[:, 2].astype(np.int32), start_ns=m[:, 3].copy(), dur_ns=m[:, 4].copy(),
-            correlation=m[:, 5].copy(), external_id=m[:, 6].copy(), flops=m[:, 7].copy(),
+            category_id=m[:, 2].astype(np.int32), start_ns=m[:, 3], dur_ns=m[:, 4],
+            correlation=m[:, 5], external_id=m[:, 6], flops=m[:, 7],  # views of the rows: no copy
             mem_track_id=arr(self.mem_track_id, np.int32), mem_t_ns=arr(self.mem_t_ns, np.int64),
             mem_bytes=arr(self.mem_bytes, np.int64), mem_on_device=arr(self.mem_on_device, np.int8).astype(bool),
             kernel_configs=self.kcfg_values, kernel_config=m[:, 8].astype(np.int32), occupancy_pct=occupancy,
