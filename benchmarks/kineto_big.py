@@ -15,6 +15,18 @@ that process (``wait4``'s ``ru_maxrss``), with the load average before and after
 Then the columnar path's peak RSS at 1/10, 5/10 and 10/10 of the copies (memory against trace size).
 Goals (issue 32): time <= 0.2x HTA's, peak memory <= 0.25x HTA's.
 
+Measured 2026-11-27 on the shared 2-core machine, heavily loaded (load 8-19: compare only rows of
+one run; the loads are beside each row):
+
+* one run (``kineto_big.py --hta-python .venv-hta/bin/python``): omniprof columns 183.5 s, 445 MiB
+  (load 19.0); HTA 0.5.0 564.4 s, 2,614 MiB (load 12.2-19.0): 0.33x HTA's time, 0.17x its memory.
+  Columns at 1/10, 5/10, 10/10 of the trace: 92, 260, 488 MiB (load 8-9): it grows with the trace
+  (about 0.35 KiB a span: the columns plus the nesting's working lists), not flat.
+* another run (load 8.6 -> 4.8): omniprof columns 16.6 s, 496 MiB; ``omniprof report -r table``
+  (the full reader) 100.1 s, 1,046 MiB.
+
+Run it with omniprof's own environment (the CLI needs its dependencies), e.g. ``.venv/bin/python``.
+
 Run: ``python benchmarks/kineto_big.py [--copies 1710] [--hta-python .venv-hta/bin/python] [--skip-report]``
 """
 
