@@ -30,7 +30,7 @@ What takes part differs by source, and that is all a :class:`Rule` says:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
@@ -181,7 +181,7 @@ def nest(spans: Sequence[Span], rule: Rule = SPANS) -> Nest:
             owner[i] = i
             stack_end.append(end)
             stack_i.append(i)
-        if rule.fold_same_name and _fold(spans, idx, parent, owner, children):
+        if rule.fold_same_name and _fold(lambda i: spans[i].name, idx, parent, owner, children):
             for p in children:  # the children after folding
                 if owner[p] == p:
                     children_ns[p] = sum(spans[c].dur_ns for c in children[p])
@@ -192,11 +192,12 @@ def nest(spans: Sequence[Span], rule: Rule = SPANS) -> Nest:
     return out
 
 
-def _fold(spans: Sequence[Span], idx: list[int], parent: list[int], owner: list[int],
+def _fold(name: Callable[[int], object], idx: list[int], parent: Sequence[int], owner: list[int],
           children: dict[int, list[int]]) -> bool:
     """torch's ``_remove_dup_nodes``: until nothing changes, a span that is the only child of a
-    same-name span is folded into it, its children becoming that span's. Whether any was."""
-    if not any(len(kids) == 1 and spans[kids[0]].name == spans[p].name for p, kids in children.items()):
+    same-name span is folded into it, its children becoming that span's. Whether any was.
+    ``name(i)`` is span ``i``'s name (spans here, columns in :mod:`omniprof.analysis.torch_columns`)."""
+    if not any(len(kids) == 1 and name(kids[0]) == name(p) for p, kids in children.items()):
         return False
     up = {i: parent[i] for i in idx}  # the parent after folding
     changed = True
@@ -204,7 +205,7 @@ def _fold(spans: Sequence[Span], idx: list[int], parent: list[int], owner: list[
         changed = False
         for i in idx:
             p = up[i]
-            if owner[i] != i or p < 0 or spans[p].name != spans[i].name or len(children.get(p, ())) != 1:
+            if owner[i] != i or p < 0 or name(p) != name(i) or len(children.get(p, ())) != 1:
                 continue
             kids = children.pop(i, [])
             children[p] = kids

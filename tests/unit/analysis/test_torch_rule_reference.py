@@ -95,6 +95,16 @@ def test_op_rows_equal_torch_key_averages(path):
     assert set(ours) == set(theirs), (sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours)))
     diff = {k: (ours[k], theirs[k]) for k in theirs if ours[k] != theirs[k]}
     assert not diff
+    assert _columns_rows(path) == theirs  # the same rule on the columnar reader's columns
+
+
+def _columns_rows(path: Path) -> dict[str, tuple[int, int, int]]:
+    from omniprof.analysis.torch_columns import op_stats_from_columns
+    from omniprof.formats.kineto_columns import read_columns
+
+    cols = read_columns(path)
+    assert cols.parser != "full reader"
+    return {r["name"]: (r["calls"], r["total_ns"], r["self_ns"]) for r in op_stats_from_columns(cols).records()}
 
 
 def test_runtime_calls_are_rows_and_children_of_their_op():
@@ -159,3 +169,4 @@ def test_folding_hiding_overlaps_and_threads_equal_torch(tmp_path):
     ours = {r["name"]: (r["calls"], r["total_ns"], r["self_ns"])
             for r in KinetoReader().read(path).parts[0].table("op_stats").records()}
     assert ours == theirs
+    assert _columns_rows(path) == theirs
