@@ -576,7 +576,10 @@ class Profiler:
         self._recording = []
         self._stop_checkpoints()  # before anything is published: no checkpoint outlives the result
         self._close_all()
-        if self.distributed:
+        if self.distributed and not _workload_failed(self._errors):
+            # A rank whose program raised never waits on the others (they may never come: issue 31
+            # F8, a job hung for gloo's 30 min): its part is saved locally, marked partial, and the
+            # exception goes on, so the launcher sees the rank fail and can stop the job.
             from omniprof.core.distributed import sync_clock
 
             sync = sync_clock(self._coll, self.clock.now_ns)
@@ -633,7 +636,7 @@ class Profiler:
                 result = result.evolve(partial=True, errors=(*result.errors, ErrorRecord(
                     source="omniprof", phase="save", type=type(e).__name__, message=_one_line(e))))
         self._results.append(result)
-        if self.distributed:
+        if self.distributed and not _workload_failed(w.errors):
             self._gather(result, run_dir)
         if self.on_result is not None:
             self.on_result(result)
@@ -750,6 +753,11 @@ def _pay_one_time_costs(*, with_files: bool) -> None:
         from omniprof.core.results import warm_converter
 
         warm_converter()
+
+
+def _workload_failed(errors: Sequence[ErrorRecord]) -> bool:
+    """Whether the profiled program raised in this window (see ``Profiler.__exit__``)."""
+    return any(e.source == "workload" for e in errors)
 
 
 def _user_stacklevel() -> int:
