@@ -557,15 +557,26 @@ class Profiler:
         builders: list[tuple[str, Callable[[], BackendResult]]] = []
         failures: list[tuple[str, BaseException]] = []
         views: list[dict[str, Any]] = []
+        # Every backend that can stops recording before any builds its part: nothing the program's
+        # leftover threads do meanwhile is recorded (issue 31 F1).
+        halted: dict[str, Callable[[], BackendResult] | None] = {}
         for name in list(self._recording):
             backend = self._backends[name]
             annotations.remove_sink(backend)
             try:
-                build = backend.stop_deferred() if deferred else None
+                halted[name] = backend.stop_deferred()
+            except Exception as e:
+                failures.append((name, e))
+                self._errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
+        for name, build in halted.items():
+            backend = self._backends[name]
+            try:
                 if build is None:
                     parts.append(backend.stop())
-                else:
+                elif deferred:
                     builders.append((name, build))
+                else:
+                    parts.append(build())
             except Exception as e:
                 failures.append((name, e))
                 self._errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
@@ -573,6 +584,9 @@ class Profiler:
                 request = getattr(backend, "view_request", None)
                 if isinstance(request, dict):
                     views.append(request)
+        if not deferred:
+            order = {n: i for i, n in enumerate(self.backend_names)}
+            parts.sort(key=lambda p: order.get(p.backend, len(order)))
         self._recording = []
         self._stop_checkpoints()  # before anything is published: no checkpoint outlives the result
         self._close_all()
