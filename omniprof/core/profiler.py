@@ -32,6 +32,7 @@ from omniprof.core.registry import Registry, get_registry, options_for
 from omniprof.core.results import BackendResult, ErrorRecord, ProfileResult, RunMetadata
 from omniprof.core.rundir import PARTIAL_FILENAME, RESULT_FILENAME, name_job_run, new_session_dir
 from omniprof.core.schedule import TRANSITIONS, Action, Schedule
+from omniprof.core.stopping import check_stop_thread, workload_failed
 from omniprof.core.views import Viewer, default_viewer, set_default_viewer
 from omniprof.errors import (
     BackendError,
@@ -203,6 +204,7 @@ class Profiler:
         self._t0_unix_ns = 0
         self._lock = threading.RLock()
         self._pid = os.getpid()
+        self._start_thread = threading.current_thread()
         self._checkpointer: Checkpointer | None = None
         #: checkpoints written in this session, and the longest one's cost in ns.
         self.checkpoints = 0
@@ -241,6 +243,7 @@ class Profiler:
             self._claim()
             self._started = True
             self._pid = os.getpid()
+            self._start_thread = threading.current_thread()
             on_fork_child(self._forked)
             self._step_num = 0
             try:
@@ -269,6 +272,7 @@ class Profiler:
             with self._lock, deferred_signals():
                 if not self._started:
                     raise ProfilerStateError("Profiler is not running; call start() before stop()")
+                check_stop_thread(self._classes, self._start_thread)
                 try:
                     if self._recording:
                         self._save()
@@ -590,7 +594,7 @@ class Profiler:
         self._recording = []
         self._stop_checkpoints()  # before anything is published: no checkpoint outlives the result
         self._close_all()
-        if self.distributed and not _workload_failed(self._errors):
+        if self.distributed and not workload_failed(self._errors):
             # A rank whose program raised never waits on the others (they may never come: issue 31
             # F8, a job hung for gloo's 30 min): its part is saved locally, marked partial, and the
             # exception goes on, so the launcher sees the rank fail and can stop the job.
@@ -650,7 +654,7 @@ class Profiler:
                 result = result.evolve(partial=True, errors=(*result.errors, ErrorRecord(
                     source="omniprof", phase="save", type=type(e).__name__, message=_one_line(e))))
         self._results.append(result)
-        if self.distributed and not _workload_failed(w.errors):
+        if self.distributed and not workload_failed(w.errors):
             self._gather(result, run_dir)
         if self.on_result is not None:
             self.on_result(result)
@@ -767,11 +771,6 @@ def _pay_one_time_costs(*, with_files: bool) -> None:
         from omniprof.core.results import warm_converter
 
         warm_converter()
-
-
-def _workload_failed(errors: Sequence[ErrorRecord]) -> bool:
-    """Whether the profiled program raised in this window (see ``Profiler.__exit__``)."""
-    return any(e.source == "workload" for e in errors)
 
 
 def _user_stacklevel() -> int:
