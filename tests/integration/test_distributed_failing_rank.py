@@ -9,6 +9,7 @@ real gloo on 127.0.0.1) sees it fail and stops the job.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,10 +30,19 @@ JOB = Path(__file__).with_name("failing_rank_job.py")
 def test_a_failing_rank_ends_the_job_with_its_traceback_and_its_partial_part(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "KINETO_LOG_LEVEL": "4", "OMNIPROF_CHECKPOINT_S": "0"}
-    # A hang (the bug) runs into this bound, far below gloo's own 30 minutes.
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(JOB), str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    # A hang (the bug) runs into this bound, far below gloo's own 30 minutes; the job's whole
+    # process group (torchrun and its ranks) is then killed, so no rank outlives the test.
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(JOB), str(tmp_path)],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        out, err = job.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        raise
+    proc = subprocess.CompletedProcess(job.args, job.returncode, out, err)
     assert proc.returncode != 0, proc.stderr[-3000:]
     # rank 1's own traceback, printed by the rank itself
     assert "RuntimeError: rank 1 failed on purpose" in proc.stderr, proc.stderr[-3000:]
