@@ -33,7 +33,7 @@ from omniprof.core.registry import get_registry
 from omniprof.errors import InvalidArgumentError, OmniprofError
 
 __all__ = ["RunOutcome", "Terminated", "execute", "run", "make_call", "call_function", "environment",
-           "sigterm_unwinds", "launcher_codes", "exit_code"]
+           "sigterm_unwinds", "sigint_once", "CtrlC", "launcher_codes", "exit_code"]
 
 
 class Terminated(BaseException):
@@ -45,23 +45,67 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+#: Signals that end the target as SIGTERM does: SIGHUP is what a closed SSH session or terminal
+#: sends, and must keep the profile as much as a ``kill`` does.
+_UNWINDING = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
-    """While the target runs, SIGTERM raises :class:`Terminated` in the main thread (once; a second
-    SIGTERM kills at once). Left alone when the handler is not the default one."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+    """While the target runs, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (once;
+    a second one kills at once). Each is left alone when its handler is not the default one."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     from omniprof.core.forks import OwnedHandler
 
     def handler(signum: int, frame: Any) -> None:
-        signal.signal(signum, signal.SIG_DFL)
+        for sig in _UNWINDING:
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(sig) is handler:
+                    signal.signal(sig, signal.SIG_DFL)
         raise Terminated(signum)
 
     # Owned by this process: a forked child (multiprocessing's fork start method) gets the
     # default action back, so Process.terminate() and Pool.terminate() work as under python.
-    owned = OwnedHandler(signal.SIGTERM, handler).install()
+    owned = [OwnedHandler(sig, handler).install() for sig in _UNWINDING if signal.getsignal(sig) == signal.SIG_DFL]
+    try:
+        yield
+    finally:
+        for o in owned:
+            o.restore()
+
+
+class CtrlC:
+    """Ctrl-C while the target runs: the first SIGINT raises ``KeyboardInterrupt`` in the target,
+    as python's own handler does; the ones that follow while it unwinds and the profile is saved
+    are counted in :attr:`more` instead of raised. Raised, a second one replaced the program's
+    traceback with one into omniprof's stop (``contextlib.py``) or died of SIGINT outside it."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self.more = 0
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.fired:
+            self.more += 1
+            return
+        self.fired = True
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigint_once(ctrl_c: CtrlC) -> Iterator[None]:
+    """Install ``ctrl_c`` for SIGINT while the block runs, if python's own handler is there (the
+    program's own handler is left alone)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    from omniprof.core.forks import OwnedHandler
+
+    owned = OwnedHandler(signal.SIGINT, ctrl_c).install()
     try:
         yield
     finally:
@@ -85,13 +129,15 @@ def run(cfg: RunConfig, *, registry: Any = None, peek: bool = False) -> RunOutco
 
         sampler_api.enable_peek(launcher_codes=launcher_codes())
     pid = os.getpid()
+    ctrl_c = CtrlC()
     try:
-        with sigterm_unwinds():
+        with sigterm_unwinds(), sigint_once(ctrl_c):
             out = execute(cfg, registry=registry)
     finally:
         if peek and os.getpid() == pid:
             sampler_api.disable_peek()
     out.forked_child = os.getpid() != pid
+    out.more_interrupts = ctrl_c.more
     return out
 
 
@@ -121,6 +167,8 @@ class RunOutcome:
     #: True in a child the program forked (os.fork()) that came back here: the profile is the
     #: parent's, the child reports and prints nothing of omniprof's.
     forked_child: bool = False
+    #: Ctrl-Cs that came after the first while the target unwound and the profile was saved.
+    more_interrupts: int = 0
 
 
 @contextlib.contextmanager

@@ -88,6 +88,7 @@ class Backend(abc.ABC):
         api_version: the plugin API version this backend implements (checked at load).
         summary: one line for ``omniprof plugins``.
         single_session: True when only one session of this backend may run per process.
+        stop_any_thread: False when only the thread that started the session may stop it.
         Options: an attrs class of backend-specific options (validated, settable from config).
 
     .. versionadded:: 0.1
@@ -97,6 +98,9 @@ class Backend(abc.ABC):
     api_version: ClassVar[int] = 1
     summary: ClassVar[str] = ""
     single_session: ClassVar[bool] = True
+    #: False when the framework must be stopped from the thread that started it (torch's profiler
+    #: crashes the process otherwise): the Profiler refuses such a stop() with a clear error.
+    stop_any_thread: ClassVar[bool] = True
 
     @attrs.frozen(kw_only=True)
     class Options:

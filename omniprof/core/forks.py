@@ -179,12 +179,12 @@ class OwnedHandler:
         self.restore()
 
 
-_DEFERRED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n))
+_DEFERRED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back while the block runs; deliver them after it.
+    """Hold SIGINT, SIGTERM and SIGHUP back while the block runs; deliver them after it.
 
     For work that must not stop half-way (stopping the profiler: disarming its timer, saving the
     result). A signal that arrives meanwhile is noted; when the block ends, the handlers are put

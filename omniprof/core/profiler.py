@@ -31,6 +31,7 @@ from omniprof.core.registry import Registry, get_registry, options_for
 from omniprof.core.results import BackendResult, ErrorRecord, ProfileResult, RunMetadata
 from omniprof.core.rundir import PARTIAL_FILENAME, RESULT_FILENAME, name_job_run, new_session_dir
 from omniprof.core.schedule import TRANSITIONS, Action, Schedule
+from omniprof.core.stopping import check_stop_thread, workload_failed
 from omniprof.core.views import Viewer, default_viewer, set_default_viewer
 from omniprof.errors import (
     BackendError,
@@ -202,6 +203,7 @@ class Profiler:
         self._t0_unix_ns = 0
         self._lock = threading.RLock()
         self._pid = os.getpid()
+        self._start_thread = threading.current_thread()
         self._checkpointer: Checkpointer | None = None
         #: checkpoints written in this session, and the longest one's cost in ns.
         self.checkpoints = 0
@@ -240,6 +242,7 @@ class Profiler:
             self._claim()
             self._started = True
             self._pid = os.getpid()
+            self._start_thread = threading.current_thread()
             on_fork_child(self._forked)
             self._step_num = 0
             try:
@@ -268,6 +271,7 @@ class Profiler:
             with self._lock, deferred_signals():
                 if not self._started:
                     raise ProfilerStateError("Profiler is not running; call start() before stop()")
+                check_stop_thread(self._classes, self._start_thread)
                 try:
                     if self._recording:
                         self._save()
@@ -556,15 +560,26 @@ class Profiler:
         builders: list[tuple[str, Callable[[], BackendResult]]] = []
         failures: list[tuple[str, BaseException]] = []
         views: list[dict[str, Any]] = []
+        # Every backend that can stops recording before any builds its part: nothing the program's
+        # leftover threads do meanwhile is recorded (issue 31 F1).
+        halted: dict[str, Callable[[], BackendResult] | None] = {}
         for name in list(self._recording):
             backend = self._backends[name]
             annotations.remove_sink(backend)
             try:
-                build = backend.stop_deferred() if deferred else None
+                halted[name] = backend.stop_deferred()
+            except Exception as e:
+                failures.append((name, e))
+                self._errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
+        for name, build in halted.items():
+            backend = self._backends[name]
+            try:
                 if build is None:
                     parts.append(backend.stop())
-                else:
+                elif deferred:
                     builders.append((name, build))
+                else:
+                    parts.append(build())
             except Exception as e:
                 failures.append((name, e))
                 self._errors.append(ErrorRecord(source=name, phase="stop", type=type(e).__name__, message=_one_line(e)))
@@ -572,10 +587,16 @@ class Profiler:
                 request = getattr(backend, "view_request", None)
                 if isinstance(request, dict):
                     views.append(request)
+        if not deferred:
+            order = {n: i for i, n in enumerate(self.backend_names)}
+            parts.sort(key=lambda p: order.get(p.backend, len(order)))
         self._recording = []
         self._stop_checkpoints()  # before anything is published: no checkpoint outlives the result
         self._close_all()
-        if self.distributed:
+        if self.distributed and not workload_failed(self._errors):
+            # A rank whose program raised never waits on the others (they may never come: issue 31
+            # F8, a job hung for gloo's 30 min): its part is saved locally, marked partial, and the
+            # exception goes on, so the launcher sees the rank fail and can stop the job.
             from omniprof.core.distributed import sync_clock
 
             sync = sync_clock(self._coll, self.clock.now_ns)
@@ -632,7 +653,7 @@ class Profiler:
                 result = result.evolve(partial=True, errors=(*result.errors, ErrorRecord(
                     source="omniprof", phase="save", type=type(e).__name__, message=_one_line(e))))
         self._results.append(result)
-        if self.distributed:
+        if self.distributed and not workload_failed(w.errors):
             self._gather(result, run_dir)
         if self.on_result is not None:
             self.on_result(result)

@@ -334,6 +334,9 @@ static struct {
     int64_t ticks, samples_total, torn, dropped, idle_samples, thread_reads, retries, snapshots, signal_reads, signal_timeouts;
     int64_t truncated;  /* samples whose stack was deeper than max_depth: the innermost max_depth frames kept */
     int64_t engine_cpu_ns, max_lag_ns;
+    /* the process was stopped (SIGSTOP, Ctrl-Z, a debugger, a frozen container): ticks far apart
+     * while the process used (almost) no CPU. That time is counted here, never given to a sample */
+    int64_t stopped_ns, stops, proc_cpu_prev;
     uint64_t rng;
     int64_t deadline_ns;   /* 0: none; else stop by itself at this time (peek) */
     uint64_t first_tick_done;
@@ -966,7 +969,7 @@ static uint64_t rng_next(void) {
     return E.rng;
 }
 
-static void tick(int64_t t, uint64_t *w, char *ts) {
+static void tick(int64_t t, uint64_t *w, char *ts, int64_t skip) {
     uintptr_t holder = 0;
     int locked = 0;
     if (O.gil || O.gil_via_interp) {
@@ -1004,6 +1007,7 @@ static void tick(int64_t t, uint64_t *w, char *ts) {
         th->seen = 1;
         int64_t cpu = thread_cpu_ns(native);
         int64_t since = th->last_t >= 0 ? t - th->last_t : t - (E.t_prev ? E.t_prev : E.t_start);
+        if (skip) since = since > skip ? since - skip : 0;  /* the stopped time is no thread's */
         int idle;
         if (cpu < 0) idle = 0;                     /* no CPU clock: not known to be idle */
         else if (th->last_cpu < 0) idle = !thread_runnable(th);  /* first sight: no delta yet, ask the kernel */
@@ -1086,8 +1090,17 @@ static void *engine_main(void *arg) {
         t = now_ns(CLOCK_MONOTONIC);
         if (t - due > E.max_lag_ns) E.max_lag_ns = t - due;
         if (E.deadline_ns && t >= E.deadline_ns) break;
+        /* A tick far behind the previous one while the whole process used under a tenth of that gap
+         * in CPU: the process was not running (stopped), not a long call; the gap is left out. */
+        int64_t pcpu = now_ns(CLOCK_PROCESS_CPUTIME_ID), skip = 0;
+        int64_t far = 50 * E.interval_ns > 50000000LL ? 50 * E.interval_ns : 50000000LL;
+        if (E.t_prev && t - E.t_prev > far && E.proc_cpu_prev >= 0 && pcpu >= 0
+                && (pcpu - E.proc_cpu_prev) * 10 < t - E.t_prev)
+            skip = t - E.t_prev - E.interval_ns;
+        E.proc_cpu_prev = pcpu;
         pthread_mutex_lock(&E.lock);
-        tick(t, w, ts);
+        if (skip) { E.stopped_ns += skip; E.stops++; }
+        tick(t, w, ts, skip);
         E.ticks++;
         E.t_prev = t;
         E.engine_cpu_ns = now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
@@ -1121,6 +1134,8 @@ static void reset_session(void) {
     E.truncated = 0;
     E.engine_cpu_ns = E.max_lag_ns = 0;
     __atomic_store_n(&handler_cpu_ns, 0, __ATOMIC_RELAXED);
+    E.stopped_ns = E.stops = 0;
+    E.proc_cpu_prev = -1;
     E.t_prev = 0;
 }
 
@@ -1387,7 +1402,7 @@ static PyObject *py_drain(PyObject *self, PyObject *noargs) {
         Py_DECREF(v);
     }
     E.n_new_codes = 0;
-    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
+    stats = Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsi}", "ticks", (long long)E.ticks, "samples", (long long)E.samples_total,
                           "truncated", (long long)E.truncated,
                           "snapshots", (long long)E.snapshots, "signal_reads", (long long)E.signal_reads,
                           "signal_timeouts", (long long)E.signal_timeouts,
@@ -1395,7 +1410,8 @@ static PyObject *py_drain(PyObject *self, PyObject *noargs) {
                           "idle_samples", (long long)E.idle_samples, "thread_reads", (long long)E.thread_reads,
                           "engine_cpu_ns", (long long)E.engine_cpu_ns, "max_lag_ns", (long long)E.max_lag_ns,
                           "handler_cpu_ns", (long long)__atomic_load_n(&handler_cpu_ns, __ATOMIC_RELAXED),
-                          "t_start_ns", (long long)E.t_start, "running", (int)E.running);
+                          "t_start_ns", (long long)E.t_start, "stopped_ns", (long long)E.stopped_ns,
+                          "stops", (long long)E.stops, "running", (int)E.running);
     pthread_mutex_unlock(&E.lock);
     if (!stats) goto fail_unlocked;
     PyObject *bytes = PyBytes_FromStringAndSize((const char *)copy, (Py_ssize_t)(n * (int64_t)sizeof(sample_t)));

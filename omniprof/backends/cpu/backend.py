@@ -39,7 +39,7 @@ import attrs
 
 from omniprof.plugin import Backend, Capability
 from omniprof.backends.cpu import buffer as cpu_buffer
-from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler
+from omniprof.backends.cpu.sampler import BYTES_PER_SAMPLE, Sampler, stopped_loss
 from omniprof.backends.cpu.stacks import NO_CUT, WALK_MAX_DEPTH, StackCut, python_stacks, walks_truncated
 from omniprof.core import validators as v
 from omniprof.core.annotations import user_args
@@ -415,7 +415,7 @@ class CpuSamplerBackend(Backend):
             self._walks_cut0 = walks_truncated()
             if self.engine == "signal":
                 source = python_stacks(main_frame=lambda: self._frame_box[0])
-                self._start_idx = s.begin(source, self.clock, self._cut)
+                self._start_idx = s.begin(source, self.clock, self._cut, round(opts.interval_s * 1e9))
                 self._trigger = _SignalTrigger(s, opts.interval_s, self._frame_box)
             elif self.engine == "native":
                 from omniprof.backends.cpu.native import NativeEngine
@@ -427,7 +427,7 @@ class CpuSamplerBackend(Backend):
             elif self.engine == "thread":
                 holder: list[_ThreadTrigger] = []
                 source = python_stacks(exclude=lambda: holder[0].ident() if holder else ())
-                self._start_idx = s.begin(source, self.clock, self._cut)
+                self._start_idx = s.begin(source, self.clock, self._cut, round(opts.interval_s * 1e9))
                 trig = _ThreadTrigger(s, opts.interval_s)
                 holder.append(trig)
                 self._trigger = trig
@@ -532,6 +532,8 @@ class CpuSamplerBackend(Backend):
                                                      offsets=self.options.record_offsets, cut=self._cut)
             samples, own_n, own_ns = _drop_own(frames, stacks, samples, _own_threads())
             losses.extend(loss)
+            if self.engine in ("signal", "thread") and s.stopped_ns:
+                losses.append(stopped_loss(s.stopped_ns, s.stops))
             self._threads.update({k: t for k, t in s.threads.items() if k in {x.thread_id for x in samples}})
             ticks = s.ticks - ticks0 if pyspy_lines is None else pyspy_ticks
             self_ns = s.self_time_ns - self0
@@ -568,6 +570,8 @@ class CpuSamplerBackend(Backend):
                 if st.get("dropped"):
                     losses.append(Loss(source="cpu", kind="samples_dropped", count=int(st["dropped"]),
                                        unit="samples", detail="native engine's pending buffer full"))
+                if st.get("stopped_ns"):
+                    losses.append(stopped_loss(int(st["stopped_ns"]), int(st.get("stops", 0))))
                 if st.get("truncated"):
                     from omniprof.backends.cpu.native import MAX_DEPTH
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import warnings
 from array import array
 from collections.abc import Callable
@@ -52,6 +53,21 @@ def current_tasks() -> dict[int, Any]:
         if tid is not None and task is not None:
             out[tid] = task
     return out
+
+
+#: A tick this far past the previous one (and at least ``STOP_GAP_TICKS`` intervals) while the
+#: whole process used under a tenth of the gap in CPU time means the process was not running
+#: (SIGSTOP, Ctrl-Z, a debugger, a frozen container): the time is counted as a loss, never given
+#: to the function that happened to run next. The native engine applies the same rule.
+STOP_GAP_MIN_NS = 50_000_000
+STOP_GAP_TICKS = 50
+
+
+def stopped_loss(stopped_ns: int, stops: int) -> Loss:
+    """The :class:`Loss` for time the process spent stopped while sampling."""
+    return Loss(source="cpu", kind="process_stopped", count=stopped_ns, unit="ns",
+                detail=f"the process was stopped {stops} time(s) (SIGSTOP, Ctrl-Z, a debugger) for "
+                       f"{stopped_ns / 1e9:.3f} s in all; that time is left out of every sample")
 
 
 class Sampler:
@@ -107,14 +123,23 @@ class Sampler:
         self._gc_acc: dict[tuple[int, int], int] = {}
         self._t_begin = 0
         self._busy = False
+        #: the tick interval of the session (0: not known, stops are not looked for)
+        self.interval_ns = 0
+        #: time the process was stopped in this session (see STOP_GAP_MIN_NS), and how often
+        self.stopped_ns = 0
+        self.stops = 0
+        self._tick_prev_ns = 0
+        self._cpu_prev_ns = 0
         #: ``(first sample index, StackCut)`` of each session that recorded here, in order: a
         #: session's samples are exported with its own cut (the runner's launcher frames, or none)
         self.cuts: list[tuple[int, StackCut]] = []
 
     # -- session -------------------------------------------------------------------------------
-    def begin(self, source: StackSource | None = None, clock: Clock | None = None, cut: StackCut = NO_CUT) -> int:
-        """Start a session whose stacks are cut at ``cut`` when exported; returns the buffer index
-        where its samples begin."""
+    def begin(self, source: StackSource | None = None, clock: Clock | None = None, cut: StackCut = NO_CUT,
+              interval_ns: int = 0) -> int:
+        """Start a session whose stacks are cut at ``cut`` when exported, ticking every
+        ``interval_ns`` (0: unknown, stops not detected); returns the buffer index where its
+        samples begin."""
         start = len(self.t_ns)
         if self.cuts and self.cuts[-1][0] == start:
             self.cuts[-1] = (start, cut)  # the previous session recorded nothing
@@ -128,6 +153,9 @@ class Sampler:
         self._last = {}
         self._debt = {}
         self._gc_acc = {}
+        self.interval_ns = interval_ns
+        self.stopped_ns = self.stops = 0
+        self._tick_prev_ns = 0
         self.warned = False  # a session that loses samples warns once, even if an earlier one did
         return start
 
@@ -145,6 +173,8 @@ class Sampler:
         t0 = clock.now_ns()
         try:
             self.ticks += 1
+            if self.interval_ns:
+                self._leave_out_stop(t0)
             if self._pending:
                 self._flush_pending()
             self.record(self.source(), t0)  # type: ignore[misc]
@@ -157,6 +187,20 @@ class Sampler:
         finally:
             self._busy = False
             self.self_time_ns += clock.now_ns() - t0
+
+    def _leave_out_stop(self, t0: int) -> None:
+        cpu = time.process_time_ns()
+        gap = t0 - self._tick_prev_ns
+        if self._tick_prev_ns and gap > max(STOP_GAP_MIN_NS, STOP_GAP_TICKS * self.interval_ns) and \
+                (cpu - self._cpu_prev_ns) * 10 < gap:
+            skip = gap - self.interval_ns  # the process was stopped: no thread's time
+            self.stopped_ns += skip
+            self.stops += 1
+            self._t_begin += skip
+            for tid in self._last:
+                self._last[tid] += skip
+        self._tick_prev_ns = t0
+        self._cpu_prev_ns = cpu
 
     def record(self, stacks: Any, t0: int) -> None:
         """Store one tick's ``(thread_id, frame_or_raw_stack)`` pairs taken at ``t0``."""

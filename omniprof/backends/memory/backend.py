@@ -274,8 +274,19 @@ class MemoryBackend(Backend):
 
             tracemalloc.stop()
 
+    def stop_deferred(self) -> Any:
+        """Take the allocator hooks off now (no allocation of the program's leftover threads is
+        recorded past this point); the result is built by the returned function. The tracemalloc
+        engine's snapshot is its stop: None, and the Profiler calls :meth:`stop`."""
+        if self.engine != "native" or not self._running:
+            return None
+        self._halt_ns = self.clock.now_ns()
+        _native().stop()
+        return self.stop
+
     def stop(self) -> BackendResult:
-        t1 = self.clock.now_ns()
+        t1 = getattr(self, "_halt_ns", None) or self.clock.now_ns()
+        self._halt_ns = None
         timeline: list[tuple[int, int, int]] = []
         if self.engine == "native":
             mod = _native()

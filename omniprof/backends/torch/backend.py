@@ -209,6 +209,7 @@ class TorchBackend(Backend):
     name = "torch"
     summary = "PyTorch profiler (Kineto): ops with shapes/FLOPs, CUDA kernels, memory, steps"
     single_session = True
+    stop_any_thread = False  # Profiler.stop() from another thread segfaulted (issue 31 F3)
     Options = TorchOptions
 
     def __init__(self, options: TorchOptions | None = None, *, context: Any = None) -> None:
