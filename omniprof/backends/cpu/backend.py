@@ -523,7 +523,10 @@ class CpuSamplerBackend(Backend):
             s = self.sampler
             pyspy_ticks = 0
             if pyspy_lines is not None:
-                pyspy_ticks = self._add_pyspy(pyspy_lines, end_ns)
+                from omniprof.backends.cpu.pyspy import add_samples
+
+                pyspy_ticks = add_samples(s, pyspy_lines, end_ns, *self._pyspy_since,
+                                          round(self.options.interval_s * 1e9))
             ticks0, self0, dropped0 = self._base
             if native is not None and self._gc_spans:
                 self._mark_gc(s)
@@ -682,45 +685,6 @@ class CpuSamplerBackend(Backend):
         self._remove_gc()
 
     # -- py-spy --------------------------------------------------------------------------------
-    def _add_pyspy(self, lines: list[tuple[int | None, str, list[Frame], int]], end_ns: int) -> int:
-        """Store py-spy's aggregated stacks as samples (time = session end) and return the ticks.
-
-        py-spy's raw output has counts, no times. With ``--idle`` every tick samples every thread, so
-        the thread that waited for py-spy to attach counts the ticks: its samples outside omniprof's
-        own py-spy code are the ticks between the attach and the session's end, and each sample
-        weighs that window over those ticks, the interval py-spy achieved (often far below the one
-        requested: with ``--native`` it unwinds every thread at each tick)."""
-        by_native = {t.native_id: t for t in threading.enumerate() if getattr(t, "native_id", None)}
-        since_ns, waiter = self._pyspy_since
-        s = self.sampler
-        assert s is not None
-        me = os.path.join("omniprof", "backends", "cpu", "pyspy.py")
-        kept: list[tuple[int, tuple[Any, ...], int]] = []
-        waiter_ticks = 0
-        per_thread: dict[int, int] = {}
-        for native_tid, name, frames, count in lines:
-            t = by_native.get(native_tid)
-            if (t.name if t is not None else name).startswith("omniprof-"):
-                continue  # omniprof's own helper threads
-            if any(fr.kind == "py" and fr.file.endswith(me) for fr in frames):
-                continue  # the thread waiting for py-spy to attach, or to stop: not the program's work
-            if native_tid == waiter:
-                waiter_ticks += count
-            tid = t.ident if t is not None and t.ident is not None else (native_tid or 0)
-            if tid not in s.threads:
-                s.threads[tid] = ThreadInfo(tid, t.name if t is not None else (name or f"thread {native_tid}"),
-                                            native_tid)
-            per_thread[tid] = per_thread.get(tid, 0) + count
-            kept.append((tid, tuple(x for fr in reversed(frames) for x in (fr, fr.line)), count))
-        ticks = waiter_ticks or max(per_thread.values(), default=0)
-        interval_ns = round(self.options.interval_s * 1e9)
-        if ticks:
-            interval_ns = max((end_ns - since_ns) // ticks, 1)
-        for tid, raw, count in kept:
-            for _ in range(count):
-                s.add(end_ns, tid, raw, interval_ns)
-        return ticks
-
     def _mark_gc(self, s: Sampler) -> None:
         """Native engine: samples taken while a collection ran on their thread get a ``<gc gen N>``
         leaf (the engine saw the Python line that triggered it; the gc callback knows when it ran)."""

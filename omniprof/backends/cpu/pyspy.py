@@ -29,10 +29,13 @@ import time
 from pathlib import Path
 
 from omniprof.core.clock import monotonic
-from omniprof.core.results import Frame
+from typing import Any
+
+from omniprof.backends.cpu.sampler import Sampler
+from omniprof.core.results import Frame, ThreadInfo
 from omniprof.errors import BackendUnavailableError
 
-__all__ = ["PySpyEngine", "find_pyspy", "parse_raw"]
+__all__ = ["PySpyEngine", "add_samples", "find_pyspy", "parse_raw"]
 
 #: Longest wait for py-spy to report that it samples (work before that may be missed).
 ATTACH_WAIT_S = 1.0
@@ -242,3 +245,40 @@ class PySpyEngine:
         if self._dir is not None:
             self._dir.cleanup()
             self._dir = None
+
+
+def add_samples(s: Sampler, lines: list[tuple[int | None, str, list[Frame], int]], end_ns: int, since_ns: int,
+                waiter: int, requested_interval_ns: int) -> int:
+    """Store py-spy's aggregated stacks in ``s`` as samples (time = session end) and return the ticks.
+
+    py-spy's raw output has counts, no times. With ``--idle`` every tick samples every thread, so
+    the thread that waited for py-spy to attach (native id ``waiter``, from ``since_ns`` on) counts
+    the ticks: its samples outside omniprof's own py-spy code are the ticks between the attach and
+    the session's end, and each sample weighs that window over those ticks, the interval py-spy
+    achieved (often far below the one requested: with ``--native`` it unwinds every thread at each
+    tick). Without such ticks a sample weighs ``requested_interval_ns``."""
+    by_native = {t.native_id: t for t in threading.enumerate() if getattr(t, "native_id", None)}
+    me = os.path.join("omniprof", "backends", "cpu", "pyspy.py")
+    kept: list[tuple[int, tuple[Any, ...], int]] = []
+    waiter_ticks = 0
+    per_thread: dict[int, int] = {}
+    for native_tid, name, frames, count in lines:
+        t = by_native.get(native_tid)
+        if (t.name if t is not None else name).startswith("omniprof-"):
+            continue  # omniprof's own helper threads
+        if any(fr.kind == "py" and fr.file.endswith(me) for fr in frames):
+            continue  # the thread waiting for py-spy to attach, or to stop: not the program's work
+        if native_tid == waiter:
+            waiter_ticks += count
+        tid = t.ident if t is not None and t.ident is not None else (native_tid or 0)
+        if tid not in s.threads:
+            s.threads[tid] = ThreadInfo(tid, t.name if t is not None else (name or f"thread {native_tid}"),
+                                        native_tid)
+        per_thread[tid] = per_thread.get(tid, 0) + count
+        kept.append((tid, tuple(x for fr in reversed(frames) for x in (fr, fr.line)), count))
+    ticks = waiter_ticks or max(per_thread.values(), default=0)
+    interval_ns = max((end_ns - since_ns) // ticks, 1) if ticks else requested_interval_ns
+    for tid, raw, count in kept:
+        for _ in range(count):
+            s.add(end_ns, tid, raw, interval_ns)
+    return ticks
