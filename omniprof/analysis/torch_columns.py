@@ -1,7 +1,7 @@
 """torch's op table and the kernel table from a Kineto trace's columns (no object per event).
 
 The same figures as :func:`omniprof.analysis.torch_ops.op_stats_table` and
-:func:`omniprof.analysis.kernels.kernel_stats_table` give from the full reader's spans, computed from
+:func:`omniprof.formats.kernels.kernel_stats_table` give from the full reader's spans, computed from
 :class:`omniprof.formats.kineto_columns.KinetoColumns`: the spans torch's rule takes
 (:data:`omniprof.analysis.nesting.TORCH`) are ordered per track with one numpy sort, nested in one
 pass over plain integer arrays (the rule of :mod:`omniprof.analysis.nesting`: innermost open span
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from omniprof.analysis.kernels import KERNEL_STATS_COLUMNS, _dim, _uses_tensor_core, _whole
+from omniprof.formats.kernels import KERNEL_STATS_COLUMNS, _dim, _uses_tensor_core, _whole
 from omniprof.analysis.nesting import TORCH
 from omniprof.analysis.nesting import _fold as _fold_spans
 from omniprof.analysis.torch_ops import OP_STATS_COLUMNS, STEP_ROW
@@ -226,7 +226,7 @@ def op_stats_from_columns(cols: KinetoColumns, *, has_memory: bool | None = None
 
 
 def kernel_stats_from_columns(cols: KinetoColumns) -> Table | None:
-    """The ``kernel_stats`` table from a trace's columns (:func:`omniprof.analysis.kernels.kernel_stats`'s figures)."""
+    """The ``kernel_stats`` table from a trace's columns (:func:`omniprof.formats.kernels.kernel_stats`'s figures)."""
     k = np.nonzero(cols.category_mask("kernel"))[0]
     if not len(k):
         return None

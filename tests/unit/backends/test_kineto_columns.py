@@ -1,6 +1,6 @@
 """The columnar Kineto reader and the tables computed from its columns, against the full reader.
 
-The reference is the full reader (:class:`omniprof.formats.readers.KinetoReader`, whose op table
+The reference is the full reader (:class:`omniprof.readers.KinetoReader`, whose op table
 tests/unit/analysis/test_torch_rule_reference.py checks against torch's own ``key_averages()``): the
 columns must hold the same spans (names, tracks, categories, exact ns times, correlation ids) and
 give the same ``op_stats`` and ``kernel_stats`` rows, on real traces and on edge cases.
@@ -19,7 +19,7 @@ from omniprof.analysis.torch_columns import kernel_stats_from_columns, op_stats_
 from omniprof.errors import TraceReadError
 from omniprof.formats import kineto_columns
 from omniprof.formats.kineto_columns import read_columns
-from omniprof.formats.readers import KinetoReader
+from omniprof.readers import KinetoReader
 from tests.tools import shared_data
 
 ROOT = Path(__file__).resolve().parents[3]
