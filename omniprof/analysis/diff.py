@@ -657,7 +657,7 @@ def _diff_cells(t: TableDiff, shown: Sequence[DiffRow]) -> tuple[list[Column], l
         columns += [Column("samples A", kind="num", drop=2), Column("samples B", kind="num", drop=2),
                     Column("conf%", kind="num")]
     columns += [Column("share A%", kind="num", drop=1), Column("share B%", kind="num", drop=1),
-                Column("status", kind="label"), Column("name", min_width=24)]
+                Column("status", kind="label"), Column("name", min_width=18)]
     cells = []
     for r in shown:
         pct = "-" if r.delta_pct is None else f"{r.delta_pct:+.1f}"
