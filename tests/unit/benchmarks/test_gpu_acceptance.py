@@ -184,7 +184,7 @@ def test_op_table_comparison_against_key_averages_of_the_same_run_on_cpu():
     assert not ga.compare_op_table(part, host)[0]  # a CUDA run must show runtime rows; a CPU run has none
     addmm = [s for s in part.spans if s.name == "aten::addmm"]
     fewer = attrs.evolve(part, spans=[s for s in part.spans if s is not addmm[0]], tables=())
-    from omniprof.formats.kineto import op_table
+    from omniprof.analysis.torch_ops import op_table
 
     fewer = attrs.evolve(fewer, tables=(op_table(fewer),))
     ok, fig = ga.compare_op_table(fewer, host, require_runtime=False)
