@@ -226,6 +226,10 @@ def make_call(target: TargetSpec) -> Callable[[], Any]:
                 return runpy.run_module(target.value, run_name="__main__", alter_sys=True)
         return run_module
 
+    # runpy.run_path imports pkgutil on its first use: import it here, before profiling starts, so
+    # that the import (module code run once and freed: `<unknown code>` frames) is not in the profile
+    import pkgutil  # noqa: F401
+
     def run_script() -> Any:
         with _argv_path([target.value, *target.args], str(Path(target.value).resolve().parent)):
             return runpy.run_path(target.value, run_name="__main__")

@@ -194,7 +194,20 @@ def print_user_traceback() -> None:
 def print_exception(etype: Any, value: Any, tb: Any) -> None:
     frames = traceback.extract_tb(tb)
     pkg = str(Path(__file__).resolve().parent.parent)
-    keep = [f for f in frames if not f.filename.startswith(pkg) and "runpy" not in f.filename
+
+    def own(f: Any) -> bool:
+        return f.filename.startswith(pkg)
+
+    def plumbing(f: Any) -> bool:  # the context-manager machinery omniprof's annotations run through
+        return f.filename.endswith(os.sep + "contextlib.py")
+
+    # Where the program's last frame called into omniprof (an annotation's exit, say) and the error
+    # arose below it, what lies below is omniprof's doing: the traceback ends at the program's line,
+    # not in contextlib's frames between omniprof's own (a Ctrl-C landing in an annotation's exit).
+    last = max((i for i, f in enumerate(frames) if not own(f) and not plumbing(f)), default=-1)
+    if any(own(f) for f in frames[last + 1:]):
+        frames = frames[:last + 1]
+    keep = [f for f in frames if not own(f) and "runpy" not in f.filename
             and not f.filename.startswith("<frozen importlib") and os.sep + "importlib" + os.sep not in f.filename]
     print("Traceback (most recent call last):", file=sys.stderr)
     print("".join(traceback.format_list(keep)), end="", file=sys.stderr)

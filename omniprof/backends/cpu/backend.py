@@ -438,7 +438,7 @@ class CpuSamplerBackend(Backend):
                 self._pyspy = PySpyEngine(os.getpid(), round(1.0 / opts.interval_s), opts.native)
                 self._pyspy.start()
                 # py-spy samples from here on (start() waited for it); the thread that waited is the
-                # clock of its ticks (_add_pyspy)
+                # clock of its ticks (pyspy.add_samples)
                 self._pyspy_since = (self.clock.now_ns(), threading.get_native_id())
             if self._trigger is not None:
                 self._trigger.start()
