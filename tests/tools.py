@@ -208,3 +208,30 @@ def nvml_loads() -> bool:
     except OSError:
         return False
     return True
+
+
+def cli_as_nobody(argv: list[str]) -> tuple[int, str]:
+    """``omniprof.cli.main(argv)`` in a forked child that dropped to user nobody (65534): its exit
+    code and what it wrote to stderr (a collector without the right to read a root-owned target)."""
+    import sys
+
+    from omniprof.cli import main
+
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            os.close(r)
+            sys.stderr = open(w, "w", closefd=False)  # noqa: SIM115 - the child's stderr, flushed below
+            os.setgid(65534)
+            os.setuid(65534)
+            code = main(argv)
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001
+            code = 99
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        err = f.read()
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status), err

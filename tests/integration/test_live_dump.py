@@ -19,6 +19,7 @@ import time
 import pytest
 
 from omniprof.cli import main
+from tests.tools import cli_as_nobody
 from omniprof.live.reader import line_for_offset
 
 PYENV = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
@@ -221,24 +222,8 @@ def test_gone_and_not_python_exit_2(tmp_path, capsys):
 def test_permission_denied_names_cause_and_fix(target):
     """The collector as user nobody, the target root's: one line naming both, exit 2."""
     pid, _ = target(pythons()[-1])
-    r, w = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child
-        try:
-            os.close(r)
-            sys.stderr = open(w, "w", closefd=False)  # noqa: SIM115 - the child's stderr, flushed below
-            os.setgid(65534)
-            os.setuid(65534)
-            code = main(["dump", str(pid)])
-            sys.stderr.flush()
-        except BaseException:  # noqa: BLE001
-            code = 99
-        os._exit(code)
-    os.close(w)
-    with os.fdopen(r) as f:
-        err = f.read()
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 2, err
+    code, err = cli_as_nobody(["dump", str(pid)])
+    assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert "permission denied" in lines[0] and "'root'" in lines[0] and "sudo" in lines[0]

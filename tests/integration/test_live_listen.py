@@ -13,6 +13,7 @@ import time
 import pytest
 
 from omniprof.cli import main
+from tests.tools import cli_as_nobody
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET = textwrap.dedent('''
@@ -94,22 +95,6 @@ def test_not_listening_and_another_user_exit_2(listening, capsys):
         plain.kill()
         plain.wait()
     p, _ = listening
-    r, w = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child, as user nobody
-        try:
-            os.close(r)
-            sys.stderr = open(w, "w", closefd=False)  # noqa: SIM115
-            os.setgid(65534)
-            os.setuid(65534)
-            code = main(["attach", str(p.pid), "-b", "cpu", "--duration-ms", "100"])
-            sys.stderr.flush()
-        except BaseException:  # noqa: BLE001
-            code = 99
-        os._exit(code)
-    os.close(w)
-    with os.fdopen(r) as f:
-        err = f.read()
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 2, err
+    code, err = cli_as_nobody(["attach", str(p.pid), "-b", "cpu", "--duration-ms", "100"])
+    assert code == 2, err
     assert "permission denied" in err and len(err.strip().splitlines()) == 1
