@@ -35,10 +35,12 @@ def nearest(key: str, candidates: Iterable[str]) -> str | None:
         return folded[0]
     import difflib  # on first use: `import omniprof` stays light
 
-    matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
+    # 0.6: a typo of a name (tabel, troch: 0.8) is close; a name that only shares two letters
+    # with one is not (nosuch ~ torch: 0.55)
+    matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     if not matches:
         lower = {c.casefold(): c for c in candidates}
-        matches = [lower[m] for m in difflib.get_close_matches(key.casefold(), list(lower), n=1, cutoff=0.5)]
+        matches = [lower[m] for m in difflib.get_close_matches(key.casefold(), list(lower), n=1, cutoff=0.6)]
     return matches[0] if matches else None
 
 

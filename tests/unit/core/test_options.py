@@ -207,3 +207,14 @@ def test_build_options_for_backend_options_class():
 def test_parse_cli_value(text, value):
     """-O values parse as JSON, falling back to the raw string."""
     assert parse_cli_value(text) == value
+
+
+def test_a_name_sharing_two_letters_is_not_suggested():
+    """``-b nosuch`` named no backend, yet was told "did you mean 'torch'?" (they share 'o' and
+    'ch'); a real typo still gets its suggestion."""
+    from omniprof.core.validators import nearest
+
+    backends = ["cpu", "cupti", "memory", "rusage", "torch", "xla"]
+    assert nearest("nosuch", backends) is None
+    assert nearest("troch", backends) == "torch"
+    assert nearest("memroy", backends) == "memory"
