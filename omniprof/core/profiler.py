@@ -791,9 +791,6 @@ def _opts_dict(opts: Any) -> dict[str, Any]:
 
 
 def _one_line(exc: BaseException) -> str:
+    """The first line of what ``exc`` says; empty where it says nothing (the type names it)."""
     text = str(exc).strip().splitlines()
-    if text:
-        return text[0]
-    import traceback
-
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text[0] if text else ""

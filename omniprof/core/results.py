@@ -297,6 +297,12 @@ class ErrorRecord:
     type: str
     message: str
 
+    @property
+    def what(self) -> str:
+        """``Type: message``, or the type alone where the error said nothing (``KeyboardInterrupt``),
+        as every view shows it."""
+        return f"{self.type}: {self.message}" if self.message else self.type
+
 
 @attrs.frozen
 class Artifact:

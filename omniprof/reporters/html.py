@@ -178,7 +178,7 @@ class HtmlReporter(Reporter):
                 f"{html.escape(md.host or '-')} pid {md.pid}{' &middot; <b>PARTIAL</b>' if result.partial else ''}</p>"]
         if result.errors or result.losses:
             body.append("<h2>Errors and losses</h2><ul>")
-            body += [f"<li class='err'>{html.escape(f'{e.source} failed at {e.phase}: {e.type}: {e.message}')}</li>"
+            body += [f"<li class='err'>{html.escape(f'{e.source} failed at {e.phase}: {e.what}')}</li>"
                      for e in result.errors]
             body += [f"<li class='loss'>{html.escape(f'{x.source}: {x.count} {x.unit} not recorded ({x.kind}) {x.detail}')}"
                      "</li>" for x in result.losses]

@@ -201,7 +201,7 @@ class TableReporter(Reporter):
         out.line(f"== omniprof {', '.join(md.backends) or '-'}  {dur:.3f} s  host {md.host or '-'} pid {md.pid}"
                  + ("  [PARTIAL]" if result.partial else ""))
         for err in result.errors:
-            out.line(f"! {err.source} failed at {err.phase}: {err.type}: {err.message}")
+            out.line(f"! {err.source} failed at {err.phase}: {err.what}")
         for loss in result.losses:
             out.line(f"! {loss.source}: {loss.count} {loss.unit} not recorded ({loss.kind}) {loss.detail}".rstrip())
         if md.distributed.get("merged"):

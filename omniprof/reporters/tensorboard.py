@@ -515,7 +515,7 @@ def _result_notes(result: ProfileResult) -> list[str]:
     """What the result itself says was lost or failed, for ``XSpace.warnings``."""
     notes = [f"{loss.source}: {loss.count} {loss.unit} not recorded ({loss.kind}){': ' + loss.detail if loss.detail else ''}"
              for loss in result.losses]
-    notes += [f"{err.source} failed during {err.phase}: {err.type}: {err.message}" for err in result.errors]
+    notes += [f"{err.source} failed during {err.phase}: {err.what}" for err in result.errors]
     if result.partial:
         notes.append("the profiling session did not end normally; this trace is partial")
     return notes

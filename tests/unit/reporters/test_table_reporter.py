@@ -186,3 +186,20 @@ def test_wide_derived_tables_hide_columns_instead_of_cutting_numbers():
     assert "\u2026" not in block.splitlines()[3]
     wide = TableReporter(TableOptions(color="never", width=250)).render(r)
     assert "not shown" not in wide and "occupancy %" in wide
+
+
+def test_an_error_that_says_nothing_is_named_once(capsys):
+    """A bare ``raise KeyboardInterrupt`` read "KeyboardInterrupt: KeyboardInterrupt" (the empty
+    message was filled with the type's name); an error with a message keeps ``Type: message``."""
+    import omniprof
+
+    for exc, line in ((KeyboardInterrupt(), "! workload failed at run: KeyboardInterrupt\n"),
+                      (ValueError("bad value\nsecond line"), "! workload failed at run: ValueError: bad value\n")):
+        with pytest.raises(type(exc)):
+            with omniprof.Profiler(backend="cpu") as p:
+                raise exc
+        capsys.readouterr()
+        omniprof.report(p.result, "table")
+        out = capsys.readouterr().out
+        assert line in out, out
+        assert out.count(type(exc).__name__) == 1, out
