@@ -480,7 +480,8 @@ class TableReporter(Reporter):
                 out.line(f"Threads: {len(part.threads)} ({', '.join(t.name for t in part.threads)})"
                          + (f"; tasks: {len(part.tasks)}" if part.tasks else ""))
             if facts:
-                out.line("Metadata: " + ", ".join(f"{k}={val}" for k, val in facts.items()))
+                out.line("Metadata: " + ", ".join(f"{k}={val:.6g}" if isinstance(val, float) else f"{k}={val}"
+                                                  for k, val in facts.items()))
         if part.artifacts:
             out.line()
             out.line("Artifacts")

@@ -161,7 +161,7 @@ class XlaBackend(Backend):
         #: After stop(): what to open once the Profiler saved the result (``create_perfetto_link``):
         #: ``{"viewer": "perfetto_link", "path", "port", "wait", "timeout_s", "saved"}``, else None.
         self.view_request: dict[str, Any] | None = None
-        self.postprocess_s = 0.0
+        self.postprocess_ns = 0
 
     @classmethod
     def environment(cls, *, frameworks: bool = True) -> list[tuple[str, str]]:
@@ -326,11 +326,11 @@ class XlaBackend(Backend):
                     self.view_request = {"viewer": "perfetto_link", "path": str(ptrace), "port": opts.perfetto_port,
                                          "wait": opts.perfetto_wait, "timeout_s": opts.perfetto_timeout_s,
                                          "saved": [str(xplane)]}
-        self.postprocess_s = perf_counter() - t_post
+        self.postprocess_ns = round((perf_counter() - t_post) * 1e9)
         metadata = {**part.metadata, "jax_version": self._jax.__version__, "devices": _devices(self._jax),
                     "device_events_left_out": part.metadata.get("device_events_left_out", 0) + stripped,
                     "session_dir": str(out_dir), "temporary_dir": self.context.session_dir is None,
-                    "postprocess_s": self.postprocess_s,
+                    "postprocess_ns": self.postprocess_ns,
                     "jax_profile_options": {"host_tracer_level": self._jax_options.host_tracer_level,
                                             "python_tracer_level": self._jax_options.python_tracer_level,
                                             "advanced_configuration": dict(self._jax_options.advanced_configuration)}}

@@ -203,3 +203,19 @@ def test_an_error_that_says_nothing_is_named_once(capsys):
         out = capsys.readouterr().out
         assert line in out, out
         assert out.count(type(exc).__name__) == 1, out
+
+
+def test_metadata_floats_are_shown_to_six_figures(capsys):
+    """A float fact printed every digit of its binary value (``postprocess_s=0.28488091500003065``);
+    six significant figures are what a reader can use."""
+    import attrs
+
+    import omniprof
+    from omniprof.testing.fakes import make_result
+
+    result = make_result()
+    part = result.parts[0]
+    part = attrs.evolve(part, metadata={**part.metadata, "ratio": 0.28488091500003065, "count": 7})
+    omniprof.report(attrs.evolve(result, parts=(part, *result.parts[1:])), "table")
+    out = capsys.readouterr().out
+    assert "ratio=0.284881" in out and "count=7" in out, out
