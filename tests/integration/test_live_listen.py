@@ -62,9 +62,12 @@ def test_capture_runs_the_backend_inside_and_brings_the_result_back(listening, t
 
 def test_a_second_collector_is_refused_naming_the_first_and_a_killed_one_leaves_nothing(listening, tmp_path):
     p, _ = listening
-    first = _collector(p.pid, "--duration-ms", "4000", "-r", "json", "-o", str(tmp_path / "first"))
+    first = None
     deadline = time.monotonic() + 30
     while True:  # the first capture is running once the second is refused
+        if first is None or first.poll() is not None:
+            # (again where the probe below got in first: then the first was the one refused)
+            first = _collector(p.pid, "--duration-ms", "4000", "-r", "json", "-o", str(tmp_path / "first"))
         second = _collector(p.pid, "--duration-ms", "100")
         _, err = second.communicate(timeout=60)
         if second.returncode == 2 and "already running" in err:
